@@ -1,0 +1,163 @@
+//! The CUDA context: driver initialisation, device choice, and what the device can do.
+
+use std::sync::{Arc, Mutex};
+
+use crate::driver;
+use crate::error::{Error, Result};
+use crate::module::ModuleCache;
+use crate::sys;
+
+/// What `um` needs to know about the device, read once when the context is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device's ordinal.
+    pub ordinal: usize,
+    /// The device's name, for example `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Compute capability as `(major, minor)`.
+    pub compute_capability: (i32, i32),
+    /// Number of streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: whether the CPU and GPU may touch
+    /// managed memory at the same time. Where it is `false` (Windows, WSL, Jetson, pre-Pascal
+    /// GPUs), a CPU access to managed memory that a running kernel may see is a segmentation
+    /// fault; `um` then re-attaches memory to the host whenever it returns to the host state
+    /// (see `docs/design.md`).
+    pub concurrent_managed_access: bool,
+    /// `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`: whether the GPU can read ordinary pageable
+    /// host memory. `um` only attaches managed allocations, so this is informational.
+    pub pageable_memory_access: bool,
+    /// The CUDA version the driver implements, as `(major, minor)`.
+    pub driver_version: (i32, i32),
+}
+
+/// A device's primary context, made current on whichever thread uses it.
+///
+/// Cloning is cheap (a reference count); every clone names the same context. All of `um`'s
+/// calls make the context current on the calling thread first, so a `Context` may be used from
+/// any thread.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    raw: sys::CUcontext,
+    device: sys::CUdevice,
+    info: DeviceInfo,
+    modules: Mutex<ModuleCache>,
+}
+
+// SAFETY: a primary context handle may be used from any thread (the driver API is thread-safe
+// and `Context::bind` makes it current before each use); the module cache is behind a Mutex.
+unsafe impl Send for Inner {}
+// SAFETY: as above; `Inner` has no interior mutability outside the Mutex.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Modules belong to the context: unload them while it is still retained.
+        if self.bind().is_ok() {
+            let modules = std::mem::take(
+                &mut *self
+                    .modules
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            drop(modules);
+        }
+        driver::primary_ctx_release(self.device);
+    }
+}
+
+impl Inner {
+    fn bind(&self) -> Result<()> {
+        driver::ctx_bind(self.raw)
+    }
+}
+
+impl Context {
+    /// Initialises the driver and retains the primary context of device `ordinal`.
+    ///
+    /// Fails with [`Error::NoDevice`] on a machine without a GPU, [`Error::InvalidDevice`] for an
+    /// ordinal past the last device, and [`Error::ManagedMemoryUnsupported`] for a device that
+    /// cannot allocate managed memory.
+    pub fn new(ordinal: usize) -> Result<Context> {
+        driver::init()?;
+        let count = driver::device_count()?;
+        if count == 0 {
+            return Err(Error::NoDevice {
+                call: "cuDeviceGetCount",
+                name: "no devices".to_owned(),
+            });
+        }
+        if ordinal >= count {
+            return Err(Error::InvalidDevice { ordinal, count });
+        }
+        let device = driver::device_get(ordinal)?;
+        let name = driver::device_name(device)?;
+        let attr = |a| driver::device_attribute(device, a);
+        if attr(sys::ATTR_MANAGED_MEMORY)? == 0 {
+            return Err(Error::ManagedMemoryUnsupported { ordinal, name });
+        }
+        let info = DeviceInfo {
+            ordinal,
+            name,
+            compute_capability: (attr(sys::ATTR_CC_MAJOR)?, attr(sys::ATTR_CC_MINOR)?),
+            multiprocessors: u32::try_from(attr(sys::ATTR_MULTIPROCESSOR_COUNT)?).unwrap_or(1),
+            concurrent_managed_access: attr(sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0,
+            pageable_memory_access: attr(sys::ATTR_PAGEABLE_MEMORY_ACCESS)? != 0,
+            driver_version: driver::driver_version()?,
+        };
+        let raw = driver::primary_ctx_retain(device)?;
+        let ctx = Context {
+            inner: Arc::new(Inner {
+                raw,
+                device,
+                info,
+                modules: Mutex::new(ModuleCache::default()),
+            }),
+        };
+        ctx.bind()?;
+        Ok(ctx)
+    }
+
+    /// What the device can do.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// Free and total device memory in bytes, as the driver reports them now.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        driver::mem_info()
+    }
+
+    /// Waits for all work of the context, on every stream.
+    pub fn synchronize_device(&self) -> Result<()> {
+        self.bind()?;
+        driver::ctx_synchronize()
+    }
+
+    /// Makes this context current on the calling thread (a no-op when it already is).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.inner.bind()
+    }
+
+    pub(crate) fn modules(&self) -> &Mutex<ModuleCache> {
+        &self.inner.modules
+    }
+
+    /// Whether two handles name the same context.
+    pub fn same_as(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.info)
+            .finish_non_exhaustive()
+    }
+}

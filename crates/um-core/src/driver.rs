@@ -1,0 +1,293 @@
+//! The result layer: each driver call `um` makes, wrapped so that it returns [`Result`].
+//!
+//! Every `unsafe` block of the crate that calls the driver lives here or names the invariant it
+//! relies on; the safe types in the other modules call only these functions.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::ptr;
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// Turns a raw `CUresult` into `Ok` or a [`Error::Driver`] naming `call`.
+pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
+    if code == sys::SUCCESS {
+        return Ok(());
+    }
+    Err(driver_error(call, code))
+}
+
+pub(crate) fn driver_error(call: &'static str, code: i32) -> Error {
+    let (name, description) = error_strings(code);
+    if code == sys::ERROR_NO_DEVICE || name == "CUDA_ERROR_STUB_LIBRARY" {
+        return Error::NoDevice { call, name };
+    }
+    Error::Driver {
+        call,
+        code,
+        name,
+        description,
+    }
+}
+
+/// The driver's name and description of `code`, or a placeholder when it does not know it.
+fn error_strings(code: i32) -> (String, String) {
+    let read = |f: unsafe extern "C" fn(i32, *mut *const c_char) -> i32| {
+        let mut text: *const c_char = ptr::null();
+        // SAFETY: `text` is a valid out-pointer; the driver answers any `code`, known or not,
+        // with a status, and only on success stores a pointer to a static NUL-terminated string.
+        let status = unsafe { f(code, &mut text) };
+        if status == sys::SUCCESS && !text.is_null() {
+            // SAFETY: on success `text` points to a NUL-terminated string the driver keeps alive.
+            Some(
+                unsafe { CStr::from_ptr(text) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        } else {
+            None
+        }
+    };
+    (
+        read(sys::cuGetErrorName).unwrap_or_else(|| format!("CUDA error {code}")),
+        read(sys::cuGetErrorString).unwrap_or_else(|| "unknown to this driver".to_owned()),
+    )
+}
+
+pub(crate) fn init() -> Result<()> {
+    // SAFETY: cuInit takes flags (must be 0) and may be called any number of times.
+    check("cuInit", unsafe { sys::cuInit(0) })
+}
+
+/// The CUDA version the driver implements, as `(major, minor)`.
+pub(crate) fn driver_version() -> Result<(i32, i32)> {
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&mut v)
+    })?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+pub(crate) fn device_count() -> Result<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid out-pointer.
+    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+pub(crate) fn device_get(ordinal: usize) -> Result<sys::CUdevice> {
+    let mut dev: sys::CUdevice = 0;
+    let ordinal = c_int::try_from(ordinal).unwrap_or(c_int::MAX);
+    // SAFETY: `dev` is a valid out-pointer; the driver checks the ordinal.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut dev, ordinal)
+    })?;
+    Ok(dev)
+}
+
+pub(crate) fn device_name(dev: sys::CUdevice) -> Result<String> {
+    let mut buf = [0 as c_char; 256];
+    // SAFETY: `buf` is writable for the length passed; the driver NUL-terminates within it.
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
+    })?;
+    // SAFETY: the buffer was zeroed and the driver wrote a NUL-terminated name into it.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+pub(crate) fn device_attribute(dev: sys::CUdevice, attr: c_int) -> Result<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer; the driver checks `attr` and `dev`.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, attr, dev)
+    })?;
+    Ok(v)
+}
+
+pub(crate) fn primary_ctx_retain(dev: sys::CUdevice) -> Result<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer; `dev` came from cuDeviceGet.
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+    })?;
+    Ok(ctx)
+}
+
+/// Releases one retain of the device's primary context. Errors are ignored: this runs from
+/// `Drop`, and a failed release leaves the context retained, which is safe.
+pub(crate) fn primary_ctx_release(dev: sys::CUdevice) {
+    // SAFETY: called once per successful `primary_ctx_retain` on the same device.
+    let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
+}
+
+/// Makes `ctx` current on the calling thread unless it already is.
+pub(crate) fn ctx_bind(ctx: sys::CUcontext) -> Result<()> {
+    let mut cur: sys::CUcontext = ptr::null_mut();
+    // SAFETY: `cur` is a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut cur) })?;
+    if cur == ctx {
+        return Ok(());
+    }
+    // SAFETY: `ctx` is a primary context this process holds a retain on (see `Context`).
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
+}
+
+/// Waits for all work of the current context.
+pub(crate) fn ctx_synchronize() -> Result<()> {
+    // SAFETY: no arguments; it acts on the current context.
+    check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+}
+
+/// Free and total memory of the current context's device, in bytes.
+pub(crate) fn mem_info() -> Result<(usize, usize)> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: both are valid out-pointers.
+    check("cuMemGetInfo", unsafe {
+        sys::cuMemGetInfo_v2(&mut free, &mut total)
+    })?;
+    Ok((free, total))
+}
+
+/// Allocates `bytes` (> 0) of managed memory attached to the host.
+pub(crate) fn mem_alloc_managed_host(bytes: usize) -> Result<sys::CUdeviceptr> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: `p` is a valid out-pointer; `bytes` > 0 was checked by the caller; the flag is a
+    // valid CUmemAttach_flags value.
+    check("cuMemAllocManaged", unsafe {
+        sys::cuMemAllocManaged(&mut p, bytes, sys::MEM_ATTACH_HOST)
+    })?;
+    Ok(p)
+}
+
+/// Frees managed memory.
+///
+/// # Safety
+/// `p` came from [`mem_alloc_managed_host`], is freed once, and no kernel can still use it.
+pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemFree", unsafe { sys::cuMemFree_v2(p) })
+}
+
+pub(crate) fn stream_create(flags: c_uint, priority: c_int) -> Result<sys::CUstream> {
+    let mut s: sys::CUstream = ptr::null_mut();
+    // SAFETY: `s` is a valid out-pointer; flags are CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING.
+    check("cuStreamCreateWithPriority", unsafe {
+        sys::cuStreamCreateWithPriority(&mut s, flags, priority)
+    })?;
+    Ok(s)
+}
+
+/// The device's stream priorities as `(least, greatest)` (greatest is numerically lower).
+pub(crate) fn stream_priority_range() -> Result<(i32, i32)> {
+    let (mut least, mut greatest) = (0, 0);
+    // SAFETY: both are valid out-pointers.
+    check("cuCtxGetStreamPriorityRange", unsafe {
+        sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
+    })?;
+    Ok((least, greatest))
+}
+
+/// Destroys a stream created by [`stream_create`]; work already in it still completes.
+///
+/// # Safety
+/// `s` is a stream this crate created and destroys once.
+pub(crate) unsafe fn stream_destroy(s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(s) })
+}
+
+pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {
+    // SAFETY: `s` is a live stream handle or one of the special handles (legacy, per-thread);
+    // every `Stream` outlives the memory and calls that name it (see `stream.rs`).
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(s)
+    })
+}
+
+thread_local! {
+    static ATTACH_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `cuStreamAttachMemAsync` calls this thread has made (tests use it to show that a
+/// re-attach to the same stream makes none).
+pub(crate) fn attach_calls_on_this_thread() -> u64 {
+    ATTACH_CALLS.with(std::cell::Cell::get)
+}
+
+/// Enqueues the association of the whole allocation at `p` with `s`.
+///
+/// # Safety
+/// `p` is the start of a live managed allocation and `s` a live stream; for
+/// `CU_MEM_ATTACH_SINGLE`, `s` is not the NULL stream.
+pub(crate) unsafe fn stream_attach(
+    s: sys::CUstream,
+    p: sys::CUdeviceptr,
+    flags: c_uint,
+) -> Result<()> {
+    ATTACH_CALLS.with(|n| n.set(n.get() + 1));
+    // SAFETY: guaranteed by the caller; length 0 means the whole allocation.
+    check("cuStreamAttachMemAsync", unsafe {
+        sys::cuStreamAttachMemAsync(s, p, 0, flags)
+    })
+}
+
+pub(crate) fn module_load(image: &CString) -> Result<sys::CUmodule> {
+    let mut m: sys::CUmodule = ptr::null_mut();
+    // SAFETY: `m` is a valid out-pointer; `image` is a NUL-terminated PTX text that lives for
+    // the duration of the call (the driver copies it).
+    let code = unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr().cast::<c_void>()) };
+    check("cuModuleLoadData", code)?;
+    Ok(m)
+}
+
+pub(crate) fn is_unsupported_ptx(e: &Error) -> bool {
+    matches!(e, Error::Driver { code, .. } if *code == sys::ERROR_UNSUPPORTED_PTX_VERSION)
+}
+
+/// # Safety
+/// `m` came from [`module_load`], is unloaded once, and no function of it is used afterwards.
+pub(crate) unsafe fn module_unload(m: sys::CUmodule) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuModuleUnload", unsafe { sys::cuModuleUnload(m) })
+}
+
+pub(crate) fn module_function(m: sys::CUmodule, name: &CStr) -> Result<sys::CUfunction> {
+    let mut f: sys::CUfunction = ptr::null_mut();
+    // SAFETY: `f` is a valid out-pointer, `m` a loaded module, `name` NUL-terminated.
+    check("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut f, m, name.as_ptr())
+    })?;
+    Ok(f)
+}
+
+/// # Safety
+/// `params` holds one pointer per kernel parameter, each to a value of the parameter's type and
+/// size, and the kernel's accesses through them are valid (see `Stream::launch`).
+pub(crate) unsafe fn launch_kernel(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared_mem_bytes: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller; `extra` is NULL.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            shared_mem_bytes,
+            stream,
+            params.as_mut_ptr(),
+            ptr::null_mut(),
+        )
+    })
+}

@@ -1,0 +1,112 @@
+//! One error type for everything `um` reports at run time.
+
+/// What went wrong. Driver failures name the call and the CUDA error; the other variants are
+/// checks `um` makes before calling the driver.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `cuInit` found no GPU. On a machine without one this is the expected answer.
+    #[error("no CUDA-capable device is detected ({call} returned {name})")]
+    NoDevice {
+        /// The driver call that reported it.
+        call: &'static str,
+        /// The CUDA error name (`CUDA_ERROR_NO_DEVICE` or `CUDA_ERROR_STUB_LIBRARY`, say).
+        name: String,
+    },
+    /// A device ordinal past the last device.
+    #[error("device {ordinal} does not exist: this machine has {count} CUDA device(s)")]
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices the driver reports.
+        count: usize,
+    },
+    /// The device cannot allocate managed memory at all.
+    #[error("device {ordinal} ({name}) does not support managed memory")]
+    ManagedMemoryUnsupported {
+        /// The device's ordinal.
+        ordinal: usize,
+        /// The device's name.
+        name: String,
+    },
+    /// A driver call failed.
+    #[error("{call} failed: {name} ({description})")]
+    Driver {
+        /// The driver entry point, for example `cuStreamAttachMemAsync`.
+        call: &'static str,
+        /// The raw `CUresult`.
+        code: i32,
+        /// The CUDA error name, for example `CUDA_ERROR_INVALID_VALUE`.
+        name: String,
+        /// The driver's description of the error.
+        description: String,
+    },
+    /// The driver refused the PTX because it is newer than the driver understands.
+    #[error(
+        "the driver (CUDA {driver_major}.{driver_minor}) cannot load PTX ISA {ptx_isa}: \
+         build the kernels with an nvcc no newer than the driver (see docs/building.md)"
+    )]
+    PtxUnsupported {
+        /// The `.version` line of the PTX, for example `9.0`.
+        ptx_isa: String,
+        /// Major CUDA version the driver implements.
+        driver_major: i32,
+        /// Minor CUDA version the driver implements.
+        driver_minor: i32,
+    },
+    /// A managed allocation of no bytes: the driver refuses it, and `um` says so first.
+    #[error(
+        "a managed allocation must hold at least one byte (asked for {len} element(s) of {elem_size} byte(s))"
+    )]
+    ZeroSized {
+        /// Elements asked for.
+        len: usize,
+        /// Size of one element.
+        elem_size: usize,
+    },
+    /// `len * size_of::<T>()` does not fit in `usize`.
+    #[error("{len} elements of {elem_size} bytes overflow the address space")]
+    SizeOverflow {
+        /// Elements asked for.
+        len: usize,
+        /// Size of one element.
+        elem_size: usize,
+    },
+    /// The allocation is larger than the GPU's free memory. Oversubscribing managed memory can
+    /// hang a shared GPU, so `um` refuses before asking the driver.
+    #[error("refusing a managed allocation of {bytes} bytes: the GPU has {free} bytes free")]
+    WouldOversubscribe {
+        /// Bytes asked for.
+        bytes: usize,
+        /// Bytes the driver reports free.
+        free: usize,
+    },
+    /// A kernel of one context launched on a stream of another.
+    #[error("the kernel was loaded in another context than the stream's")]
+    ContextMismatch,
+    /// A launch with a zero dimension in its grid or block.
+    #[error("launch configuration has an empty grid or block: grid {grid:?}, block {block:?}")]
+    EmptyLaunch {
+        /// The grid asked for.
+        grid: (u32, u32, u32),
+        /// The block asked for.
+        block: (u32, u32, u32),
+    },
+    /// A name passed to the driver contains a NUL byte.
+    #[error("{what} contains a NUL byte")]
+    InteriorNul {
+        /// What the name was (a kernel name, a PTX image).
+        what: &'static str,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether this error only says that the machine has no GPU, as on CI: callers that merely
+    /// want to skip GPU work test this.
+    pub fn is_no_device(&self) -> bool {
+        matches!(self, Error::NoDevice { .. })
+    }
+}

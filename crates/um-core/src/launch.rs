@@ -1,0 +1,184 @@
+//! Launching kernels, with arguments whose stream the compiler checks.
+//!
+//! A launch on `Stream<'s, K>` takes a tuple of [`KernelArg<'s>`]: `&Managed<_, StreamOwned<'s,
+//! _>>` for memory the kernel reads, `&mut Managed<_, StreamOwned<'s, _>>` for memory it
+//! writes, and plain scalars. Memory attached to another stream carries another brand and does
+//! not type-check; host-owned memory is not a `KernelArg` at all. The borrow checker then gives
+//! the kernel the same aliasing rules as Rust code: one writer or many readers per buffer.
+
+use std::ffi::c_void;
+
+use cust::memory::DeviceCopy;
+
+use crate::error::{Error, Result};
+use crate::managed::Managed;
+use crate::module::Kernel;
+use crate::sealed::Sealed;
+use crate::state::StreamOwned;
+use crate::stream::{Stream, StreamKind};
+use crate::{driver, sys};
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in the grid, `(x, y, z)`.
+    pub grid: (u32, u32, u32),
+    /// Threads per block, `(x, y, z)`.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch of `grid` blocks of `block` threads.
+    pub fn linear(grid: u32, block: u32) -> Self {
+        LaunchConfig {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// One kernel argument valid on the stream branded `'s`. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel argument on this stream",
+    label = "not memory owned by the launch stream, nor a scalar",
+    note = "kernels take `&Managed<_, StreamOwned<'s>>` (read) or `&mut Managed<_, StreamOwned<'s>>` (write) of the launch stream, plain integers and floats, or `ByValue(x)`",
+    note = "host-owned memory must be attached first: `let buf = buf.attach(stream)?;`"
+)]
+pub trait KernelArg<'s>: Sealed {
+    /// The value passed to the kernel.
+    #[doc(hidden)]
+    type Raw: Copy;
+    #[doc(hidden)]
+    fn raw(&self) -> Self::Raw;
+}
+
+/// A tuple of [`KernelArg<'s>`] (up to twelve), or `()` for none. Sealed.
+pub trait KernelArgs<'s>: Sealed {
+    #[doc(hidden)]
+    fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
+}
+
+/// A value of any [`DeviceCopy`] type, passed to the kernel by value (a `struct` parameter,
+/// say). Plain integers and floats need no wrapper.
+#[derive(Debug, Clone, Copy)]
+pub struct ByValue<T: DeviceCopy>(pub T);
+
+impl<T: DeviceCopy> Sealed for ByValue<T> {}
+impl<'s, T: DeviceCopy> KernelArg<'s> for ByValue<T> {
+    type Raw = T;
+    fn raw(&self) -> T {
+        self.0
+    }
+}
+
+impl<T: ?Sized, K: StreamKind> Sealed for &Managed<T, StreamOwned<'_, K>> {}
+impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s, K>> {
+    type Raw = sys::CUdeviceptr;
+    fn raw(&self) -> sys::CUdeviceptr {
+        self.device_ptr()
+    }
+}
+
+impl<T: ?Sized, K: StreamKind> Sealed for &mut Managed<T, StreamOwned<'_, K>> {}
+impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &mut Managed<T, StreamOwned<'s, K>> {
+    type Raw = sys::CUdeviceptr;
+    fn raw(&self) -> sys::CUdeviceptr {
+        self.device_ptr()
+    }
+}
+
+macro_rules! scalar_args {
+    ($($t:ty)*) => {$(
+        impl Sealed for $t {}
+        impl<'s> KernelArg<'s> for $t {
+            type Raw = $t;
+            fn raw(&self) -> $t {
+                *self
+            }
+        }
+    )*};
+}
+scalar_args!(i8 i16 i32 i64 u8 u16 u32 u64 f32 f64);
+
+macro_rules! tuple_args {
+    ($( ($($t:ident $v:ident),*) )+) => {$(
+        impl<$($t: Sealed),*> Sealed for ($($t,)*) {}
+        impl<'s, $($t: KernelArg<'s>),*> KernelArgs<'s> for ($($t,)*) {
+            #[allow(unused_mut, clippy::unused_unit)]
+            fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+                let ($($v,)*) = self;
+                // Each raw value lives in a local until `f` returns: the pointers stay valid
+                // for the launch call, which copies the values.
+                $( let $v = $v.raw(); )*
+                let mut params: [*mut c_void; 0 $(+ { let _ = stringify!($t); 1 })*] =
+                    [$( (&raw const $v).cast_mut().cast::<c_void>() ),*];
+                f(&mut params)
+            }
+        }
+    )+};
+}
+
+tuple_args! {
+    ()
+    (A a)
+    (A a, B b)
+    (A a, B b, C c)
+    (A a, B b, C c, D d)
+    (A a, B b, C c, D d, E e)
+    (A a, B b, C c, D d, E e, F f)
+    (A a, B b, C c, D d, E e, F f, G g)
+    (A a, B b, C c, D d, E e, F f, G g, H h)
+    (A a, B b, C c, D d, E e, F f, G g, H h, I i)
+    (A a, B b, C c, D d, E e, F f, G g, H h, I i, J j)
+    (A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, L l)
+    (A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, L l, M m)
+}
+
+impl<'s, K: StreamKind> Stream<'s, K> {
+    /// Enqueues `kernel` on this stream with `args`.
+    ///
+    /// The compiler checks that every buffer in `args` is owned by this stream, and that no
+    /// buffer is both read and written. It cannot read the PTX, hence `unsafe`.
+    ///
+    /// # Safety
+    /// * `args` matches the kernel's parameter list in number, order, size and type, with
+    ///   `&mut Managed` exactly where the kernel may write through the pointer;
+    /// * the kernel stays inside the bounds of every buffer for the launch configuration given;
+    /// * the kernel touches no memory other than what `args` hands it.
+    ///
+    /// The typed launchers of `um-kernels` discharge these conditions for the kernels they wrap.
+    pub unsafe fn launch<A: KernelArgs<'s>>(
+        &self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        if !kernel.context().same_as(self.context()) {
+            return Err(Error::ContextMismatch);
+        }
+        let (g, b) = (config.grid, config.block);
+        if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
+            return Err(Error::EmptyLaunch { grid: g, block: b });
+        }
+        self.context().bind()?;
+        args.with_params(|params| {
+            // SAFETY: the caller guarantees that `params` matches the kernel and that the
+            // kernel's accesses are in bounds; the buffers are owned by this stream (brand
+            // 's), so nothing else uses them while the kernel runs, and they cannot be freed
+            // before the stream has finished with them (see `Managed`'s drop).
+            unsafe {
+                driver::launch_kernel(
+                    kernel.raw(),
+                    g,
+                    b,
+                    config.shared_mem_bytes,
+                    self.raw().handle,
+                    params,
+                )
+            }
+        })
+    }
+}

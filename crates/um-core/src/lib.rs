@@ -1,0 +1,141 @@
+//! # um-core: CUDA managed memory whose ownership the compiler checks
+//!
+//! CUDA's rules for managed (unified) memory attached to streams are prose: the CPU may touch
+//! memory attached to a stream once every operation in that stream has completed; kernels on
+//! other streams must not touch it; attaching singly to the NULL stream is illegal; and "no
+//! error checking is performed". `um-core` turns them into types:
+//!
+//! * [`Managed<T, HostOwned>`](Managed): the CPU owns the memory and dereferences it.
+//! * [`Managed<T, StreamOwned<'s>>`](Managed): the stream branded `'s` owns it; only kernels
+//!   launched on that stream take it, and the CPU has no access at all.
+//! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions; both
+//!   consume the value. The state machine is in [`state`], the rules it encodes in
+//!   `docs/rules.md`.
+//!
+//! ```no_run
+//! # fn main() -> um_core::Result<()> {
+//! use um_core::{Context, Managed, StreamOptions};
+//!
+//! let ctx = Context::new(0)?;
+//! let mut data = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0])?;
+//! data[0] = 10.0; // host-owned: the CPU may write
+//! let data = ctx.with_stream(StreamOptions::new(), |stream| {
+//!     let data = data.attach(stream)?; // now stream-owned: no CPU access
+//!     // unsafe { stream.launch(&kernel, config, (&mut data, 3u32))? };
+//!     data.sync() // waits for the stream; host-owned again
+//! })?;
+//! assert_eq!(data[0], 10.0);
+//! # Ok(()) }
+//! ```
+//!
+//! Touching stream-owned memory on the CPU does not compile:
+//!
+//! ```compile_fail,E0608
+//! # fn f(ctx: &um_core::Context) -> um_core::Result<()> {
+//! # use um_core::{Managed, StreamOptions};
+//! let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
+//! ctx.with_stream(StreamOptions::new(), |stream| {
+//!     let data = data.attach(stream)?;
+//!     println!("{}", data[0]); // error: cannot index a stream-owned buffer
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! Neither does keeping stream-owned memory past its stream:
+//!
+//! ```compile_fail
+//! # fn f(ctx: &um_core::Context) -> um_core::Result<()> {
+//! # use um_core::{Managed, StreamOptions};
+//! let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
+//! let escaped = ctx.with_stream(StreamOptions::new(), |stream| data.attach(stream))?;
+//! # Ok(()) }
+//! ```
+//!
+//! Nor attaching memory to the legacy default stream:
+//!
+//! ```compile_fail,E0277
+//! # fn f(ctx: &um_core::Context) -> um_core::Result<()> {
+//! # use um_core::Managed;
+//! let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
+//! ctx.with_legacy_stream(|legacy| {
+//!     let data = data.attach(legacy)?;
+//!     data.sync().map(drop)
+//! })
+//! # }
+//! ```
+//!
+//! Nor launching with memory of another stream:
+//!
+//! ```compile_fail,E0521
+//! # fn f(ctx: &um_core::Context, k: &um_core::Kernel) -> um_core::Result<()> {
+//! # use um_core::{LaunchConfig, Managed, StreamOptions};
+//! let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
+//! ctx.with_stream(StreamOptions::new(), |a| {
+//!     ctx.with_stream(StreamOptions::new(), |b| {
+//!         let mut data = data.attach(a)?;
+//!         unsafe { b.launch(k, LaunchConfig::linear(1, 32), (&mut data,)) }?;
+//!         data.sync().map(drop)
+//!     })
+//! })
+//! # }
+//! ```
+
+mod context;
+mod driver;
+mod error;
+mod launch;
+mod managed;
+mod module;
+mod sealed;
+pub mod state;
+mod stream;
+mod sys;
+
+pub use context::{Context, DeviceInfo};
+pub use cust::memory::DeviceCopy;
+pub use cust::memory::bytemuck::Zeroable;
+pub use error::{Error, Result};
+pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
+pub use managed::Managed;
+pub use module::{Kernel, Module, ptx_isa_version};
+pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+pub use stream::{Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions};
+
+/// How many `cuStreamAttachMemAsync` calls the calling thread has made. For tests and
+/// benchmarks that check that no redundant attach reaches the driver.
+#[doc(hidden)]
+pub fn attach_calls_on_this_thread() -> u64 {
+    driver::attach_calls_on_this_thread()
+}
+
+// The Send/Sync facts the design relies on, checked at compile time.
+mod facts {
+    use super::*;
+    use static_assertions::{assert_impl_all, assert_not_impl_any, const_assert_eq};
+
+    // States are zero-sized markers.
+    const_assert_eq!(std::mem::size_of::<HostOwned>(), 0);
+    const_assert_eq!(std::mem::size_of::<StreamOwned<'static>>(), 0);
+    const_assert_eq!(std::mem::size_of::<StreamOwned<'static, PerThread>>(), 0);
+
+    // A context is shared by threads.
+    assert_impl_all!(Context: Send, Sync, Clone);
+    assert_impl_all!(Kernel: Send, Sync);
+
+    // Host-owned memory moves between threads with its T.
+    assert_impl_all!(Managed<u32, HostOwned>: Send, Sync);
+    assert_impl_all!(Managed<[f32], HostOwned>: Send, Sync);
+
+    // Memory owned by a stream of ours follows that stream, which threads may share.
+    assert_impl_all!(Stream<'static, Owned>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>>: Send, Sync);
+
+    // The per-thread default stream names another stream on every thread: neither it nor the
+    // memory attached to it may leave its thread.
+    assert_not_impl_any!(Stream<'static, PerThread>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>>: Send, Sync);
+
+    // The legacy default stream is one stream for the whole context.
+    assert_impl_all!(Stream<'static, Legacy>: Send, Sync);
+}

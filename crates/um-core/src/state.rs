@@ -1,0 +1,241 @@
+//! The state machine of managed memory, in one place.
+//!
+//! ```text
+//!                 Managed::new / from_slice / zeroed ...   (cuMemAllocManaged, CU_MEM_ATTACH_HOST)
+//!                                   │
+//!                                   ▼
+//!                   ┌──────────────────────────────┐
+//!                   │   Managed<T, HostOwned>      │  Deref / DerefMut: the CPU reads and writes
+//!                   └──────────────────────────────┘
+//!        attach(self, &Stream<'s, K>)  │      ▲  sync(self)  /  Stream::sync_all((a, b, ..))
+//!   cuStreamAttachMemAsync(SINGLE)     │      │  cuStreamSynchronize (+ attach HOST first where
+//!   (skipped if already associated)    ▼      │  the device lacks concurrent managed access)
+//!                   ┌──────────────────────────────┐
+//!                   │ Managed<T, StreamOwned<'s,K>>│  kernel argument on the stream branded 's;
+//!                   └──────────────────────────────┘  no CPU access of any kind
+//!                                   │
+//!                          drop: wait for the stream, then cuMemFree
+//! ```
+//!
+//! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
+//! only way into a state is the transition that makes it true.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::driver;
+use crate::error::{Error, Result};
+use crate::managed::Managed;
+use crate::sealed::Sealed;
+use crate::stream::{Attachable, Brand, Owned, RawStream, Stream, StreamKind};
+use crate::sys;
+
+/// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
+/// crate can add a state.
+pub trait State: Sealed {
+    /// Whether work on a stream may be using the memory.
+    #[doc(hidden)]
+    const ON_STREAM: bool;
+}
+
+/// State: the CPU owns the memory; no kernel can see it.
+pub struct HostOwned {
+    _private: (),
+}
+
+/// State: the stream with brand `'s`, of kind `K`, owns the memory. Only kernels launched on
+/// that stream may touch it; the CPU may not.
+///
+/// `K` defaults to [`Owned`], so `StreamOwned<'s>` is memory attached to a stream `um` created.
+/// With `K = PerThread` the state is neither `Send` nor `Sync`, because the per-thread default
+/// stream handle names another stream on every thread.
+pub struct StreamOwned<'s, K: StreamKind = Owned> {
+    _brand: Brand<'s>,
+    _kind: PhantomData<K>,
+}
+
+impl Sealed for HostOwned {}
+impl<K: StreamKind> Sealed for StreamOwned<'_, K> {}
+impl State for HostOwned {
+    const ON_STREAM: bool = false;
+}
+impl<K: StreamKind> State for StreamOwned<'_, K> {
+    const ON_STREAM: bool = true;
+}
+
+fn check_same_context<T: ?Sized, S: State, K: StreamKind>(
+    memory: &Managed<T, S>,
+    stream: &Stream<'_, K>,
+) -> Result<()> {
+    if memory.context().same_as(stream.context()) {
+        Ok(())
+    } else {
+        Err(Error::ContextMismatch)
+    }
+}
+
+impl<T: ?Sized> Managed<T, HostOwned> {
+    /// Hands the memory to `stream`: enqueues `cuStreamAttachMemAsync(stream, ptr, 0,
+    /// CU_MEM_ATTACH_SINGLE)`, so that only kernels on that stream may use it and the CPU may
+    /// use it again once that stream's work is done.
+    ///
+    /// The whole allocation is attached (length 0); a partial attach is not expressible.
+    /// Attaching to the stream the memory is still associated with (after a `sync` from it)
+    /// makes no driver call. If the driver refuses, the memory is freed and the error returned.
+    pub fn attach<'s, K: Attachable>(
+        self,
+        stream: &Stream<'s, K>,
+    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+        check_same_context(&self, stream)?;
+        let target = stream.raw();
+        if self.stream().id != target.id {
+            self.context().bind()?;
+            // SAFETY: `self` is the start of a live managed allocation (we own it); `stream`
+            // is alive for the whole of 's and is never the NULL stream, because `Legacy` is
+            // not `Attachable`.
+            unsafe {
+                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE)
+            }?;
+        }
+        Ok(self.retype(target))
+    }
+}
+
+impl<'s, T: ?Sized, K: Attachable> Managed<T, StreamOwned<'s, K>> {
+    /// Waits for the owning stream, then gives the memory back to the CPU.
+    ///
+    /// On a device without concurrent managed access, the memory is first re-attached to the
+    /// host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more
+    /// work later. If the wait fails, the memory is dropped (and leaked if the stream may
+    /// still use it) and the error returned.
+    #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
+    pub fn sync(self) -> Result<Managed<T, HostOwned>> {
+        self.context().bind()?;
+        let after = release_to_host(&self)?;
+        driver::stream_synchronize(self.stream().handle)?;
+        Ok(self.retype(after))
+    }
+}
+
+/// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
+/// the memory stays associated with afterwards.
+fn release_to_host<T: ?Sized, K: StreamKind>(
+    memory: &Managed<T, StreamOwned<'_, K>>,
+) -> Result<RawStream> {
+    if memory.context().info().concurrent_managed_access {
+        // The association stays; a later attach to the same stream needs no driver call.
+        Ok(memory.stream())
+    } else {
+        // SAFETY: live managed allocation we own; the owning stream is alive (brand 's).
+        unsafe {
+            driver::stream_attach(
+                memory.stream().handle,
+                memory.device_ptr(),
+                sys::MEM_ATTACH_HOST,
+            )
+        }?;
+        Ok(RawStream::NONE)
+    }
+}
+
+/// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
+/// to six `Managed<_, StreamOwned<'s, K>>`, and `Vec`s of one. Sealed.
+pub trait SyncGroup<'s, K: Attachable>: Sealed {
+    /// The same buffers in the host state.
+    type Host;
+    #[doc(hidden)]
+    fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host>;
+}
+
+impl<'s, K: Attachable> Stream<'s, K> {
+    /// Waits once for this stream and gives all of `group` back to the CPU: one
+    /// `cuStreamSynchronize` for any number of buffers, where a `sync` per buffer would repeat
+    /// the wait.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// # use um_core::{Context, Managed, StreamOptions};
+    /// # let ctx = Context::new(0)?;
+    /// # let a = Managed::from_slice(&ctx, &[1.0f32; 4])?;
+    /// # let b = Managed::from_slice(&ctx, &[2.0f32; 4])?;
+    /// let (a, b) = ctx.with_stream(StreamOptions::new(), |stream| {
+    ///     let (a, b) = (a.attach(stream)?, b.attach(stream)?);
+    ///     stream.sync_all((a, b))
+    /// })?;
+    /// assert_eq!(a[0] + b[0], 3.0);
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
+    pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
+        group.sync_group(self)
+    }
+}
+
+// Every buffer of a group carries the stream's brand 's, so all of them belong to `stream`
+// (and to its context): one wait covers them all.
+macro_rules! sync_group_for_tuples {
+    ($( ($($t:ident $v:ident $after:ident),+) )+) => {$(
+        impl<'s, K: Attachable, $($t: ?Sized),+> Sealed for ($(Managed<$t, StreamOwned<'s, K>>,)+) {}
+        impl<'s, K: Attachable, $($t: ?Sized),+> SyncGroup<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>>,)+)
+        {
+            type Host = ($(Managed<$t, HostOwned>,)+);
+            fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
+                let ($($v,)+) = self;
+                stream.context().bind()?;
+                $( let $after = release_to_host(&$v)?; )+
+                driver::stream_synchronize(stream.raw().handle)?;
+                Ok(($($v.retype($after),)+))
+            }
+        }
+    )+};
+}
+
+sync_group_for_tuples! {
+    (A a a2)
+    (A a a2, B b b2)
+    (A a a2, B b b2, C c c2)
+    (A a a2, B b b2, C c c2, D d d2)
+    (A a a2, B b b2, C c c2, D d d2, E e e2)
+    (A a a2, B b b2, C c c2, D d d2, E e e2, F f f2)
+}
+
+impl<'s, K: Attachable, T: ?Sized> Sealed for Vec<Managed<T, StreamOwned<'s, K>>> {}
+impl<'s, K: Attachable, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwned<'s, K>>> {
+    type Host = Vec<Managed<T, HostOwned>>;
+    fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
+        stream.context().bind()?;
+        let after = self
+            .iter()
+            .map(release_to_host)
+            .collect::<Result<Vec<_>>>()?;
+        driver::stream_synchronize(stream.raw().handle)?;
+        Ok(self
+            .into_iter()
+            .zip(after)
+            .map(|(m, s)| m.retype(s))
+            .collect())
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Managed<T, HostOwned> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Managed")
+            .field("state", &"HostOwned")
+            .field("value", &&**self)
+            .finish()
+    }
+}
+
+/// Shows the size and the owning stream, never the contents: reading them on the CPU while the
+/// stream may run is exactly what this state forbids.
+impl<T: ?Sized, K: StreamKind> fmt::Debug for Managed<T, StreamOwned<'_, K>> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Managed")
+            .field("state", &"StreamOwned")
+            .field("stream_kind", &K::NAME)
+            .field("stream_id", &self.stream().id)
+            .field("bytes", &self.size_in_bytes())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,293 @@
+//! Streams, each with a brand `'s` that no other stream shares.
+//!
+//! A stream exists only inside a closure that is generic over its brand
+//! (`for<'s> FnOnce(&Stream<'s, _>)`), the idea of ghost-cell's `GhostToken::new`. Inside the
+//! closure `'s` is a lifetime the compiler knows nothing about, so it cannot be unified with the
+//! brand of any other stream, cannot appear in the closure's result, and cannot outlive the
+//! stream. Memory attached to the stream carries the brand (`Managed<T, StreamOwned<'s>>`);
+//! that is how the compiler knows which stream a buffer belongs to and that it never outlives
+//! its stream.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::context::Context;
+use crate::driver;
+use crate::error::Result;
+use crate::sealed::Sealed;
+use crate::sys;
+
+/// An invariant lifetime: `Brand<'a>` and `Brand<'b>` are the same type only when `'a == 'b`.
+pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
+
+/// The kinds of stream: [`Owned`], [`PerThread`] and [`Legacy`]. Sealed.
+pub trait StreamKind: Sealed + 'static {
+    /// Whether `um` created the stream and destroys it at the end of its scope.
+    #[doc(hidden)]
+    const OWNED: bool;
+    /// What the kind is called in messages.
+    #[doc(hidden)]
+    const NAME: &'static str;
+}
+
+/// The stream kinds memory may be attached to: [`Owned`] and [`PerThread`]. Sealed.
+///
+/// [`Legacy`] is not one: attaching memory singly to the NULL stream is illegal (the driver
+/// returns `CUDA_ERROR_INVALID_VALUE`), because it is a virtual, global stream and not a
+/// specific one.
+#[diagnostic::on_unimplemented(
+    message = "memory cannot be attached to the {Self} default stream",
+    label = "this stream accepts kernel launches but no attached memory",
+    note = "the driver rejects CU_MEM_ATTACH_SINGLE on the NULL (legacy default) stream: it is a virtual global stream, not a specific one",
+    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)"
+)]
+pub trait Attachable: StreamKind {}
+
+/// A stream `um` created (`cuStreamCreateWithPriority`) and destroys when its scope ends.
+#[derive(Debug)]
+pub struct Owned {
+    _private: (),
+}
+
+/// The calling thread's default stream (`CU_STREAM_PER_THREAD`).
+///
+/// The same handle names a different stream on every thread, so a `Stream<'s, PerThread>` and
+/// memory attached to it must stay on the thread that made them: this type is neither `Send`
+/// nor `Sync`.
+#[derive(Debug)]
+pub struct PerThread {
+    _not_send_not_sync: PhantomData<*const ()>,
+}
+
+/// The legacy default stream (the NULL stream). Kernels may run on it, with its implicit
+/// synchronization with every blocking stream; memory cannot be attached to it.
+#[derive(Debug)]
+pub struct Legacy {
+    _private: (),
+}
+
+impl Sealed for Owned {}
+impl Sealed for PerThread {}
+impl Sealed for Legacy {}
+impl StreamKind for Owned {
+    const OWNED: bool = true;
+    const NAME: &'static str = "owned";
+}
+impl StreamKind for PerThread {
+    const OWNED: bool = false;
+    const NAME: &'static str = "per-thread";
+}
+impl StreamKind for Legacy {
+    const OWNED: bool = false;
+    const NAME: &'static str = "legacy";
+}
+impl Attachable for Owned {}
+impl Attachable for PerThread {}
+
+/// A driver stream handle and the identity `um` gives it.
+///
+/// The id is unique for the life of the process (handles are reused by the driver once a
+/// stream is destroyed; ids never are), and per thread for the per-thread default stream.
+/// Managed memory remembers the id of the stream it is associated with, which is how a
+/// re-attach to the same stream skips the driver call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawStream {
+    pub(crate) handle: sys::CUstream,
+    pub(crate) id: u64,
+}
+
+impl RawStream {
+    /// No stream: the association of freshly allocated memory (host).
+    pub(crate) const NONE: RawStream = RawStream {
+        handle: std::ptr::null_mut(),
+        id: 0,
+    };
+}
+
+// SAFETY: a stream handle is an opaque token the driver accepts from any thread.
+unsafe impl Send for RawStream {}
+// SAFETY: as above; RawStream is an immutable Copy value.
+unsafe impl Sync for RawStream {}
+
+fn next_stream_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+thread_local! {
+    static PER_THREAD_ID: u64 = next_stream_id();
+}
+
+/// A CUDA stream of kind `K` with brand `'s`.
+///
+/// A stream exists only inside the closure of [`Context::with_stream`] (or
+/// `with_per_thread_stream`, `with_legacy_stream`), which is generic over the brand: inside it
+/// `'s` cannot be unified with another stream's brand, cannot appear in the closure's result,
+/// and cannot outlive the stream. Memory attached to the stream carries the brand
+/// (`Managed<T, StreamOwned<'s>>`), so the compiler knows which stream owns a buffer and that
+/// the buffer never outlives it.
+pub struct Stream<'s, K: StreamKind = Owned> {
+    ctx: Context,
+    raw: RawStream,
+    _brand: Brand<'s>,
+    _kind: PhantomData<K>,
+}
+
+impl<K: StreamKind> Drop for Stream<'_, K> {
+    fn drop(&mut self) {
+        if K::OWNED && self.ctx.bind().is_ok() {
+            // Every buffer attached to this stream carries its brand and so was dropped or
+            // synced before this point. Destroying is asynchronous: queued work still finishes.
+            // SAFETY: the handle was created by `with_stream` and is destroyed only here.
+            let _ = unsafe { driver::stream_destroy(self.raw.handle) };
+        }
+    }
+}
+
+impl<'s, K: StreamKind> Stream<'s, K> {
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Waits until all work queued on the stream has completed. This changes no buffer's
+    /// state: to get CPU access back, `sync` the buffers themselves (one wait for several
+    /// with [`Stream::sync_all`]).
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        driver::stream_synchronize(self.raw.handle)
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+}
+
+impl<K: StreamKind> std::fmt::Debug for Stream<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("kind", &K::NAME)
+            .field("id", &self.raw.id)
+            .finish()
+    }
+}
+
+/// How to create an owned stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    non_blocking: bool,
+    priority: Option<i32>,
+}
+
+impl StreamOptions {
+    /// A blocking stream of default priority: it synchronizes with the legacy default stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A stream that does not synchronize with the legacy default stream
+    /// (`CU_STREAM_NON_BLOCKING`).
+    pub fn non_blocking(mut self) -> Self {
+        self.non_blocking = true;
+        self
+    }
+
+    /// The stream's priority; lower numbers are higher priorities. The driver clamps values
+    /// outside `Context::stream_priority_range`.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+}
+
+impl Context {
+    /// Creates a stream, runs `f` with it, and destroys it.
+    ///
+    /// The stream's brand `'s` exists only inside `f`: memory attached to it cannot be
+    /// returned from `f` or kept anywhere that outlives it.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// use um_core::{Context, Managed, StreamOptions};
+    /// let ctx = Context::new(0)?;
+    /// let data = Managed::from_slice(&ctx, &[1u32, 2, 3])?;
+    /// let data = ctx.with_stream(StreamOptions::new(), |stream| {
+    ///     let data = data.attach(stream)?;
+    ///     // ... launch kernels on `stream` with `&data` / `&mut data` ...
+    ///     data.sync()
+    /// })?;
+    /// assert_eq!(data.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_stream<R>(
+        &self,
+        options: StreamOptions,
+        f: impl for<'s> FnOnce(&Stream<'s, Owned>) -> Result<R>,
+    ) -> Result<R> {
+        self.bind()?;
+        let flags = if options.non_blocking {
+            sys::STREAM_NON_BLOCKING
+        } else {
+            sys::STREAM_DEFAULT
+        };
+        let handle = driver::stream_create(flags, options.priority.unwrap_or(0))?;
+        let stream = Stream {
+            ctx: self.clone(),
+            raw: RawStream {
+                handle,
+                id: next_stream_id(),
+            },
+            _brand: PhantomData,
+            _kind: PhantomData,
+        };
+        f(&stream)
+    }
+
+    /// Runs `f` with the calling thread's default stream (`CU_STREAM_PER_THREAD`).
+    ///
+    /// It behaves as a regular stream: it does not synchronize with other streams, and every
+    /// thread has its own. The stream, and memory attached to it, stay on this thread.
+    pub fn with_per_thread_stream<R>(
+        &self,
+        f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
+    ) -> Result<R> {
+        self.bind()?;
+        let stream = Stream {
+            ctx: self.clone(),
+            raw: RawStream {
+                handle: sys::STREAM_PER_THREAD,
+                id: PER_THREAD_ID.with(|id| *id),
+            },
+            _brand: PhantomData,
+            _kind: PhantomData,
+        };
+        f(&stream)
+    }
+
+    /// Runs `f` with the legacy default stream (the NULL stream).
+    ///
+    /// Work on it waits for, and is waited for by, all work on blocking streams. Memory cannot
+    /// be attached to it (see [`Attachable`]).
+    pub fn with_legacy_stream<R>(
+        &self,
+        f: impl for<'s> FnOnce(&Stream<'s, Legacy>) -> Result<R>,
+    ) -> Result<R> {
+        self.bind()?;
+        let stream = Stream {
+            ctx: self.clone(),
+            raw: RawStream {
+                handle: sys::STREAM_LEGACY,
+                id: 0,
+            },
+            _brand: PhantomData,
+            _kind: PhantomData,
+        };
+        f(&stream)
+    }
+
+    /// The device's stream priorities as `(least, greatest)`; greatest is numerically lowest.
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.bind()?;
+        driver::stream_priority_range()
+    }
+}

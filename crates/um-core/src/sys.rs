@@ -1,0 +1,116 @@
+//! The driver entry points `um` calls, declared with a raw `i32` result.
+//!
+//! `cust_raw` 0.11 declares the same functions as returning `CUresult`, a Rust `enum` generated
+//! from CUDA 11 headers. A newer driver (this project targets CUDA 13) can return codes that enum
+//! does not list, and a Rust enum holding an unlisted discriminant is undefined behaviour before
+//! any code looks at it. Declaring the result as `i32` makes every code the driver returns a valid
+//! value; [`crate::driver`] turns it into [`crate::Error`].
+//!
+//! Handle types and flag constants still come from `cust::sys`, and linking against `libcuda`
+//! is arranged by `cust_raw`'s build script. Symbol names are the versioned ones `cuda.h` maps
+//! the plain names to (`cuMemFree` is `cuMemFree_v2`, and so on).
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub(crate) use cust::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
+
+/// `CUDA_SUCCESS`.
+pub(crate) const SUCCESS: i32 = 0;
+/// `CUDA_ERROR_NO_DEVICE`.
+pub(crate) const ERROR_NO_DEVICE: i32 = 100;
+/// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
+pub(crate) const ERROR_UNSUPPORTED_PTX_VERSION: i32 = 222;
+
+/// `CU_MEM_ATTACH_GLOBAL`.
+#[allow(dead_code)]
+pub(crate) const MEM_ATTACH_GLOBAL: c_uint = 0x1;
+/// `CU_MEM_ATTACH_HOST`.
+pub(crate) const MEM_ATTACH_HOST: c_uint = 0x2;
+/// `CU_MEM_ATTACH_SINGLE`.
+pub(crate) const MEM_ATTACH_SINGLE: c_uint = 0x4;
+
+/// `CU_STREAM_NON_BLOCKING`.
+pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `CU_STREAM_DEFAULT`.
+pub(crate) const STREAM_DEFAULT: c_uint = 0x0;
+
+/// `CU_STREAM_PER_THREAD`: a handle that names the calling thread's default stream.
+pub(crate) const STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
+/// The NULL stream: with the non-`_ptsz` entry points declared here it is the legacy default
+/// stream, which synchronizes implicitly with every blocking stream of the context.
+pub(crate) const STREAM_LEGACY: CUstream = std::ptr::null_mut();
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
+pub(crate) const ATTR_CC_MAJOR: c_int = 75;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
+pub(crate) const ATTR_CC_MINOR: c_int = 76;
+/// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY`.
+pub(crate) const ATTR_MANAGED_MEMORY: c_int = 83;
+/// `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`.
+pub(crate) const ATTR_PAGEABLE_MEMORY_ACCESS: c_int = 88;
+/// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`.
+pub(crate) const ATTR_CONCURRENT_MANAGED_ACCESS: c_int = 89;
+
+// SAFETY (for the whole block): these are the C prototypes of `cuda.h` (CUDA 11 to 13 keep them
+// ABI-stable under these versioned symbol names), with `CUresult` spelled as `i32`. Each caller
+// in `driver.rs` documents why its arguments are valid.
+unsafe extern "C" {
+    pub(crate) fn cuInit(flags: c_uint) -> i32;
+    pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> i32;
+    pub(crate) fn cuGetErrorName(error: i32, name: *mut *const c_char) -> i32;
+    pub(crate) fn cuGetErrorString(error: i32, text: *mut *const c_char) -> i32;
+
+    pub(crate) fn cuDeviceGetCount(count: *mut c_int) -> i32;
+    pub(crate) fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> i32;
+    pub(crate) fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> i32;
+    pub(crate) fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, device: CUdevice) -> i32;
+
+    pub(crate) fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdevice) -> i32;
+    pub(crate) fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> i32;
+    pub(crate) fn cuCtxSetCurrent(ctx: CUcontext) -> i32;
+    pub(crate) fn cuCtxGetCurrent(ctx: *mut CUcontext) -> i32;
+    pub(crate) fn cuCtxSynchronize() -> i32;
+
+    pub(crate) fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> i32;
+    pub(crate) fn cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> i32;
+    pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> i32;
+
+    pub(crate) fn cuStreamCreateWithPriority(
+        stream: *mut CUstream,
+        flags: c_uint,
+        priority: c_int,
+    ) -> i32;
+    pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> i32;
+    pub(crate) fn cuStreamSynchronize(stream: CUstream) -> i32;
+    pub(crate) fn cuStreamAttachMemAsync(
+        stream: CUstream,
+        ptr: CUdeviceptr,
+        length: usize,
+        flags: c_uint,
+    ) -> i32;
+    pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
+
+    pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> i32;
+    pub(crate) fn cuModuleUnload(module: CUmodule) -> i32;
+    pub(crate) fn cuModuleGetFunction(
+        function: *mut CUfunction,
+        module: CUmodule,
+        name: *const c_char,
+    ) -> i32;
+    pub(crate) fn cuLaunchKernel(
+        function: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_mem_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> i32;
+}

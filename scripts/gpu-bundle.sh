@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds every test binary and every example in release, strips them, and copies them with
+# run.sh into one folder (default target/gpu-bundle, git-ignored) that runs on a machine with
+# the NVIDIA driver and nothing else: no Rust, no CUDA toolkit, no network.
+#
+#   bash scripts/gpu-bundle.sh [DIR]
+#   DIR/run.sh                      # on the GPU machine; last line: "N passed, N failed"
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$(pwd)
+out=${1:-$root/target/gpu-bundle}
+bash scripts/setup.sh
+rm -rf "$out"
+mkdir -p "$out/tests" "$out/examples"
+
+# Executables from cargo's JSON messages. The compile-fail suite (`ui`) needs cargo and rustc,
+# which a GPU machine lacks; it runs on CI instead.
+# $1: "example" for examples, anything else for test binaries.
+executables() {
+  python3 -c '
+import json, sys
+want_example = sys.argv[1] == "example"
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        t = m["target"]
+        if t["name"] != "ui" and ("example" in t["kind"]) == want_example:
+            print(t["name"] + "\t" + m["executable"])' "$1"
+}
+cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
+  executables test | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/tests/$name"; done
+cargo build --workspace --release --examples --message-format=json-render-diagnostics 2>/dev/null |
+  executables example | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/examples/$name"; done
+strip "$out"/tests/* "$out"/examples/*
+cp scripts/gpu-run.sh "$out/run.sh"
+chmod +x "$out/run.sh"
+size=$(du -sm "$out" | cut -f1)
+echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"
+[ "$size" -lt 60 ] || { echo "bundle: larger than 60 MiB" >&2; exit 1; }
