@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::Instant;
 
-use um::kernels::ptx;
-use um::{Context, Kernel, LaunchConfig, Managed, Stream, StreamOptions, StreamOwned};
+use um::kernels::run_task;
+use um::{Context, LaunchConfig, Managed, StreamOptions};
 
 struct Args {
     threads: usize,
@@ -54,35 +54,11 @@ fn host_process(data: &mut [f32]) {
 
 /// The seed launches `<<<100, 256>>>`; the kernels use grid-stride loops, so any grid covers
 /// any length.
-fn config() -> LaunchConfig {
-    LaunchConfig::linear(100, 256)
-}
-
-fn transform<'s>(
-    s: &Stream<'s>,
-    k: &Kernel,
-    input: &Managed<[f32], StreamOwned<'s>>,
-    data: &mut Managed<[f32], StreamOwned<'s>>,
-) -> um::Result<()> {
-    assert_eq!(input.len(), data.len());
-    let n = data.len() as u32;
-    // SAFETY: transform(const float *in, float *data, unsigned n) reads in[0..n), writes
-    // data[0..n) in a grid-stride loop; both hold n floats; `in` is `&`, `data` is `&mut`.
-    unsafe { s.launch(k, config(), (input, data, n)) }
-}
-
-fn convert<'s>(
-    s: &Stream<'s>,
-    k: &Kernel,
-    out: &mut Managed<[f32], StreamOwned<'s>>,
-    data: &Managed<[f32], StreamOwned<'s>>,
-) -> um::Result<()> {
-    assert_eq!(out.len(), data.len());
-    let n = data.len() as u32;
-    // SAFETY: convert(float *out, const float *data, unsigned n) writes out[0..n), reads
-    // data[0..n); both hold n floats; `out` is `&mut`, `data` is `&`.
-    unsafe { s.launch(k, config(), (out, data, n)) }
-}
+const SEED_CONFIG: LaunchConfig = LaunchConfig {
+    grid: (100, 1, 1),
+    block: (256, 1, 1),
+    shared_mem_bytes: 0,
+};
 
 /// What `run_task` must produce: the same steps on the CPU.
 fn reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
@@ -98,8 +74,6 @@ fn reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
 
 /// One thread's task, in its own private stream (the seed's `run_task`).
 fn run_task(ctx: &Context, task: usize, iters: usize, len: usize) -> um::Result<bool> {
-    let module = ctx.load_ptx(ptx::RUN_TASK_PTX)?;
-    let (k_transform, k_convert) = (module.kernel("transform")?, module.kernel("convert")?);
     let input = Managed::from_fn(ctx, len, |i| ((i + task) % 1000) as f32 * 0.25)?;
     let expected = reference(&input, iters);
     // Allocated attached to the host (cudaMemAttachHost), then attached to our stream.
@@ -110,11 +84,11 @@ fn run_task(ctx: &Context, task: usize, iters: usize, len: usize) -> um::Result<
         let mut out = out.attach(stream)?;
         let mut data = data.attach(stream)?;
         for _ in 0..iters {
-            transform(stream, &k_transform, &input, &mut data)?;
+            run_task::transform_with(stream, SEED_CONFIG, &input, &mut data)?;
             let mut host = data.sync()?; // cudaStreamSynchronize(stream)
             host_process(&mut host); // the CPU uses the managed data
             data = host.attach(stream)?; // same stream: no driver call
-            convert(stream, &k_convert, &mut out, &data)?;
+            run_task::convert_with(stream, SEED_CONFIG, &mut out, &data)?;
         }
         let (data, out, _input) = stream.sync_all((data, out, input))?;
         Ok((data, out))

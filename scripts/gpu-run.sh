@@ -2,6 +2,7 @@
 # Runs on the GPU machine, from the bundle folder that scripts/gpu-bundle.sh made: every test
 # binary with --include-ignored (GPU tests included), then every example. Each test counts as
 # one pass or failure, each example as one; the last line is "N passed, N failed".
+# Examples that draw timelines write them to $UM_SVG_DIR when it is set.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")"
 passed=0

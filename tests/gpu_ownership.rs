@@ -5,8 +5,9 @@ mod common;
 
 use std::thread;
 
-use common::{add_scalar, axpy, gpu};
+use common::gpu;
 use um::kernels::ptx;
+use um::kernels::testing::{add_scalar, axpy};
 use um::{LaunchConfig, Managed, StreamOptions};
 
 #[test]
@@ -236,4 +237,47 @@ fn device_facts_recorded() {
         info.driver_version
     );
     println!("{info:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn streams_of_a_set_are_told_apart_at_run_time() {
+    let ctx = gpu();
+    let data = Managed::from_fn(&ctx, 100, |i| i as f32).expect("alloc");
+    let other = Managed::from_fn(&ctx, 100, |_| 0.0f32).expect("alloc");
+    let data = ctx
+        .with_streams(3, StreamOptions::new(), |s| {
+            let mut d = data.attach(&s[0])?;
+            let o = other.attach(&s[1])?;
+            // Streams of a set share a brand: a launch on s[1] with a buffer of s[0] compiles,
+            // and is refused at run time.
+            let err = add_scalar(&s[1], &mut d, 1.0).expect_err("buffer of another stream");
+            assert!(
+                matches!(err, um::Error::StreamMismatch { argument: 0 }),
+                "{err}"
+            );
+            add_scalar(&s[0], &mut d, 1.0)?;
+            // A wait on s[0] does not cover a buffer of s[1].
+            let err = s[0].sync_all((d, o)).expect_err("mixed group");
+            assert!(
+                matches!(err, um::Error::StreamMismatch { argument: 1 }),
+                "{err}"
+            );
+            Ok(())
+        })
+        .map(|()| data_after_drop(&ctx));
+    // The buffers were dropped with the refused group (each waited for its own stream).
+    assert!(data.expect("set").is_ok());
+}
+
+fn data_after_drop(ctx: &um::Context) -> um::Result<()> {
+    // The context is still healthy after the refusals.
+    let probe = Managed::from_fn(ctx, 4, |_| 1.0f32)?;
+    let probe = ctx.with_streams(2, StreamOptions::new(), |s| {
+        let mut p = probe.attach(&s[1])?;
+        add_scalar(&s[1], &mut p, 1.0)?;
+        s[1].sync_all(vec![p]).map(|mut v| v.remove(0))
+    })?;
+    assert!(probe.iter().all(|v| *v == 2.0));
+    Ok(())
 }

@@ -217,6 +217,16 @@ pub(crate) fn attach_calls_on_this_thread() -> u64 {
     ATTACH_CALLS.with(std::cell::Cell::get)
 }
 
+/// Whether all work in `s` has completed.
+pub(crate) fn stream_query(s: sys::CUstream) -> Result<bool> {
+    // SAFETY: as for `stream_synchronize`.
+    let code = unsafe { sys::cuStreamQuery(s) };
+    if code == sys::ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check("cuStreamQuery", code).map(|()| true)
+}
+
 /// Enqueues the association of the whole allocation at `p` with `s`.
 ///
 /// # Safety

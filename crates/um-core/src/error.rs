@@ -84,6 +84,13 @@ pub enum Error {
     /// A kernel of one context launched on a stream of another.
     #[error("the kernel was loaded in another context than the stream's")]
     ContextMismatch,
+    /// A buffer of a stream set (`Context::with_streams`) was used on another stream of the set.
+    /// Streams of one set share a brand, so this is checked at run time.
+    #[error("argument {argument} is owned by another stream of the set than the one used")]
+    StreamMismatch {
+        /// Position of the buffer among the launch arguments or the synced group.
+        argument: usize,
+    },
     /// A launch with a zero dimension in its grid or block.
     #[error("launch configuration has an empty grid or block: grid {grid:?}, block {block:?}")]
     EmptyLaunch {
@@ -91,6 +98,30 @@ pub enum Error {
         grid: (u32, u32, u32),
         /// The block asked for.
         block: (u32, u32, u32),
+    },
+    /// The buffers of a typed launch differ in length; its kernel uses one count for all.
+    #[error("kernel {kernel}: buffer `{buffer}` has {len} elements, `{first}` has {expected}")]
+    LengthMismatch {
+        /// The kernel.
+        kernel: &'static str,
+        /// The first buffer, whose length sets the count.
+        first: &'static str,
+        /// Its length.
+        expected: usize,
+        /// The buffer that differs.
+        buffer: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// A buffer is longer than the kernel's count parameter can express.
+    #[error("kernel {kernel}: {len} elements do not fit its `{param}` count parameter")]
+    LengthTooLarge {
+        /// The kernel.
+        kernel: &'static str,
+        /// The count parameter's C type.
+        param: &'static str,
+        /// The length that does not fit.
+        len: usize,
     },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]

@@ -53,10 +53,18 @@ pub trait KernelArg<'s>: Sealed {
     type Raw: Copy;
     #[doc(hidden)]
     fn raw(&self) -> Self::Raw;
+    /// The id of the stream owning the buffer (`None` for a scalar).
+    #[doc(hidden)]
+    fn owner(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A tuple of [`KernelArg<'s>`] (up to twelve), or `()` for none. Sealed.
 pub trait KernelArgs<'s>: Sealed {
+    /// The position of the first buffer not owned by stream `id`, if any.
+    #[doc(hidden)]
+    fn foreign_buffer(&self, id: u64) -> Option<usize>;
     #[doc(hidden)]
     fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
 }
@@ -80,6 +88,9 @@ impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s,
     fn raw(&self) -> sys::CUdeviceptr {
         self.device_ptr()
     }
+    fn owner(&self) -> Option<u64> {
+        Some(self.stream().id)
+    }
 }
 
 impl<T: ?Sized, K: StreamKind> Sealed for &mut Managed<T, StreamOwned<'_, K>> {}
@@ -87,6 +98,9 @@ impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &mut Managed<T, StreamOwned
     type Raw = sys::CUdeviceptr;
     fn raw(&self) -> sys::CUdeviceptr {
         self.device_ptr()
+    }
+    fn owner(&self) -> Option<u64> {
+        Some(self.stream().id)
     }
 }
 
@@ -103,17 +117,30 @@ macro_rules! scalar_args {
 }
 scalar_args!(i8 i16 i32 i64 u8 u16 u32 u64 f32 f64);
 
+/// The number of identifiers given, as a constant expression.
+macro_rules! count {
+    () => { 0 };
+    ($head:ident $($rest:ident)*) => { 1 + count!($($rest)*) };
+}
+
 macro_rules! tuple_args {
     ($( ($($t:ident $v:ident),*) )+) => {$(
         impl<$($t: Sealed),*> Sealed for ($($t,)*) {}
         impl<'s, $($t: KernelArg<'s>),*> KernelArgs<'s> for ($($t,)*) {
+            #[allow(unused_variables)]
+            fn foreign_buffer(&self, id: u64) -> Option<usize> {
+                let ($($v,)*) = self;
+                let owners: [Option<u64>; count!($($t)*)] = [$($v.owner()),*];
+                owners.iter().position(|owner| owner.is_some_and(|o| o != id))
+            }
+
             #[allow(unused_mut, clippy::unused_unit)]
             fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
                 let ($($v,)*) = self;
                 // Each raw value lives in a local until `f` returns: the pointers stay valid
                 // for the launch call, which copies the values.
                 $( let $v = $v.raw(); )*
-                let mut params: [*mut c_void; 0 $(+ { let _ = stringify!($t); 1 })*] =
+                let mut params: [*mut c_void; count!($($t)*)] =
                     [$( (&raw const $v).cast_mut().cast::<c_void>() ),*];
                 f(&mut params)
             }
@@ -158,6 +185,10 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     ) -> Result<()> {
         if !kernel.context().same_as(self.context()) {
             return Err(Error::ContextMismatch);
+        }
+        // Brands already guarantee this, except between streams of one `with_streams` set.
+        if let Some(argument) = args.foreign_buffer(self.raw().id) {
+            return Err(Error::StreamMismatch { argument });
         }
         let (g, b) = (config.grid, config.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {

@@ -27,10 +27,21 @@ impl Drop for LoadedModule {
     }
 }
 
-/// The modules of a context, keyed by the address of their `'static` PTX text.
+/// The modules of a context, keyed by the address of their `'static` PTX text, and the kernels
+/// looked up through [`Context::kernel`], keyed by module and name.
 #[derive(Default)]
 pub(crate) struct ModuleCache {
     entries: Vec<(usize, Arc<LoadedModule>)>,
+    kernels: Vec<CachedKernel>,
+}
+
+/// A kernel without its context: a cached `Kernel` would hold the context that holds this
+/// cache, and neither would ever be freed.
+struct CachedKernel {
+    module_key: usize,
+    name: Arc<str>,
+    raw: sys::CUfunction,
+    module: Arc<LoadedModule>,
 }
 
 /// A PTX module loaded in a context.
@@ -100,6 +111,44 @@ impl Context {
             ctx: self.clone(),
             inner,
         })
+    }
+}
+
+impl Context {
+    /// The kernel `name` of the PTX module `ptx`, loading the module if needed. Both lookups
+    /// happen once per context; later calls return the cached handle.
+    pub fn kernel(&self, ptx: &'static str, name: &'static str) -> Result<Kernel> {
+        let key = ptx.as_ptr() as usize;
+        {
+            let cache = self
+                .modules()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(c) = cache
+                .kernels
+                .iter()
+                .find(|c| c.module_key == key && &*c.name == name)
+            {
+                return Ok(Kernel {
+                    ctx: self.clone(),
+                    _module: Arc::clone(&c.module),
+                    raw: c.raw,
+                    name: Arc::clone(&c.name),
+                });
+            }
+        }
+        let kernel = self.load_ptx(ptx)?.kernel(name)?;
+        self.modules()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kernels
+            .push(CachedKernel {
+                module_key: key,
+                name: Arc::clone(&kernel.name),
+                raw: kernel.raw,
+                module: Arc::clone(&kernel._module),
+            });
+        Ok(kernel)
     }
 }
 

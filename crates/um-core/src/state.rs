@@ -27,7 +27,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
-use crate::stream::{Attachable, Brand, Owned, RawStream, Stream, StreamKind};
+use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind};
 use crate::sys;
 
 /// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
@@ -101,7 +101,34 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     }
 }
 
-impl<'s, T: ?Sized, K: Attachable> Managed<T, StreamOwned<'s, K>> {
+impl<T: ?Sized> Managed<T, HostOwned> {
+    /// Hands the memory to the legacy default stream: enqueues, on the NULL stream,
+    /// `cuStreamAttachMemAsync(NULL, ptr, 0, CU_MEM_ATTACH_GLOBAL)`.
+    ///
+    /// The NULL stream refuses `CU_MEM_ATTACH_SINGLE` (it is not a specific stream), so the
+    /// driver-level association is global. The types still restrict the memory to launches on
+    /// the legacy stream (it carries that scope's brand), and the CPU regains it with `sync`,
+    /// which waits for the legacy stream. Use it where kernels run on the legacy stream (the
+    /// seed's single-threaded, no-option programs); everywhere else, `attach` to a stream of
+    /// your own.
+    pub fn attach_global<'s>(
+        self,
+        stream: &Stream<'s, Legacy>,
+    ) -> Result<Managed<T, StreamOwned<'s, Legacy>>> {
+        check_same_context(&self, stream)?;
+        let target = stream.raw();
+        if self.stream().id != target.id {
+            self.context().bind()?;
+            // SAFETY: live managed allocation we own; GLOBAL is a legal flag on the NULL stream.
+            unsafe {
+                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_GLOBAL)
+            }?;
+        }
+        Ok(self.retype(target))
+    }
+}
+
+impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     /// Waits for the owning stream, then gives the memory back to the CPU.
     ///
     /// On a device without concurrent managed access, the memory is first re-attached to the
@@ -140,14 +167,14 @@ fn release_to_host<T: ?Sized, K: StreamKind>(
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
 /// to six `Managed<_, StreamOwned<'s, K>>`, and `Vec`s of one. Sealed.
-pub trait SyncGroup<'s, K: Attachable>: Sealed {
+pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The same buffers in the host state.
     type Host;
     #[doc(hidden)]
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host>;
 }
 
-impl<'s, K: Attachable> Stream<'s, K> {
+impl<'s, K: StreamKind> Stream<'s, K> {
     /// Waits once for this stream and gives all of `group` back to the CPU: one
     /// `cuStreamSynchronize` for any number of buffers, where a `sync` per buffer would repeat
     /// the wait.
@@ -171,17 +198,27 @@ impl<'s, K: Attachable> Stream<'s, K> {
     }
 }
 
-// Every buffer of a group carries the stream's brand 's, so all of them belong to `stream`
-// (and to its context): one wait covers them all.
+/// Every buffer of a group carries the stream's brand 's, so all of them belong to `stream`,
+/// except where `stream` is one of a `with_streams` set, whose streams share a brand: that is
+/// checked here, at run time.
+fn check_owner<K: StreamKind>(owners: &[u64], stream: &Stream<'_, K>) -> Result<()> {
+    match owners.iter().position(|id| *id != stream.raw().id) {
+        Some(argument) => Err(Error::StreamMismatch { argument }),
+        None => Ok(()),
+    }
+}
+
 macro_rules! sync_group_for_tuples {
     ($( ($($t:ident $v:ident $after:ident),+) )+) => {$(
-        impl<'s, K: Attachable, $($t: ?Sized),+> Sealed for ($(Managed<$t, StreamOwned<'s, K>>,)+) {}
-        impl<'s, K: Attachable, $($t: ?Sized),+> SyncGroup<'s, K>
+        impl<'s, K: StreamKind, $($t: ?Sized),+> Sealed for ($(Managed<$t, StreamOwned<'s, K>>,)+) {}
+        impl<'s, K: StreamKind, $($t: ?Sized),+> SyncGroup<'s, K>
             for ($(Managed<$t, StreamOwned<'s, K>>,)+)
         {
             type Host = ($(Managed<$t, HostOwned>,)+);
             fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
                 let ($($v,)+) = self;
+                let owners = [$($v.stream().id),+];
+                check_owner(&owners, stream)?;
                 stream.context().bind()?;
                 $( let $after = release_to_host(&$v)?; )+
                 driver::stream_synchronize(stream.raw().handle)?;
@@ -200,10 +237,12 @@ sync_group_for_tuples! {
     (A a a2, B b b2, C c c2, D d d2, E e e2, F f f2)
 }
 
-impl<'s, K: Attachable, T: ?Sized> Sealed for Vec<Managed<T, StreamOwned<'s, K>>> {}
-impl<'s, K: Attachable, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwned<'s, K>>> {
+impl<'s, K: StreamKind, T: ?Sized> Sealed for Vec<Managed<T, StreamOwned<'s, K>>> {}
+impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwned<'s, K>>> {
     type Host = Vec<Managed<T, HostOwned>>;
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
+        let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
+        check_owner(&owners, stream)?;
         stream.context().bind()?;
         let after = self
             .iter()

@@ -39,7 +39,8 @@ pub trait StreamKind: Sealed + 'static {
     message = "memory cannot be attached to the {Self} default stream",
     label = "this stream accepts kernel launches but no attached memory",
     note = "the driver rejects CU_MEM_ATTACH_SINGLE on the NULL (legacy default) stream: it is a virtual global stream, not a specific one",
-    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)"
+    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)",
+    note = "for kernels on the legacy stream itself, use `attach_global` (CU_MEM_ATTACH_GLOBAL, the association the NULL stream accepts)"
 )]
 pub trait Attachable: StreamKind {}
 
@@ -60,7 +61,8 @@ pub struct PerThread {
 }
 
 /// The legacy default stream (the NULL stream). Kernels may run on it, with its implicit
-/// synchronization with every blocking stream; memory cannot be attached to it.
+/// synchronization with every blocking stream. Memory cannot be attached to it singly; it can
+/// be attached globally with [`Managed::attach_global`](crate::Managed::attach_global).
 #[derive(Debug)]
 pub struct Legacy {
     _private: (),
@@ -101,6 +103,11 @@ impl RawStream {
     pub(crate) const NONE: RawStream = RawStream {
         handle: std::ptr::null_mut(),
         id: 0,
+    };
+    /// The legacy default stream. Memory associated with it is attached `CU_MEM_ATTACH_GLOBAL`.
+    pub(crate) const LEGACY: RawStream = RawStream {
+        handle: sys::STREAM_LEGACY,
+        id: u64::MAX,
     };
 }
 
@@ -148,6 +155,12 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// The context the stream belongs to.
     pub fn context(&self) -> &Context {
         &self.ctx
+    }
+
+    /// Whether all work queued on the stream has completed (`cuStreamQuery`), without waiting.
+    pub fn is_idle(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        driver::stream_query(self.raw.handle)
     }
 
     /// Waits until all work queued on the stream has completed. This changes no buffer's
@@ -225,13 +238,42 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, Owned>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
+        let stream = self.new_owned_stream(options)?;
+        f(&stream)
+    }
+
+    /// Creates `n` streams, runs `f` with them, and destroys them: for a number of streams known
+    /// only at run time (seed 004's eight streams, say).
+    ///
+    /// The streams of one set share a brand `'s`: memory attached to any of them still cannot
+    /// leave `f` or reach a stream outside the set, but the compiler cannot tell the set's
+    /// streams apart. Which one owns a buffer is checked at run time instead: a launch or
+    /// `sync_all` with a buffer of another stream of the set returns
+    /// [`Error::StreamMismatch`](crate::Error::StreamMismatch). Use [`Context::with_stream`],
+    /// with its unique brand, where the number of streams is fixed.
+    pub fn with_streams<R>(
+        &self,
+        n: usize,
+        options: StreamOptions,
+        f: impl for<'s> FnOnce(&[Stream<'s, Owned>]) -> Result<R>,
+    ) -> Result<R> {
+        self.bind()?;
+        let mut streams = Vec::with_capacity(n);
+        for _ in 0..n {
+            // On an error, the streams made so far are destroyed by their drop.
+            streams.push(self.new_owned_stream(options)?);
+        }
+        f(&streams)
+    }
+
+    fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
         let flags = if options.non_blocking {
             sys::STREAM_NON_BLOCKING
         } else {
             sys::STREAM_DEFAULT
         };
         let handle = driver::stream_create(flags, options.priority.unwrap_or(0))?;
-        let stream = Stream {
+        Ok(Stream {
             ctx: self.clone(),
             raw: RawStream {
                 handle,
@@ -239,8 +281,7 @@ impl Context {
             },
             _brand: PhantomData,
             _kind: PhantomData,
-        };
-        f(&stream)
+        })
     }
 
     /// Runs `f` with the calling thread's default stream (`CU_STREAM_PER_THREAD`).
@@ -275,10 +316,7 @@ impl Context {
         self.bind()?;
         let stream = Stream {
             ctx: self.clone(),
-            raw: RawStream {
-                handle: sys::STREAM_LEGACY,
-                id: 0,
-            },
+            raw: RawStream::LEGACY,
             _brand: PhantomData,
             _kind: PhantomData,
         };

@@ -19,11 +19,12 @@ pub(crate) use cust::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodul
 pub(crate) const SUCCESS: i32 = 0;
 /// `CUDA_ERROR_NO_DEVICE`.
 pub(crate) const ERROR_NO_DEVICE: i32 = 100;
+/// `CUDA_ERROR_NOT_READY`.
+pub(crate) const ERROR_NOT_READY: i32 = 600;
 /// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
 pub(crate) const ERROR_UNSUPPORTED_PTX_VERSION: i32 = 222;
 
 /// `CU_MEM_ATTACH_GLOBAL`.
-#[allow(dead_code)]
 pub(crate) const MEM_ATTACH_GLOBAL: c_uint = 0x1;
 /// `CU_MEM_ATTACH_HOST`.
 pub(crate) const MEM_ATTACH_HOST: c_uint = 0x2;
@@ -85,6 +86,7 @@ unsafe extern "C" {
     ) -> i32;
     pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> i32;
     pub(crate) fn cuStreamSynchronize(stream: CUstream) -> i32;
+    pub(crate) fn cuStreamQuery(stream: CUstream) -> i32;
     pub(crate) fn cuStreamAttachMemAsync(
         stream: CUstream,
         ptr: CUdeviceptr,

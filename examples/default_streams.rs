@@ -1,0 +1,146 @@
+//! Seed 004, "A multi-stream example": eight streams each run one single-block kernel
+//! (`kernel<<<1, 64, 0, streams[i]>>>(data[i], N)`), with a dummy launch on the default stream
+//! after each one.
+//!
+//! 1. Dummy launches on the legacy default stream: it synchronizes with the eight (blocking)
+//!    streams, so the kernels run one after another.
+//! 2. Dummy launches on the per-thread default stream: a regular stream, so all eight kernels
+//!    run at once.
+//!
+//! Each kernel is bracketed by `%globaltimer` stamps on its stream; the example prints the
+//! overlap factor of each run (sum of kernel times / wall span: 1 = serial, 8 = all at once),
+//! checks every result against the CPU, and with `--svg PATH` writes a timeline.
+
+mod timeline;
+
+use std::process::ExitCode;
+
+use timeline::Interval;
+use um::kernels::{reference, streams};
+use um::{Context, LaunchConfig, Managed, StreamOptions};
+
+const N: usize = 1 << 20;
+const NUM_STREAMS: usize = 8;
+/// The seed's `<<<1, 64>>>`: one block per grid leaves room for all eight to run at once.
+const ONE_BLOCK: LaunchConfig = LaunchConfig {
+    grid: (1, 1, 1),
+    block: (64, 1, 1),
+    shared_mem_bytes: 0,
+};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Dummy {
+    Legacy,
+    PerThread,
+}
+
+/// One run: the kernels' intervals, and whether every result matched the CPU.
+fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
+    let data: Vec<Managed<[f32]>> = (0..NUM_STREAMS)
+        .map(|_| Managed::<[f32]>::zeroed_slice(ctx, N))
+        .collect::<um::Result<_>>()?;
+    let stamps: Vec<Managed<[u64]>> = (0..NUM_STREAMS)
+        .map(|_| Managed::<[u64]>::zeroed_slice(ctx, 2))
+        .collect::<um::Result<_>>()?;
+    // Blocking streams (the seed's cudaStreamCreate): they synchronize with the legacy stream.
+    let (data, stamps) = ctx.with_streams(NUM_STREAMS, StreamOptions::new(), |s| {
+        let mut data: Vec<_> = data
+            .into_iter()
+            .zip(s)
+            .map(|(d, s)| d.attach(s))
+            .collect::<um::Result<_>>()?;
+        let mut stamps: Vec<_> = stamps
+            .into_iter()
+            .zip(s)
+            .map(|(t, s)| t.attach(s))
+            .collect::<um::Result<_>>()?;
+        for i in 0..NUM_STREAMS {
+            streams::stamp(&s[i], &mut stamps[i], 0)?;
+            streams::kernel_with(&s[i], ONE_BLOCK, &mut data[i])?;
+            streams::stamp(&s[i], &mut stamps[i], 1)?;
+            // The seed's `kernel<<<1, 1>>>(0, 0)`: a launch that does no work.
+            match dummy {
+                Dummy::Legacy => ctx.with_legacy_stream(streams::empty)?,
+                Dummy::PerThread => ctx.with_per_thread_stream(streams::empty)?,
+            }
+        }
+        let mut host_data = Vec::new();
+        let mut host_stamps = Vec::new();
+        for (i, (d, t)) in data.into_iter().zip(stamps).enumerate() {
+            let (d, t) = s[i].sync_all((d, t))?;
+            host_data.push(d);
+            host_stamps.push(t);
+        }
+        Ok((host_data, host_stamps))
+    })?;
+    let intervals = stamps
+        .iter()
+        .enumerate()
+        .map(|(lane, t)| Interval {
+            lane,
+            start_ns: t[0],
+            end_ns: t[1],
+        })
+        .collect();
+    let correct = data.iter().all(|d| reference::matches_seed_kernel(d));
+    Ok((intervals, correct))
+}
+
+fn main() -> ExitCode {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("default_streams: cannot run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("device: {}", ctx.info().name);
+    let result = (|| -> um::Result<_> {
+        run(&ctx, Dummy::PerThread)?; // warm-up: module load and JIT
+        Ok((run(&ctx, Dummy::Legacy)?, run(&ctx, Dummy::PerThread)?))
+    })();
+    let ((legacy, legacy_ok), (per_thread, per_thread_ok)) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("default_streams: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (f_legacy, f_pt) = (
+        timeline::overlap_factor(&legacy),
+        timeline::overlap_factor(&per_thread),
+    );
+    println!(
+        "{NUM_STREAMS} streams x kernel<<<1, 64>>> over {N} floats, a dummy launch after each"
+    );
+    println!("dummy on the legacy default stream:     overlap {f_legacy:.2}x (1 = serialized)");
+    println!("dummy on the per-thread default stream: overlap {f_pt:.2}x (up to {NUM_STREAMS})");
+    println!(
+        "checked: results match the CPU reference (legacy run: {legacy_ok}, per-thread run: {per_thread_ok})"
+    );
+    let svg = timeline::svg(
+        "Eight streams, dummy kernel on the default stream after each launch (seed 004)",
+        "stream",
+        &[
+            ("legacy default stream", &legacy),
+            ("per-thread default stream", &per_thread),
+        ],
+    );
+    match timeline::write_svg_if_asked("default_streams", &svg) {
+        Ok(Some(path)) => println!("timeline: {path}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("default_streams: cannot write the SVG: {e}"),
+    }
+    // The serialization and the concurrency are what the seed shows: check them too.
+    let shows_seed = f_legacy < 1.5 && f_pt > 4.0;
+    if !shows_seed {
+        println!(
+            "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
+        );
+    }
+    if legacy_ok && per_thread_ok && shows_seed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,149 @@
+//! Seed 004, "A multi-threading example": eight host threads each launch the kernel on the
+//! default stream and synchronize it.
+//!
+//! 1. On the legacy default stream (the seed compiled without options): every thread's kernel
+//!    lands on the one NULL stream, so they run one after another.
+//! 2. On the per-thread default stream (`--default-stream per-thread`, here the handle
+//!    `CU_STREAM_PER_THREAD`): each thread has its own stream, so the kernels run at once.
+//!
+//! Prints the overlap factor of each run, checks every thread's result against the CPU, and
+//! with `--svg PATH` writes a timeline.
+
+mod timeline;
+
+use std::process::ExitCode;
+use std::sync::Barrier;
+use std::thread;
+
+use timeline::Interval;
+use um::kernels::{reference, streams};
+use um::{Context, LaunchConfig, Managed, Stream, StreamKind, StreamOwned};
+
+const N: usize = 1 << 20;
+const NUM_THREADS: usize = 8;
+const ONE_BLOCK: LaunchConfig = LaunchConfig {
+    grid: (1, 1, 1),
+    block: (64, 1, 1),
+    shared_mem_bytes: 0,
+};
+
+#[derive(Clone, Copy)]
+enum Default {
+    Legacy,
+    PerThread,
+}
+
+/// The seed's `launch_kernel` body, on any stream: stamp, kernel, stamp.
+fn launch<'s, K: StreamKind>(
+    s: &Stream<'s, K>,
+    x: &mut Managed<[f32], StreamOwned<'s, K>>,
+    t: &mut Managed<[u64], StreamOwned<'s, K>>,
+) -> um::Result<()> {
+    streams::stamp(s, t, 0)?;
+    streams::kernel_with(s, ONE_BLOCK, x)?;
+    streams::stamp(s, t, 1)
+}
+
+/// One thread's work; returns its kernel's (start, end) and whether its result is right.
+fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u64, u64), bool)> {
+    let x = Managed::<[f32]>::zeroed_slice(ctx, N)?;
+    let t = Managed::<[u64]>::zeroed_slice(ctx, 2)?;
+    start.wait();
+    let (x, t) = match which {
+        Default::Legacy => ctx.with_legacy_stream(|s| {
+            let (mut x, mut t) = (x.attach_global(s)?, t.attach_global(s)?);
+            launch(s, &mut x, &mut t)?;
+            s.sync_all((x, t))
+        })?,
+        Default::PerThread => ctx.with_per_thread_stream(|s| {
+            let (mut x, mut t) = (x.attach(s)?, t.attach(s)?);
+            launch(s, &mut x, &mut t)?;
+            s.sync_all((x, t))
+        })?,
+    };
+    let correct = reference::matches_seed_kernel(&x);
+    Ok(((t[0], t[1]), correct))
+}
+
+fn run(ctx: &Context, which: Default) -> um::Result<(Vec<Interval>, bool)> {
+    let start = Barrier::new(NUM_THREADS);
+    let results: Vec<um::Result<((u64, u64), bool)>> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..NUM_THREADS)
+            .map(|_| scope.spawn(|| thread_task(ctx, which, &start)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Ok(((0, 0), false))))
+            .collect()
+    });
+    let mut intervals = Vec::new();
+    let mut all_correct = true;
+    for (lane, r) in results.into_iter().enumerate() {
+        let ((start_ns, end_ns), correct) = r?;
+        intervals.push(Interval {
+            lane,
+            start_ns,
+            end_ns,
+        });
+        all_correct &= correct;
+    }
+    Ok((intervals, all_correct))
+}
+
+fn main() -> ExitCode {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("per_thread_streams: cannot run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("device: {}", ctx.info().name);
+    let result = (|| -> um::Result<_> {
+        run(&ctx, Default::PerThread)?; // warm-up: module load and JIT
+        Ok((run(&ctx, Default::Legacy)?, run(&ctx, Default::PerThread)?))
+    })();
+    let ((legacy, legacy_ok), (per_thread, per_thread_ok)) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("per_thread_streams: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (f_legacy, f_pt) = (
+        timeline::overlap_factor(&legacy),
+        timeline::overlap_factor(&per_thread),
+    );
+    println!(
+        "{NUM_THREADS} host threads, each kernel<<<1, 64>>> over {N} floats on the default stream, then sync"
+    );
+    println!("legacy default stream:     overlap {f_legacy:.2}x (1 = serialized)");
+    println!("per-thread default stream: overlap {f_pt:.2}x (up to {NUM_THREADS})");
+    println!(
+        "checked: every thread's result matches the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok})"
+    );
+    let svg = timeline::svg(
+        "Eight host threads, one kernel each on the default stream (seed 004)",
+        "thread",
+        &[
+            ("legacy default stream", &legacy),
+            ("per-thread default stream", &per_thread),
+        ],
+    );
+    match timeline::write_svg_if_asked("per_thread_streams", &svg) {
+        Ok(Some(path)) => println!("timeline: {path}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("per_thread_streams: cannot write the SVG: {e}"),
+    }
+    let shows_seed = f_legacy < 1.5 && f_pt > 4.0;
+    if !shows_seed {
+        println!(
+            "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
+        );
+    }
+    if legacy_ok && per_thread_ok && shows_seed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
