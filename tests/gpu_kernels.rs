@@ -159,3 +159,29 @@ fn launchers_on_the_per_thread_and_legacy_streams() {
         .expect("legacy");
     assert_eq!(&*x, &want[..]);
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn modules_and_kernels_load_once_per_context() {
+    let ctx = gpu();
+    let copy: &'static str = Box::leak(um::kernels::ptx::TESTING_PTX.to_owned().into_boxed_str());
+    assert_ne!(copy.as_ptr(), um::kernels::ptx::TESTING_PTX.as_ptr());
+    let (modules_before, kernels_before) = ctx.cache_stats();
+    for _ in 0..3 {
+        ctx.kernel(testing::PTX, "axpy").expect("kernel");
+        ctx.kernel(copy, "axpy")
+            .expect("same kernel through a copy of the text");
+        ctx.load_ptx(copy).expect("same module");
+    }
+    let (modules, kernels) = ctx.cache_stats();
+    assert!(
+        modules - modules_before <= 1,
+        "the same PTX was loaded {} times",
+        modules - modules_before
+    );
+    assert!(
+        kernels - kernels_before <= 1,
+        "axpy was cached {} times",
+        kernels - kernels_before
+    );
+}

@@ -281,3 +281,63 @@ fn data_after_drop(ctx: &um::Context) -> um::Result<()> {
     assert!(probe.iter().all(|v| *v == 2.0));
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn prefetch_policy_gives_the_same_results() {
+    let ctx = gpu();
+    let data = Managed::from_fn(&ctx, 1 << 20, |i| i as f32).expect("alloc");
+    let data = ctx
+        .with_stream(StreamOptions::new().transfer(um::Transfer::Prefetch), |s| {
+            let mut d = data.attach(s)?;
+            for _ in 0..3 {
+                add_scalar(s, &mut d, 1.0)?;
+                let mut h = d.sync()?;
+                h.iter_mut().for_each(|v| *v *= 2.0);
+                d = h.attach(s)?;
+            }
+            d.sync()
+        })
+        .expect("stream work");
+    // Three rounds of v -> 2(v + 1): v' = 8v + 14.
+    assert!(
+        data.iter()
+            .enumerate()
+            .all(|(i, v)| *v == 8.0 * i as f32 + 14.0)
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_resident_policy_gives_the_same_results_and_can_be_left() {
+    let ctx = gpu();
+    let data = Managed::from_fn(&ctx, 1 << 20, |i| i as f32).expect("alloc");
+    let data = ctx
+        .with_stream(
+            StreamOptions::new().transfer(um::Transfer::HostResident),
+            |s| {
+                let mut d = data.attach(s)?;
+                for _ in 0..3 {
+                    add_scalar(s, &mut d, 1.0)?;
+                    let mut h = d.sync()?;
+                    h.iter_mut().for_each(|v| *v *= 2.0);
+                    d = h.attach(s)?;
+                }
+                d.sync()
+            },
+        )
+        .expect("host-resident stream");
+    // Then on an on-demand stream (the advice is removed on attach).
+    let data = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = data.attach(s)?;
+            add_scalar(s, &mut d, 1.0)?;
+            d.sync()
+        })
+        .expect("on-demand stream");
+    assert!(
+        data.iter()
+            .enumerate()
+            .all(|(i, v)| *v == 8.0 * i as f32 + 15.0)
+    );
+}

@@ -75,7 +75,7 @@ fn main() {
         launchers.push_str(&module_launchers(stem, &konst, &kernels));
         writeln!(
             generated,
-            "/// PTX of `kernels-ptx/{stem}.cu`, built for `{arch}`.\npub const {konst}: &str = include_str!({:?});",
+            "/// PTX of `kernels-ptx/{stem}.cu`, built for `{arch}`. A `static`: one address for every\n/// user, which is what the per-context module cache keys on first.\npub static {konst}: &str = include_str!({:?});",
             ptx.display().to_string()
         )
         .expect("writing to a String");
@@ -83,7 +83,7 @@ fn main() {
     }
     writeln!(
         generated,
-        "/// Every embedded module as `(file stem, PTX)`.\npub const ALL_PTX: &[(&str, &str)] = &[\n{all}];\n\
+        "/// Every embedded module as `(file stem, PTX)`.\npub static ALL_PTX: &[(&str, &str)] = &[\n{all}];\n\
          /// The virtual architecture the PTX was built for.\npub const PTX_ARCH: &str = {arch:?};"
     )
     .expect("writing to a String");
@@ -113,7 +113,7 @@ fn module_launchers(stem: &str, konst: &str, kernels: &[KernelSig]) -> String {
         out,
         "/// Typed launchers of the kernels in `kernels-ptx/{stem}.cu`.\npub mod {stem} {{\n\
          #[allow(unused_imports)]\nuse um_core::{{LaunchConfig, Managed, Result, Stream, StreamKind, StreamOwned}};\n\
-         /// The PTX of `kernels-ptx/{stem}.cu`.\npub const PTX: &str = crate::ptx::{konst};"
+         /// The PTX of `kernels-ptx/{stem}.cu`.\npub static PTX: &str = crate::ptx::{konst};"
     )
     .expect("writing to a String");
     for k in kernels {
@@ -200,12 +200,12 @@ fn module_launchers(stem: &str, konst: &str, kernels: &[KernelSig]) -> String {
              /// [`{name}`] with an explicit launch configuration. Every kernel of `kernels-ptx/` loops\n\
              /// over `n` with a grid stride (kernels-ptx/README.md), so any configuration stays in bounds.\n\
              pub fn {name}_with<'s, K: StreamKind>(stream: &Stream<'s, K>, config: LaunchConfig{params}) -> Result<()> {{\n    \
-             {count}\n    let kernel = stream.context().kernel(PTX, {name:?})?;\n    \
+             {count}\n    \
              // SAFETY: the argument tuple follows the declaration, which build.rs checked against\n    \
              // the PTX `.entry` (count, widths, pointers); `const` pointers are `&` buffers, the others\n    \
              // `&mut`; every buffer has `n` elements and the kernel touches only indices below `n`\n    \
              // (the kernels-ptx/ convention); all buffers are owned by `stream` (brand 's).\n    \
-             unsafe {{ stream.launch(&kernel, config, ({tuple})) }}\n}}",
+             unsafe {{ stream.launch_ptx(PTX, {name:?}, config, ({tuple})) }}\n}}",
             decl = k.decl,
         )
         .expect("writing to a String");

@@ -42,6 +42,9 @@ pub struct Context {
 }
 
 struct Inner {
+    /// Unique for the life of the process, never reused (unlike addresses): per-thread caches
+    /// key on it, so an entry of a dropped context can never match a new one.
+    id: u64,
     raw: sys::CUcontext,
     device: sys::CUdevice,
     info: DeviceInfo,
@@ -112,6 +115,11 @@ impl Context {
         let raw = driver::primary_ctx_retain(device)?;
         let ctx = Context {
             inner: Arc::new(Inner {
+                id: {
+                    static NEXT: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(1);
+                    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                },
                 raw,
                 device,
                 info,
@@ -142,6 +150,14 @@ impl Context {
     /// Makes this context current on the calling thread (a no-op when it already is).
     pub(crate) fn bind(&self) -> Result<()> {
         self.inner.bind()
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    pub(crate) fn device(&self) -> sys::CUdevice {
+        self.inner.device
     }
 
     pub(crate) fn modules(&self) -> &Mutex<ModuleCache> {

@@ -171,6 +171,38 @@ pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
     check("cuMemFree", unsafe { sys::cuMemFree_v2(p) })
 }
 
+/// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.
+///
+/// # Safety
+/// `p..p + bytes` is a live managed allocation and `s` a live stream of the same context.
+pub(crate) unsafe fn mem_prefetch(
+    p: sys::CUdeviceptr,
+    bytes: usize,
+    to: sys::MemLocation,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller; a prefetch only moves pages, it never changes contents.
+    check("cuMemPrefetchAsync", unsafe {
+        sys::cuMemPrefetchAsync_v2(p, bytes, to, 0, s)
+    })
+}
+
+/// Gives the driver advice about `bytes` at `p` (immediate, not stream-ordered).
+///
+/// # Safety
+/// `p..p + bytes` is a live managed allocation.
+pub(crate) unsafe fn mem_advise(
+    p: sys::CUdeviceptr,
+    bytes: usize,
+    advice: std::ffi::c_int,
+    location: sys::MemLocation,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller; advice changes placement, never contents.
+    check("cuMemAdvise", unsafe {
+        sys::cuMemAdvise_v2(p, bytes, advice, location)
+    })
+}
+
 pub(crate) fn stream_create(flags: c_uint, priority: c_int) -> Result<sys::CUstream> {
     let mut s: sys::CUstream = ptr::null_mut();
     // SAFETY: `s` is a valid out-pointer; flags are CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING.

@@ -186,6 +186,37 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         if !kernel.context().same_as(self.context()) {
             return Err(Error::ContextMismatch);
         }
+        // SAFETY: the caller's guarantees are this function's.
+        unsafe { self.launch_function(kernel.raw(), config, args) }
+    }
+
+    /// [`Stream::launch`] of the kernel `name` of the PTX module `ptx`, found through a
+    /// per-thread cache (no lock, no reference count once found): what the typed launchers of
+    /// `um-kernels` call.
+    ///
+    /// # Safety
+    /// As for [`Stream::launch`].
+    pub unsafe fn launch_ptx<A: KernelArgs<'s>>(
+        &self,
+        ptx: &'static str,
+        name: &'static str,
+        config: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        let function = self.context().function_cached(ptx, name)?;
+        // SAFETY: `function` belongs to this stream's context, which the stream keeps alive;
+        // the caller's guarantees are this function's.
+        unsafe { self.launch_function(function, config, args) }
+    }
+
+    /// # Safety
+    /// `function` is a function of this stream's context; otherwise as for [`Stream::launch`].
+    unsafe fn launch_function<A: KernelArgs<'s>>(
+        &self,
+        function: sys::CUfunction,
+        config: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
         // Brands already guarantee this, except between streams of one `with_streams` set.
         if let Some(argument) = args.foreign_buffer(self.raw().id) {
             return Err(Error::StreamMismatch { argument });
@@ -202,7 +233,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
             // before the stream has finished with them (see `Managed`'s drop).
             unsafe {
                 driver::launch_kernel(
-                    kernel.raw(),
+                    function,
                     g,
                     b,
                     config.shared_mem_bytes,

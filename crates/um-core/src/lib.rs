@@ -100,7 +100,9 @@ pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
 pub use state::{HostOwned, State, StreamOwned, SyncGroup};
-pub use stream::{Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions};
+pub use stream::{
+    Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
+};
 
 /// How many `cuStreamAttachMemAsync` calls the calling thread has made. For tests and
 /// benchmarks that check that no redundant attach reaches the driver.

@@ -33,6 +33,8 @@ pub struct Managed<T: ?Sized, S: State = HostOwned> {
     /// The stream the allocation is associated with in the driver (`RawStream::NONE` when it is
     /// attached to the host). In state `StreamOwned` it is the owning stream.
     stream: RawStream,
+    /// The allocation carries the advice of [`Transfer::HostResident`](crate::Transfer).
+    host_resident: bool,
     _state: PhantomData<S>,
 }
 
@@ -149,6 +151,7 @@ impl<T: ?Sized> Managed<T, HostOwned> {
             bytes,
             ctx,
             stream: RawStream::NONE,
+            host_resident: false,
             _state: PhantomData,
         }
     }
@@ -170,6 +173,14 @@ impl<T: ?Sized, S: State> Managed<T, S> {
         self.ptr.as_ptr().cast::<u8>() as usize as sys::CUdeviceptr
     }
 
+    pub(crate) fn is_host_resident(&self) -> bool {
+        self.host_resident
+    }
+
+    pub(crate) fn set_host_resident(&mut self, advised: bool) {
+        self.host_resident = advised;
+    }
+
     pub(crate) fn stream(&self) -> RawStream {
         self.stream
     }
@@ -186,6 +197,7 @@ impl<T: ?Sized, S: State> Managed<T, S> {
             bytes: this.bytes,
             ctx,
             stream,
+            host_resident: this.host_resident,
             _state: PhantomData,
         }
     }

@@ -12,6 +12,8 @@ use crate::sys;
 /// with the context current, because every handle also holds the context).
 pub(crate) struct LoadedModule {
     raw: sys::CUmodule,
+    /// The PTX it was loaded from (for lookups by text).
+    text: &'static str,
 }
 
 // SAFETY: module handles are driver tokens usable from any thread once loaded.
@@ -38,10 +40,28 @@ pub(crate) struct ModuleCache {
 /// A kernel without its context: a cached `Kernel` would hold the context that holds this
 /// cache, and neither would ever be freed.
 struct CachedKernel {
-    module_key: usize,
     name: Arc<str>,
     raw: sys::CUfunction,
     module: Arc<LoadedModule>,
+}
+
+impl ModuleCache {
+    /// The module loaded from `ptx`: by address first, then by text. Rust does not promise that
+    /// the same `'static` text has one address everywhere (a `const` may be copied at each use),
+    /// so a miss by address compares the texts before the caller loads the module again; the
+    /// new address is remembered.
+    fn find_module(&mut self, key: usize, ptx: &'static str) -> Option<Arc<LoadedModule>> {
+        if let Some((_, m)) = self.entries.iter().find(|(k, _)| *k == key) {
+            return Some(Arc::clone(m));
+        }
+        let m = self
+            .entries
+            .iter()
+            .find(|(_, m)| m.text == ptx)
+            .map(|(_, m)| Arc::clone(m))?;
+        self.entries.push((key, Arc::clone(&m)));
+        Some(m)
+    }
 }
 
 /// A PTX module loaded in a context.
@@ -85,10 +105,10 @@ impl Context {
             .modules()
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, m)) = cache.entries.iter().find(|(k, _)| *k == key) {
+        if let Some(m) = cache.find_module(key, ptx) {
             return Ok(Module {
                 ctx: self.clone(),
-                inner: Arc::clone(m),
+                inner: m,
             });
         }
         let image = CString::new(ptx).map_err(|_| Error::InteriorNul { what: "PTX image" })?;
@@ -105,7 +125,7 @@ impl Context {
                 e
             }
         })?;
-        let inner = Arc::new(LoadedModule { raw });
+        let inner = Arc::new(LoadedModule { raw, text: ptx });
         cache.entries.push((key, Arc::clone(&inner)));
         Ok(Module {
             ctx: self.clone(),
@@ -118,23 +138,24 @@ impl Context {
     /// The kernel `name` of the PTX module `ptx`, loading the module if needed. Both lookups
     /// happen once per context; later calls return the cached handle.
     pub fn kernel(&self, ptx: &'static str, name: &'static str) -> Result<Kernel> {
-        let key = ptx.as_ptr() as usize;
         {
-            let cache = self
+            let mut cache = self
                 .modules()
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(c) = cache
-                .kernels
-                .iter()
-                .find(|c| c.module_key == key && &*c.name == name)
-            {
-                return Ok(Kernel {
-                    ctx: self.clone(),
-                    _module: Arc::clone(&c.module),
-                    raw: c.raw,
-                    name: Arc::clone(&c.name),
-                });
+            if let Some(module) = cache.find_module(ptx.as_ptr() as usize, ptx) {
+                if let Some(c) = cache
+                    .kernels
+                    .iter()
+                    .find(|c| Arc::ptr_eq(&c.module, &module) && &*c.name == name)
+                {
+                    return Ok(Kernel {
+                        ctx: self.clone(),
+                        _module: module,
+                        raw: c.raw,
+                        name: Arc::clone(&c.name),
+                    });
+                }
             }
         }
         let kernel = self.load_ptx(ptx)?.kernel(name)?;
@@ -143,12 +164,73 @@ impl Context {
             .unwrap_or_else(PoisonError::into_inner)
             .kernels
             .push(CachedKernel {
-                module_key: key,
                 name: Arc::clone(&kernel.name),
                 raw: kernel.raw,
                 module: Arc::clone(&kernel._module),
             });
         Ok(kernel)
+    }
+}
+
+/// A thread's recent `(context id, PTX address, name address) -> function` lookups, so that a
+/// typed launch finds its kernel without a lock or a reference count. Functions stay valid for
+/// the life of their context (modules are unloaded only when it is dropped), and context ids
+/// are never reused, so a stale entry can never match.
+struct FunctionCache {
+    entries: Vec<(u64, usize, usize, sys::CUfunction)>,
+}
+
+impl FunctionCache {
+    const CAPACITY: usize = 64;
+}
+
+thread_local! {
+    static FUNCTIONS: std::cell::RefCell<FunctionCache> =
+        const { std::cell::RefCell::new(FunctionCache { entries: Vec::new() }) };
+}
+
+impl Context {
+    /// The function `name` of module `ptx`, from this thread's cache when it is there.
+    pub(crate) fn function_cached(
+        &self,
+        ptx: &'static str,
+        name: &'static str,
+    ) -> Result<sys::CUfunction> {
+        let key = (self.id(), ptx.as_ptr() as usize, name.as_ptr() as usize);
+        let hit = FUNCTIONS.with(|c| {
+            c.borrow()
+                .entries
+                .iter()
+                .find(|e| (e.0, e.1, e.2) == key)
+                .map(|e| e.3)
+        });
+        if let Some(f) = hit {
+            return Ok(f);
+        }
+        let raw = self.kernel(ptx, name)?.raw;
+        FUNCTIONS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.entries.len() >= FunctionCache::CAPACITY {
+                c.entries.clear();
+            }
+            c.entries.push((key.0, key.1, key.2, raw));
+        });
+        Ok(raw)
+    }
+
+    /// `(modules loaded, kernels cached)` in this context: distinct driver modules, and
+    /// [`Context::kernel`] entries. For tests that check that nothing is loaded twice.
+    #[doc(hidden)]
+    pub fn cache_stats(&self) -> (usize, usize) {
+        let cache = self
+            .modules()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut modules: Vec<*const LoadedModule> =
+            cache.entries.iter().map(|(_, m)| Arc::as_ptr(m)).collect();
+        modules.sort();
+        modules.dedup();
+        (modules.len(), cache.kernels.len())
     }
 }
 

@@ -17,6 +17,10 @@
 //!                          drop: wait for the stream, then cuMemFree
 //! ```
 //!
+//! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
+//! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
+//! [`Transfer`] policy acts at the two transitions (prefetch, advice).
+//!
 //! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
 //! only way into a state is the transition that makes it true.
 
@@ -27,7 +31,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
-use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind};
+use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
 use crate::sys;
 
 /// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
@@ -86,17 +90,30 @@ impl<T: ?Sized> Managed<T, HostOwned> {
         self,
         stream: &Stream<'s, K>,
     ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+        // SAFETY: `K: Attachable`, so `stream` is not the NULL stream.
+        unsafe { self.hand_to(stream, sys::MEM_ATTACH_SINGLE) }
+    }
+
+    /// The transition both `attach` and `attach_global` make: associate the whole allocation
+    /// with `stream` using `flag` (no driver call when already associated), apply the stream's
+    /// transfer policy, and retype.
+    ///
+    /// # Safety
+    /// `flag` is `CU_MEM_ATTACH_SINGLE` only if `stream` is not the NULL stream.
+    unsafe fn hand_to<'s, K: StreamKind>(
+        mut self,
+        stream: &Stream<'s, K>,
+        flag: std::ffi::c_uint,
+    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
         check_same_context(&self, stream)?;
         let target = stream.raw();
         if self.stream().id != target.id {
             self.context().bind()?;
-            // SAFETY: `self` is the start of a live managed allocation (we own it); `stream`
-            // is alive for the whole of 's and is never the NULL stream, because `Legacy` is
-            // not `Attachable`.
-            unsafe {
-                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE)
-            }?;
+            // SAFETY: `self` is the start of a live managed allocation (we own it); `stream` is
+            // alive for the whole of 's; the flag suits the stream (the caller's guarantee).
+            unsafe { driver::stream_attach(target.handle, self.device_ptr(), flag) }?;
         }
+        apply_transfer_on_attach(&mut self, target)?;
         Ok(self.retype(target))
     }
 }
@@ -115,16 +132,8 @@ impl<T: ?Sized> Managed<T, HostOwned> {
         self,
         stream: &Stream<'s, Legacy>,
     ) -> Result<Managed<T, StreamOwned<'s, Legacy>>> {
-        check_same_context(&self, stream)?;
-        let target = stream.raw();
-        if self.stream().id != target.id {
-            self.context().bind()?;
-            // SAFETY: live managed allocation we own; GLOBAL is a legal flag on the NULL stream.
-            unsafe {
-                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_GLOBAL)
-            }?;
-        }
-        Ok(self.retype(target))
+        // SAFETY: GLOBAL is a legal flag on the NULL stream.
+        unsafe { self.hand_to(stream, sys::MEM_ATTACH_GLOBAL) }
     }
 }
 
@@ -144,12 +153,64 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     }
 }
 
+/// What the stream's [`Transfer`] policy does when memory is handed to it.
+fn apply_transfer_on_attach<T: ?Sized>(
+    m: &mut Managed<T, HostOwned>,
+    target: RawStream,
+) -> Result<()> {
+    if !m.context().info().concurrent_managed_access {
+        return Ok(());
+    }
+    let (ptr, bytes, device) = (m.device_ptr(), m.size_in_bytes(), m.context().device());
+    let want_resident = target.transfer == Transfer::HostResident;
+    if want_resident != m.is_host_resident() {
+        m.context().bind()?;
+        let (preferred, accessed) = if want_resident {
+            (
+                sys::ADVISE_SET_PREFERRED_LOCATION,
+                sys::ADVISE_SET_ACCESSED_BY,
+            )
+        } else {
+            (
+                sys::ADVISE_UNSET_PREFERRED_LOCATION,
+                sys::ADVISE_UNSET_ACCESSED_BY,
+            )
+        };
+        // SAFETY: live allocation of `bytes` that no kernel uses (host-owned).
+        unsafe {
+            driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
+            driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(device))?;
+        }
+        m.set_host_resident(want_resident);
+    }
+    if target.transfer == Transfer::Prefetch {
+        m.context().bind()?;
+        // SAFETY: live allocation of `bytes`, the stream is alive for 's; a prefetch after the
+        // attach in stream order moves pages only.
+        unsafe {
+            driver::mem_prefetch(ptr, bytes, sys::MemLocation::device(device), target.handle)
+        }?;
+    }
+    Ok(())
+}
+
 /// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
 /// the memory stays associated with afterwards.
 fn release_to_host<T: ?Sized, K: StreamKind>(
     memory: &Managed<T, StreamOwned<'_, K>>,
 ) -> Result<RawStream> {
     if memory.context().info().concurrent_managed_access {
+        if memory.stream().transfer == Transfer::Prefetch {
+            // SAFETY: live allocation of `size_in_bytes`; the owning stream is alive (brand 's).
+            unsafe {
+                driver::mem_prefetch(
+                    memory.device_ptr(),
+                    memory.size_in_bytes(),
+                    sys::MemLocation::HOST,
+                    memory.stream().handle,
+                )
+            }?;
+        }
         // The association stays; a later attach to the same stream needs no driver call.
         Ok(memory.stream())
     } else {

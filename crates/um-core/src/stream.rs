@@ -96,6 +96,8 @@ impl Attachable for PerThread {}
 pub(crate) struct RawStream {
     pub(crate) handle: sys::CUstream,
     pub(crate) id: u64,
+    /// The stream's transfer policy.
+    pub(crate) transfer: Transfer,
 }
 
 impl RawStream {
@@ -103,11 +105,13 @@ impl RawStream {
     pub(crate) const NONE: RawStream = RawStream {
         handle: std::ptr::null_mut(),
         id: 0,
+        transfer: Transfer::OnDemand,
     };
     /// The legacy default stream. Memory associated with it is attached `CU_MEM_ATTACH_GLOBAL`.
     pub(crate) const LEGACY: RawStream = RawStream {
         handle: sys::STREAM_LEGACY,
         id: u64::MAX,
+        transfer: Transfer::OnDemand,
     };
 }
 
@@ -185,11 +189,33 @@ impl<K: StreamKind> std::fmt::Debug for Stream<'_, K> {
     }
 }
 
+/// What `um` moves between host and device at the ownership transitions of memory attached
+/// to a stream. The types know who touches the memory next: the stream after `attach`, the CPU
+/// after `sync`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transfer {
+    /// Nothing: pages migrate on demand, when the GPU or the CPU first touches them.
+    #[default]
+    OnDemand,
+    /// `attach` enqueues a prefetch of the whole allocation to the device on the stream, and
+    /// `sync` enqueues a prefetch to the host before it waits (`cuMemPrefetchAsync`). Only on
+    /// devices with concurrent managed access; elsewhere it acts as `OnDemand`.
+    Prefetch,
+    /// The memory stays in host memory, and the GPU reads and writes it there over the bus:
+    /// `attach` advises the driver once (`CU_MEM_ADVISE_SET_PREFERRED_LOCATION` = host,
+    /// `CU_MEM_ADVISE_SET_ACCESSED_BY` = the device), so neither side migrates pages. Suits
+    /// data the CPU processes in full between kernels that stream through it once. Attaching
+    /// the memory to a stream of another policy removes the advice. Only on devices with
+    /// concurrent managed access; elsewhere it acts as `OnDemand`.
+    HostResident,
+}
+
 /// How to create an owned stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamOptions {
     non_blocking: bool,
     priority: Option<i32>,
+    transfer: Transfer,
 }
 
 impl StreamOptions {
@@ -202,6 +228,12 @@ impl StreamOptions {
     /// (`CU_STREAM_NON_BLOCKING`).
     pub fn non_blocking(mut self) -> Self {
         self.non_blocking = true;
+        self
+    }
+
+    /// The transfer policy of memory attached to the stream (default [`Transfer::OnDemand`]).
+    pub fn transfer(mut self, transfer: Transfer) -> Self {
+        self.transfer = transfer;
         self
     }
 
@@ -278,6 +310,7 @@ impl Context {
             raw: RawStream {
                 handle,
                 id: next_stream_id(),
+                transfer: options.transfer,
             },
             _brand: PhantomData,
             _kind: PhantomData,
@@ -298,6 +331,7 @@ impl Context {
             raw: RawStream {
                 handle: sys::STREAM_PER_THREAD,
                 id: PER_THREAD_ID.with(|id| *id),
+                transfer: Transfer::OnDemand,
             },
             _brand: PhantomData,
             _kind: PhantomData,

@@ -31,6 +31,37 @@ pub(crate) const MEM_ATTACH_HOST: c_uint = 0x2;
 /// `CU_MEM_ATTACH_SINGLE`.
 pub(crate) const MEM_ATTACH_SINGLE: c_uint = 0x4;
 
+/// `CU_MEM_ADVISE_SET_PREFERRED_LOCATION`.
+pub(crate) const ADVISE_SET_PREFERRED_LOCATION: c_int = 3;
+/// `CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION`.
+pub(crate) const ADVISE_UNSET_PREFERRED_LOCATION: c_int = 4;
+/// `CU_MEM_ADVISE_SET_ACCESSED_BY`.
+pub(crate) const ADVISE_SET_ACCESSED_BY: c_int = 5;
+/// `CU_MEM_ADVISE_UNSET_ACCESSED_BY`.
+pub(crate) const ADVISE_UNSET_ACCESSED_BY: c_int = 6;
+
+/// `CUmemLocation`: where a prefetch moves pages, or what an advice is about.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemLocation {
+    /// `CUmemLocationType`.
+    pub(crate) kind: c_int,
+    /// The device ordinal for `CU_MEM_LOCATION_TYPE_DEVICE`; ignored for the host.
+    pub(crate) id: c_int,
+}
+
+impl MemLocation {
+    /// `CU_MEM_LOCATION_TYPE_DEVICE`, device `ordinal`.
+    pub(crate) fn device(ordinal: CUdevice) -> Self {
+        MemLocation {
+            kind: 0x1,
+            id: ordinal,
+        }
+    }
+    /// `CU_MEM_LOCATION_TYPE_HOST`.
+    pub(crate) const HOST: MemLocation = MemLocation { kind: 0x2, id: 0 };
+}
+
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_STREAM_DEFAULT`.
@@ -78,6 +109,21 @@ unsafe extern "C" {
     pub(crate) fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> i32;
     pub(crate) fn cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> i32;
     pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> i32;
+    // The CUDA 12.2+ form, which CUDA 13's header maps `cuMemAdvise` to.
+    pub(crate) fn cuMemAdvise_v2(
+        ptr: CUdeviceptr,
+        count: usize,
+        advice: c_int,
+        location: MemLocation,
+    ) -> i32;
+    // The CUDA 12.2+ form, which CUDA 13's header maps `cuMemPrefetchAsync` to.
+    pub(crate) fn cuMemPrefetchAsync_v2(
+        ptr: CUdeviceptr,
+        count: usize,
+        location: MemLocation,
+        flags: c_uint,
+        stream: CUstream,
+    ) -> i32;
 
     pub(crate) fn cuStreamCreateWithPriority(
         stream: *mut CUstream,
