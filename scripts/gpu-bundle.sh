@@ -5,21 +5,22 @@
 #
 #   bash scripts/gpu-bundle.sh [DIR]
 #   DIR/run.sh                      # on the GPU machine; last line: "N passed, N failed"
+#   DIR/bench.sh OUT                # on the GPU machine: benchmarks -> OUT/performance.md
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
 out=${1:-$root/target/gpu-bundle}
 bash scripts/setup.sh
 rm -rf "$out"
-mkdir -p "$out/tests" "$out/examples"
+mkdir -p "$out/tests" "$out/examples" "$out/bench"
 
 # Executables from cargo's JSON messages. The compile-fail suite (`ui`) needs cargo and rustc,
 # which a GPU machine lacks; it runs on CI instead.
-# $1: "example" for examples, anything else for test binaries.
+# $1: "example" for examples, "bench" for benchmarks, anything else for test binaries.
 executables() {
   python3 -c '
 import json, sys
-want_example = sys.argv[1] == "example"
+want = sys.argv[1]
 for line in sys.stdin:
     try:
         m = json.loads(line)
@@ -27,14 +28,20 @@ for line in sys.stdin:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
-        if t["name"] != "ui" and ("example" in t["kind"]) == want_example:
+        kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
+        if t["name"] != "ui" and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
 cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
   executables test | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/tests/$name"; done
 cargo build --workspace --release --examples --message-format=json-render-diagnostics 2>/dev/null |
   executables example | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/examples/$name"; done
-strip "$out"/tests/* "$out"/examples/*
+cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
+  executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
+strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
+cp bench/baseline.cpp bench/notes.md "$out/bench/"
+cp scripts/gpu-bench.sh "$out/bench.sh"
+chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
 size=$(du -sm "$out" | cut -f1)

@@ -1,0 +1,309 @@
+// The CUDA C++ side of um's benchmarks: the same work as benches/um_bench.rs, written straight
+// against the driver API, launching the same PTX (written out by the Rust side). Compiled on the
+// GPU machine by the bundle's bench.sh: nvcc -O2 -cudart none -o um_baseline baseline.cpp -lcuda
+//
+//   um_baseline launch      PTX_DIR BATCHES PER_BATCH
+//   um_baseline run_task    PTX_DIR MODE MIB ITERS
+//                           MODE: naive | attach | prefetch | host_resident | explicit
+//   um_baseline transitions PTX_DIR REPS
+//   um_baseline bandwidth   PTX_DIR MIB                 how fast bytes move, by each mechanism
+//
+// Each prints one JSON object per line. Times are host wall-clock (steady_clock).
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#define CK(call)                                                                    \
+    do {                                                                            \
+        CUresult r_ = (call);                                                       \
+        if (r_ != CUDA_SUCCESS) {                                                   \
+            const char *name_ = "?";                                                \
+            cuGetErrorName(r_, &name_);                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, name_); \
+            exit(1);                                                                \
+        }                                                                           \
+    } while (0)
+
+static double now_us() {
+    using namespace std::chrono;
+    return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+static void stats(std::vector<double> v, double *median, double *min) {
+    std::sort(v.begin(), v.end());
+    *median = v[v.size() / 2];
+    *min = v[0];
+}
+
+static CUmodule load(const std::string &dir, const char *file) {
+    std::ifstream in(dir + "/" + file);
+    if (!in) { fprintf(stderr, "cannot read %s/%s\n", dir.c_str(), file); exit(1); }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    CUmodule m;
+    CK(cuModuleLoadData(&m, text.c_str()));
+    return m;
+}
+
+static CUdevice dev;
+static int sms;
+
+// The grid um's launchers choose: 256 threads a block, up to 32 blocks per SM.
+static unsigned grid_for(size_t n) {
+    size_t blocks = (n + 255) / 256;
+    size_t cap = (size_t)sms * 32;
+    if (blocks < 1) blocks = 1;
+    if (blocks > cap) blocks = cap;
+    return (unsigned)blocks;
+}
+
+// cuMemPrefetchAsync in CUDA 13's form (the header maps the name to cuMemPrefetchAsync_v2).
+static void prefetch(CUdeviceptr p, size_t bytes, bool to_host, CUstream s) {
+    CUmemLocation loc;
+    loc.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = to_host ? 0 : dev;
+    CK(cuMemPrefetchAsync(p, bytes, loc, 0, s));
+}
+
+static void host_process(float *data, size_t n) {
+    for (size_t i = 0; i < n; i++) data[i] -= 1.0f;
+}
+
+static int launch_bench(const std::string &dir, int batches, int per_batch) {
+    CUmodule m = load(dir, "testing.ptx");
+    CUfunction f;
+    CK(cuModuleGetFunction(&f, m, "add_scalar"));
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    CUdeviceptr buf;
+    CK(cuMemAllocManaged(&buf, sizeof(float), CU_MEM_ATTACH_HOST));
+    CK(cuStreamAttachMemAsync(s, buf, 0, CU_MEM_ATTACH_SINGLE));
+    float value = 1.0f;
+    unsigned n = 1;
+    void *params[] = {&buf, &value, &n};
+    std::vector<double> per_launch;
+    for (int b = 0; b < batches; b++) {
+        double t0 = now_us();
+        for (int i = 0; i < per_batch; i++)
+            CK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, s, params, nullptr));
+        double t1 = now_us();
+        CK(cuStreamSynchronize(s));
+        if (b > 0) per_launch.push_back((t1 - t0) / per_batch);
+    }
+    double med, mn;
+    stats(per_launch, &med, &mn);
+    printf("{\"scenario\":\"launch\",\"impl\":\"cpp\",\"median_us\":%.4f,\"min_us\":%.4f}\n", med, mn);
+    CK(cuMemFree(buf));
+    CK(cuStreamDestroy(s));
+    return 0;
+}
+
+static int run_task_bench(const std::string &dir, const std::string &mode, int mib, int iters) {
+    CUmodule m = load(dir, "run_task.ptx");
+    CUfunction transform, convert;
+    CK(cuModuleGetFunction(&transform, m, "transform"));
+    CK(cuModuleGetFunction(&convert, m, "convert"));
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    size_t n = (size_t)mib * 1024 * 1024 / sizeof(float);
+    size_t bytes = n * sizeof(float);
+    unsigned nn = (unsigned)n, grid = grid_for(n);
+    const int warmup = 2;
+    bool explicit_copies = mode == "explicit", use_prefetch = mode == "prefetch";
+    bool host_resident = mode == "host_resident";
+    CUdeviceptr in, data, out;       // managed, or device memory for `explicit`
+    float *h_in = nullptr, *h_data = nullptr, *h_out = nullptr;
+    if (explicit_copies) {
+        CK(cuMemAllocHost((void **)&h_in, bytes));
+        CK(cuMemAllocHost((void **)&h_data, bytes));
+        CK(cuMemAllocHost((void **)&h_out, bytes));
+        CK(cuMemAlloc(&in, bytes));
+        CK(cuMemAlloc(&data, bytes));
+        CK(cuMemAlloc(&out, bytes));
+    } else {
+        unsigned flag = mode == "naive" ? CU_MEM_ATTACH_GLOBAL : CU_MEM_ATTACH_HOST;
+        CK(cuMemAllocManaged(&in, bytes, flag));
+        CK(cuMemAllocManaged(&data, bytes, flag));
+        CK(cuMemAllocManaged(&out, bytes, flag));
+        h_in = (float *)in;
+        h_data = (float *)data;
+        h_out = (float *)out;
+    }
+    for (size_t i = 0; i < n; i++) { h_in[i] = (float)(i % 1000) * 0.25f; h_data[i] = 0.0f; h_out[i] = 0.0f; }
+    if (explicit_copies) {
+        CK(cuMemcpyHtoDAsync(in, h_in, bytes, s));
+        CK(cuMemcpyHtoDAsync(data, h_data, bytes, s));
+    } else if (mode != "naive") {
+        CK(cuStreamAttachMemAsync(s, in, 0, CU_MEM_ATTACH_SINGLE));
+        CK(cuStreamAttachMemAsync(s, data, 0, CU_MEM_ATTACH_SINGLE));
+        CK(cuStreamAttachMemAsync(s, out, 0, CU_MEM_ATTACH_SINGLE));
+        if (host_resident) {
+            // data stays in host memory; the GPU maps it (what um's Transfer::HostResident does)
+            CUmemLocation host, gpu;
+            host.type = CU_MEM_LOCATION_TYPE_HOST; host.id = 0;
+            gpu.type = CU_MEM_LOCATION_TYPE_DEVICE; gpu.id = dev;
+            for (CUdeviceptr p : {in, data, out}) {
+                CK(cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host));
+                CK(cuMemAdvise(p, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu));
+            }
+        }
+        if (use_prefetch) {
+            prefetch(in, bytes, false, s);
+            prefetch(data, bytes, false, s);
+            prefetch(out, bytes, false, s);
+        }
+    }
+    CK(cuStreamSynchronize(s));
+    void *tparams[] = {&in, &data, &nn};
+    void *cparams[] = {&out, &data, &nn};
+    // One sample per iteration: from its start to the next one's. The last iteration only ends
+    // the last sample, so no drain after the loop is counted (the Rust side does the same).
+    std::vector<double> starts;
+    for (int it = 0; it < iters + warmup + 1; it++) {
+        starts.push_back(now_us());
+        CK(cuLaunchKernel(transform, grid, 1, 1, 256, 1, 1, 0, s, tparams, nullptr));
+        if (explicit_copies) CK(cuMemcpyDtoHAsync(h_data, data, bytes, s));
+        if (use_prefetch) prefetch(data, bytes, true, s);
+        CK(cuStreamSynchronize(s));
+        host_process(h_data, n);
+        if (explicit_copies) CK(cuMemcpyHtoDAsync(data, h_data, bytes, s));
+        if (use_prefetch) prefetch(data, bytes, false, s);
+        CK(cuLaunchKernel(convert, grid, 1, 1, 256, 1, 1, 0, s, cparams, nullptr));
+    }
+    if (explicit_copies) CK(cuMemcpyDtoHAsync(h_out, out, bytes, s));
+    CK(cuStreamSynchronize(s));
+    std::vector<double> per_iter;
+    for (size_t i = warmup; i + 1 < starts.size(); i++) per_iter.push_back((starts[i + 1] - starts[i]) / 1000.0);
+    double med, mn;
+    stats(per_iter, &med, &mn);
+    // Checksum of `out`, so a broken run cannot pass for a fast one.
+    double sum = 0;
+    for (size_t i = 0; i < n; i += 4097) sum += h_out[i];
+    printf("{\"scenario\":\"run_task\",\"impl\":\"cpp\",\"policy\":\"%s\",\"mib\":%d,\"iters\":%d,"
+           "\"median_ms\":%.4f,\"min_ms\":%.4f,\"checksum\":%.6e}\n",
+           mode.c_str(), mib, iters, med, mn, sum);
+    if (explicit_copies) {
+        CK(cuMemFreeHost(h_in)); CK(cuMemFreeHost(h_data)); CK(cuMemFreeHost(h_out));
+    }
+    CK(cuMemFree(in)); CK(cuMemFree(data)); CK(cuMemFree(out));
+    CK(cuStreamDestroy(s));
+    return 0;
+}
+
+// GB/s of each way bytes move between host and GPU, for `mib` MiB: prefetch of managed memory,
+// on-demand migration when the CPU touches GPU-resident pages, and pinned copies.
+static int bandwidth_bench(int mib) {
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    size_t bytes = (size_t)mib << 20, n = bytes / sizeof(float);
+    CUdeviceptr m, d;
+    float *pinned;
+    CK(cuMemAllocManaged(&m, bytes, CU_MEM_ATTACH_HOST));
+    CK(cuStreamAttachMemAsync(s, m, 0, CU_MEM_ATTACH_SINGLE));
+    CK(cuMemAlloc(&d, bytes));
+    CK(cuMemAllocHost((void **)&pinned, bytes));
+    memset(pinned, 1, bytes);
+    float *h = (float *)m;
+    for (size_t i = 0; i < n; i++) h[i] = 1.0f;
+    auto gbps = [&](double us) { return bytes / us / 1e3; };
+    std::vector<double> pf_h2d, pf_d2h, touch_d2h, cp_h2d, cp_d2h, pass_managed, pass_pinned;
+    for (int r = 0; r < 6; r++) {
+        double t0 = now_us();
+        prefetch(m, bytes, false, s); CK(cuStreamSynchronize(s));
+        double t1 = now_us();
+        prefetch(m, bytes, true, s); CK(cuStreamSynchronize(s));
+        double t2 = now_us();
+        prefetch(m, bytes, false, s); CK(cuStreamSynchronize(s));
+        double t3 = now_us();
+        for (size_t i = 0; i < n; i += 1024) h[i] += 1.0f;  // CPU touch: on-demand migration back
+        double t4 = now_us();
+        CK(cuMemcpyHtoDAsync(d, pinned, bytes, s)); CK(cuStreamSynchronize(s));
+        double t5 = now_us();
+        CK(cuMemcpyDtoHAsync(pinned, d, bytes, s)); CK(cuStreamSynchronize(s));
+        double t6 = now_us();
+        // The host pass of run_task, over managed pages just prefetched to the host, and over
+        // pinned memory (counted as bytes read + written).
+        prefetch(m, bytes, false, s); CK(cuStreamSynchronize(s));
+        prefetch(m, bytes, true, s); CK(cuStreamSynchronize(s));
+        double t7 = now_us();
+        host_process(h, n);
+        double t8 = now_us();
+        host_process(pinned, n);
+        double t9 = now_us();
+        if (r == 0) continue;
+        pass_managed.push_back(2 * gbps(t8 - t7));
+        pass_pinned.push_back(2 * gbps(t9 - t8));
+        pf_h2d.push_back(gbps(t1 - t0)); pf_d2h.push_back(gbps(t2 - t1));
+        touch_d2h.push_back(gbps(t4 - t3)); cp_h2d.push_back(gbps(t5 - t4)); cp_d2h.push_back(gbps(t6 - t5));
+    }
+    auto emit = [&](const char *what, std::vector<double> v) {
+        double med, mn;
+        stats(v, &med, &mn);
+        // for a bandwidth, the best is the maximum: report median and max
+        printf("{\"scenario\":\"bandwidth\",\"impl\":\"cpp\",\"what\":\"%s\",\"mib\":%d,\"median_gbps\":%.3f,\"max_gbps\":%.3f}\n",
+               what, mib, med, *std::max_element(v.begin(), v.end()));
+    };
+    emit("managed prefetch, host to GPU", pf_h2d);
+    emit("managed prefetch, GPU to host", pf_d2h);
+    emit("managed on-demand, GPU to host (CPU touch)", touch_d2h);
+    emit("pinned copy, host to GPU", cp_h2d);
+    emit("pinned copy, GPU to host", cp_d2h);
+    emit("CPU pass (read + write) over managed pages just prefetched to the host", pass_managed);
+    emit("CPU pass (read + write) over pinned memory", pass_pinned);
+    CK(cuMemFree(m)); CK(cuMemFree(d)); CK(cuMemFreeHost(pinned));
+    return 0;
+}
+
+static int transitions_bench(int reps) {
+    CUstream a, b;
+    CK(cuStreamCreate(&a, CU_STREAM_DEFAULT));
+    CK(cuStreamCreate(&b, CU_STREAM_DEFAULT));
+    CUdeviceptr buf;
+    CK(cuMemAllocManaged(&buf, 1 << 20, CU_MEM_ATTACH_HOST));
+    std::vector<double> attach, sync_idle;
+    for (int i = 0; i < reps; i++) {
+        CUstream s = (i % 2) ? a : b;  // alternate, so every attach changes the association
+        double t0 = now_us();
+        CK(cuStreamAttachMemAsync(s, buf, 0, CU_MEM_ATTACH_SINGLE));
+        double t1 = now_us();
+        CK(cuStreamSynchronize(s));
+        double t2 = now_us();
+        CK(cuStreamSynchronize(s));  // the stream is idle now
+        double t3 = now_us();
+        (void)t2;
+        if (i > 2) { attach.push_back(t1 - t0); sync_idle.push_back(t3 - t2); }
+    }
+    double am, amin, sm, smin;
+    stats(attach, &am, &amin);
+    stats(sync_idle, &sm, &smin);
+    printf("{\"scenario\":\"transition\",\"impl\":\"cpp\",\"what\":\"attach\",\"median_us\":%.4f,\"min_us\":%.4f}\n", am, amin);
+    printf("{\"scenario\":\"transition\",\"impl\":\"cpp\",\"what\":\"sync_idle\",\"median_us\":%.4f,\"min_us\":%.4f}\n", sm, smin);
+    CK(cuMemFree(buf));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) { fprintf(stderr, "usage: see the header of baseline.cpp\n"); return 2; }
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CUcontext ctx;
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    std::string what = argv[1], dir = argv[2];
+    if (what == "launch" && argc == 5) return launch_bench(dir, atoi(argv[3]), atoi(argv[4]));
+    if (what == "run_task" && argc == 6) return run_task_bench(dir, argv[3], atoi(argv[4]), atoi(argv[5]));
+    if (what == "transitions" && argc == 4) return transitions_bench(atoi(argv[3]));
+    if (what == "bandwidth" && argc == 4) return bandwidth_bench(atoi(argv[3]));
+    fprintf(stderr, "usage: see the header of baseline.cpp\n");
+    return 2;
+}

@@ -1,0 +1,156 @@
+//! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
+//!
+//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick]`
+//!
+//! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
+//! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
+//! the ratios compare runs side by side. Writes DIR/results.json, DIR/performance.md and
+//! DIR/run_task.svg.
+
+mod cpp;
+mod report;
+mod runs;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use um::Context;
+
+/// One measured figure.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    /// `launch`, `run_task`, `threads`, `overlap`, `transition`.
+    pub(crate) scenario: &'static str,
+    /// Who did the work: `um`, `cpp`, `cust`, `cudarc`.
+    pub(crate) imp: String,
+    /// The variant: a transfer policy, a sync kind, a transition.
+    pub(crate) variant: String,
+    /// Buffer size in MiB, where it applies.
+    pub(crate) mib: usize,
+    /// Host threads, where it applies.
+    pub(crate) threads: usize,
+    /// Median over samples (and over rounds: the median of the rounds' medians).
+    pub(crate) median: f64,
+    /// Minimum over all samples.
+    pub(crate) min: f64,
+    /// Unit of `median` and `min`.
+    pub(crate) unit: &'static str,
+}
+
+pub(crate) struct Options {
+    pub(crate) out: PathBuf,
+    pub(crate) cpp: Option<PathBuf>,
+    pub(crate) notes: Option<PathBuf>,
+    pub(crate) rounds: usize,
+    pub(crate) sizes_mib: Vec<usize>,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        out: PathBuf::from("bench-out"),
+        cpp: None,
+        notes: None,
+        rounds: 5,
+        sizes_mib: vec![1, 16, 256],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--out" => o.out = PathBuf::from(value()?),
+            "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
+            "--notes" => o.notes = Some(PathBuf::from(value()?)),
+            "--quick" => {
+                o.rounds = 1;
+                o.sizes_mib = vec![1, 16];
+            }
+            // cargo bench passes --bench; nothing to do with it
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("um_bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let ctx = match Context::new(0) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("um_bench: cannot run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&ctx, &opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("um_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&opts.out)?;
+    // The PTX the C++ baseline loads: the very text um embeds.
+    let ptx_dir = std::env::temp_dir().join(format!("um_bench_ptx_{}", std::process::id()));
+    std::fs::create_dir_all(&ptx_dir)?;
+    for (name, text) in um::kernels::ALL_PTX {
+        std::fs::write(ptx_dir.join(format!("{name}.ptx")), text)?;
+    }
+    let cpp = opts.cpp.as_ref().map(|exe| cpp::Baseline {
+        exe: exe.clone(),
+        ptx_dir: ptx_dir.clone(),
+    });
+    let (free, total) = ctx.mem_info()?;
+    let info = ctx.info();
+    println!(
+        "um_bench on {} (driver CUDA {}.{}), {:.1} GiB free of {:.1} GiB",
+        info.name,
+        info.driver_version.0,
+        info.driver_version.1,
+        free as f64 / (1u64 << 30) as f64,
+        total as f64 / (1u64 << 30) as f64
+    );
+    let mut records = Vec::new();
+    records.extend(runs::launch(ctx, cpp.as_ref(), opts.rounds)?);
+    for &mib in &opts.sizes_mib {
+        // Three buffers per variant; never ask for more managed memory than the GPU has free.
+        let need = 3 * mib * (1 << 20);
+        if need > free / 2 {
+            println!(
+                "skipping run_task at {mib} MiB: {need} bytes is more than half the free memory"
+            );
+            continue;
+        }
+        records.extend(runs::run_task(ctx, cpp.as_ref(), mib, opts.rounds)?);
+    }
+    records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
+    records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
+    records.extend(runs::overlap(ctx, opts.rounds)?);
+    records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
+    let notes = match &opts.notes {
+        Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+        None => String::new(),
+    };
+    std::fs::write(opts.out.join("results.json"), report::json(ctx, &records))?;
+    std::fs::write(
+        opts.out.join("performance.md"),
+        report::markdown(ctx, &records, &notes),
+    )?;
+    std::fs::write(
+        opts.out.join("run_task.svg"),
+        report::run_task_svg(&records),
+    )?;
+    println!(
+        "wrote {}/results.json, performance.md, run_task.svg",
+        opts.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,714 @@
+//! The scenarios. Each variant returns its samples for one round; `Rounds` folds the rounds
+//! into a median of medians and a minimum of minima.
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use cust::sys as cs;
+use um::kernels::{run_task as rt, streams, testing};
+use um::{Context, LaunchConfig, Managed, StreamOptions, Transfer};
+
+use crate::Record;
+use crate::cpp::{self, Baseline};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// Medians and minima of several rounds of one variant.
+#[derive(Default)]
+struct Rounds {
+    medians: Vec<f64>,
+    min: f64,
+}
+
+impl Rounds {
+    fn add(&mut self, median: f64, min: f64) {
+        if self.medians.is_empty() {
+            self.min = min;
+        }
+        self.medians.push(median);
+        self.min = self.min.min(min);
+    }
+    fn add_samples(&mut self, samples: &[f64]) {
+        self.add(median(samples), min(samples));
+    }
+    fn record(
+        &self,
+        scenario: &'static str,
+        imp: &str,
+        variant: &str,
+        mib: usize,
+        threads: usize,
+        unit: &'static str,
+    ) -> Record {
+        Record {
+            scenario,
+            imp: imp.to_owned(),
+            variant: variant.to_owned(),
+            mib,
+            threads,
+            median: median(&self.medians),
+            min: self.min,
+            unit,
+        }
+    }
+}
+
+// ------------------------------------------------------------------ 1. host cost per launch
+
+const BATCHES: usize = 200;
+const PER_BATCH: usize = 256;
+
+/// Per-launch host time of `launch`, in µs, over batches of launches (the stream is drained
+/// between batches, untimed, so the queue never fills).
+fn time_batches(
+    mut launch: impl FnMut() -> Res<()>,
+    mut drain: impl FnMut() -> Res<()>,
+) -> Res<Vec<f64>> {
+    let mut samples = Vec::with_capacity(BATCHES);
+    for b in 0..BATCHES {
+        let t0 = Instant::now();
+        for _ in 0..PER_BATCH {
+            launch()?;
+        }
+        let dt = t0.elapsed().as_secs_f64() * 1e6 / PER_BATCH as f64;
+        drain()?;
+        if b > 0 {
+            samples.push(dt);
+        }
+    }
+    Ok(samples)
+}
+
+fn launch_um_typed(ctx: &Context) -> Res<Vec<f64>> {
+    let buf = Managed::from_slice(ctx, &[0.0f32])?;
+    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+        let mut b = buf.attach(s)?;
+        let samples = time_batches(
+            || Ok(testing::add_scalar(s, &mut b, 1.0)?),
+            || Ok(s.synchronize()?),
+        )
+        .map_err(|e| um::Error::InteriorNul {
+            what: leak(e.to_string()),
+        })?;
+        b.sync()?;
+        Ok(samples)
+    })?)
+}
+
+fn launch_um_raw(ctx: &Context) -> Res<Vec<f64>> {
+    let buf = Managed::from_slice(ctx, &[0.0f32])?;
+    let kernel = ctx.kernel(testing::PTX, "add_scalar")?;
+    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+        let mut b = buf.attach(s)?;
+        let cfg = LaunchConfig::linear(1, 256);
+        let samples = time_batches(
+            // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
+            || Ok(unsafe { s.launch(&kernel, cfg, (&mut b, 1.0f32, 1u32)) }?),
+            || Ok(s.synchronize()?),
+        )
+        .map_err(|e| um::Error::InteriorNul {
+            what: leak(e.to_string()),
+        })?;
+        b.sync()?;
+        Ok(samples)
+    })?)
+}
+
+/// Error plumbing for closures that must return `um::Result`: benchmark errors are reported,
+/// not recovered from, so leaking the message is fine.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn cust_ok(r: cs::CUresult, what: &str) -> Res<()> {
+    if r == cs::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {r:?}").into())
+    }
+}
+
+/// The raw driver calls of the cust baseline, through cust's own bindings.
+fn cust_alloc_host(bytes: usize) -> Res<cs::CUdeviceptr> {
+    let mut p: cs::CUdeviceptr = 0;
+    let flag = cs::CUmemAttach_flags::CU_MEM_ATTACH_HOST as u32;
+    // SAFETY: `p` is a valid out-pointer.
+    let r = unsafe { cs::cuMemAllocManaged(&mut p, bytes, flag) };
+    cust_ok(r, "cuMemAllocManaged")?;
+    Ok(p)
+}
+
+fn cust_attach_single(stream: &cust::stream::Stream, p: cs::CUdeviceptr) -> Res<()> {
+    let flag = cs::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE as u32;
+    // SAFETY: `p` is a live managed allocation and `stream` a live stream.
+    let r = unsafe { cs::cuStreamAttachMemAsync(stream.as_inner(), p, 0, flag) };
+    cust_ok(r, "cuStreamAttachMemAsync")
+}
+
+/// # Safety
+/// `p` came from [`cust_alloc_host`], is freed once, and no kernel uses it any more.
+unsafe fn cust_free(p: cs::CUdeviceptr) -> Res<()> {
+    // SAFETY: guaranteed by the caller.
+    cust_ok(unsafe { cs::cuMemFree_v2(p) }, "cuMemFree")
+}
+
+/// Raw cust: its Module, Function, Stream and launch! macro, memory from cuMemAllocManaged.
+fn launch_cust(_ctx: &Context) -> Res<Vec<f64>> {
+    let module = cust::module::Module::from_ptx(testing::PTX, &[])?;
+    let stream = cust::stream::Stream::new(cust::stream::StreamFlags::DEFAULT, None)?;
+    let f = module.get_function("add_scalar")?;
+    let p = cust_alloc_host(4)?;
+    cust_attach_single(&stream, p)?;
+    let samples = time_batches(
+        || {
+            // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
+            unsafe { cust::launch!(f<<<1, 256, 0, stream>>>(p, 1.0f32, 1u32)) }?;
+            Ok(())
+        },
+        || Ok(stream.synchronize()?),
+    )?;
+    // SAFETY: the stream was drained; `p` is freed once.
+    unsafe { cust_free(p) }?;
+    Ok(samples)
+}
+
+fn launch_cudarc() -> Res<Vec<f64>> {
+    use cudarc::driver::{CudaContext, PushKernelArg, sys};
+    let cctx = CudaContext::new(0)?;
+    let stream = cctx.new_stream()?;
+    let module = cctx.load_module(cudarc::nvrtc::Ptx::from_src(testing::PTX))?;
+    let f = module.load_function("add_scalar")?;
+    // SAFETY: f32 is valid for any bit pattern; the buffer is written by the kernel only.
+    let mut buf = unsafe { cctx.alloc_unified::<f32>(1, false) }?;
+    buf.attach(&stream, sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE)?;
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (v, n) = (1.0f32, 1u32);
+    time_batches(
+        || {
+            let mut b = stream.launch_builder(&f);
+            b.arg(&mut buf).arg(&v).arg(&n);
+            // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
+            unsafe { b.launch(cfg) }?;
+            Ok(())
+        },
+        || Ok(stream.synchronize()?),
+    )
+}
+
+pub(crate) fn launch(ctx: &Context, cpp: Option<&Baseline>, rounds: usize) -> Res<Vec<Record>> {
+    println!("launch: host cost per launch, {BATCHES} batches of {PER_BATCH}, {rounds} rounds");
+    let (mut typed, mut raw, mut cust, mut cudarc, mut c) = Default::default();
+    let (typed, raw, cust, cudarc, c): (
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+    ) = (&mut typed, &mut raw, &mut cust, &mut cudarc, &mut c);
+    // Rotate the order each round (see `run_task`).
+    for round in 0..rounds {
+        for k in 0..5 {
+            match (round + k) % 5 {
+                0 => {
+                    if let Some(cpp) = cpp {
+                        let args = [BATCHES.to_string(), PER_BATCH.to_string()];
+                        let line = cpp.run("launch", &args)?.join("\n");
+                        c.add(
+                            cpp::number(&line, "median_us")?,
+                            cpp::number(&line, "min_us")?,
+                        );
+                    }
+                }
+                1 => typed.add_samples(&launch_um_typed(ctx)?),
+                2 => raw.add_samples(&launch_um_raw(ctx)?),
+                3 => cust.add_samples(&launch_cust(ctx)?),
+                _ => cudarc.add_samples(&launch_cudarc()?),
+            }
+        }
+    }
+    let mut out = vec![
+        typed.record("launch", "um", "typed launcher", 0, 1, "us"),
+        raw.record("launch", "um", "Stream::launch (unsafe)", 0, 1, "us"),
+        cust.record("launch", "cust", "launch! macro", 0, 1, "us"),
+        cudarc.record(
+            "launch",
+            "cudarc",
+            "launch_builder + UnifiedSlice",
+            0,
+            1,
+            "us",
+        ),
+    ];
+    if cpp.is_some() {
+        out.insert(0, c.record("launch", "cpp", "cuLaunchKernel", 0, 1, "us"));
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ 2. the run_task loop
+
+const WARMUP: usize = 2;
+
+fn iters_for(mib: usize) -> usize {
+    match mib {
+        0..=4 => 400,
+        5..=64 => 40,
+        _ => 10,
+    }
+}
+
+fn input_value(i: usize) -> f32 {
+    (i % 1000) as f32 * 0.25
+}
+
+fn host_process(data: &mut [f32]) {
+    data.iter_mut().for_each(|v| *v -= 1.0);
+}
+
+/// Per-iteration times (ms) from the starts of consecutive iterations: iteration k's sample
+/// ends where k+1 begins; the last iteration only closes the last sample.
+fn per_iteration(starts: &[Instant]) -> Vec<f64> {
+    starts
+        .windows(2)
+        .skip(WARMUP)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+        .collect()
+}
+
+fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res<Vec<f64>> {
+    let input = Managed::from_fn(ctx, n, input_value)?;
+    let data = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    let out = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    Ok(
+        ctx.with_stream(StreamOptions::new().transfer(transfer), |s| {
+            let input = input.attach(s)?;
+            let mut out = out.attach(s)?;
+            let mut data = data.attach(s)?;
+            s.synchronize()?;
+            let mut starts = Vec::new();
+            for _ in 0..iters + WARMUP + 1 {
+                starts.push(Instant::now());
+                rt::transform(s, &input, &mut data)?;
+                let mut host = data.sync()?;
+                host_process(&mut host);
+                data = host.attach(s)?;
+                rt::convert(s, &mut out, &data)?;
+            }
+            s.sync_all((data, out, input))?;
+            Ok(per_iteration(&starts))
+        })?,
+    )
+}
+
+fn grid_for(ctx: &Context, n: usize) -> u32 {
+    let cap = ctx.info().multiprocessors * 32;
+    (n.div_ceil(256) as u32).clamp(1, cap)
+}
+
+fn run_task_cust(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    let module = cust::module::Module::from_ptx(rt::PTX, &[])?;
+    let (transform, convert) = (
+        module.get_function("transform")?,
+        module.get_function("convert")?,
+    );
+    let stream = cust::stream::Stream::new(cust::stream::StreamFlags::DEFAULT, None)?;
+    let bytes = n * 4;
+    let ptrs = [
+        cust_alloc_host(bytes)?,
+        cust_alloc_host(bytes)?,
+        cust_alloc_host(bytes)?,
+    ];
+    let [input, data, out] = ptrs;
+    // SAFETY: fresh host-attached allocations of n floats, no kernel running.
+    let (h_in, h_data) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(input as usize as *mut f32, n),
+            std::slice::from_raw_parts_mut(data as usize as *mut f32, n),
+        )
+    };
+    h_in.iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = input_value(i));
+    h_data.fill(0.0);
+    for p in ptrs {
+        cust_attach_single(&stream, p)?;
+    }
+    stream.synchronize()?;
+    let (grid, nn) = (grid_for(ctx, n), n as u32);
+    let mut starts = Vec::new();
+    for _ in 0..iters + WARMUP + 1 {
+        starts.push(Instant::now());
+        // SAFETY: transform(const float*, float*, unsigned) over n floats.
+        unsafe { cust::launch!(transform<<<grid, 256, 0, stream>>>(input, data, nn)) }?;
+        stream.synchronize()?;
+        // SAFETY: the stream is idle; data holds n floats.
+        host_process(unsafe { std::slice::from_raw_parts_mut(data as usize as *mut f32, n) });
+        // SAFETY: convert(float*, const float*, unsigned) over n floats.
+        unsafe { cust::launch!(convert<<<grid, 256, 0, stream>>>(out, data, nn)) }?;
+    }
+    stream.synchronize()?;
+    for p in ptrs {
+        // SAFETY: the stream is idle; each pointer is freed once.
+        unsafe { cust_free(p) }?;
+    }
+    Ok(per_iteration(&starts))
+}
+
+fn run_task_cudarc(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    use cudarc::driver::{CudaContext, PushKernelArg, sys};
+    let cctx = CudaContext::new(0)?;
+    let stream = cctx.new_stream()?;
+    let module = cctx.load_module(cudarc::nvrtc::Ptx::from_src(rt::PTX))?;
+    let (transform, convert) = (
+        module.load_function("transform")?,
+        module.load_function("convert")?,
+    );
+    // SAFETY: f32 is valid for any bit pattern.
+    let (mut input, mut data, mut out) = unsafe {
+        (
+            cctx.alloc_unified::<f32>(n, false)?,
+            cctx.alloc_unified::<f32>(n, false)?,
+            cctx.alloc_unified::<f32>(n, false)?,
+        )
+    };
+    input
+        .as_mut_slice()?
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = input_value(i));
+    data.as_mut_slice()?.fill(0.0);
+    let single = sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE;
+    input.attach(&stream, single)?;
+    data.attach(&stream, single)?;
+    out.attach(&stream, single)?;
+    stream.synchronize()?;
+    let grid = grid_for(ctx, n);
+    let cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let nn = n as u32;
+    let mut starts = Vec::new();
+    for _ in 0..iters + WARMUP + 1 {
+        starts.push(Instant::now());
+        let mut b = stream.launch_builder(&transform);
+        b.arg(&input).arg(&mut data).arg(&nn);
+        // SAFETY: transform(const float*, float*, unsigned) over n floats.
+        unsafe { b.launch(cfg) }?;
+        stream.synchronize()?;
+        host_process(data.as_mut_slice()?);
+        let mut b = stream.launch_builder(&convert);
+        b.arg(&mut out).arg(&data).arg(&nn);
+        // SAFETY: convert(float*, const float*, unsigned) over n floats.
+        unsafe { b.launch(cfg) }?;
+    }
+    stream.synchronize()?;
+    Ok(per_iteration(&starts))
+}
+
+pub(crate) fn run_task(
+    ctx: &Context,
+    cpp: Option<&Baseline>,
+    mib: usize,
+    rounds: usize,
+) -> Res<Vec<Record>> {
+    let n = mib * (1 << 20) / 4;
+    let iters = iters_for(mib);
+    println!("run_task: {mib} MiB, {iters} iterations, {rounds} rounds");
+    let cpp_modes = ["naive", "attach", "prefetch", "host_resident", "explicit"];
+    let mut c: Vec<Rounds> = cpp_modes.iter().map(|_| Rounds::default()).collect();
+    let (mut on_demand, mut prefetch, mut resident) =
+        (Rounds::default(), Rounds::default(), Rounds::default());
+    let (mut cust, mut cudarc) = (Rounds::default(), Rounds::default());
+    // Every round measures each variant once, starting one place later than the round before,
+    // so that no variant always runs first (right after the C++ processes exit) or last.
+    const VARIANTS: usize = 5;
+    for round in 0..rounds {
+        for k in 0..VARIANTS {
+            match (round + k) % VARIANTS {
+                0 => {
+                    if let Some(cpp) = cpp {
+                        for (mode, r) in cpp_modes.iter().zip(&mut c) {
+                            let args = [(*mode).to_owned(), mib.to_string(), iters.to_string()];
+                            let line = cpp.run("run_task", &args)?.join("\n");
+                            r.add(
+                                cpp::number(&line, "median_ms")?,
+                                cpp::number(&line, "min_ms")?,
+                            );
+                        }
+                    }
+                }
+                1 => on_demand.add_samples(&run_task_um(ctx, n, iters, Transfer::OnDemand)?),
+                2 => prefetch.add_samples(&run_task_um(ctx, n, iters, Transfer::Prefetch)?),
+                3 => resident.add_samples(&run_task_um(ctx, n, iters, Transfer::HostResident)?),
+                _ => {
+                    cust.add_samples(&run_task_cust(ctx, n, iters)?);
+                    cudarc.add_samples(&run_task_cudarc(ctx, n, iters)?);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if cpp.is_some() {
+        for (mode, r) in cpp_modes.iter().zip(&c) {
+            out.push(r.record("run_task", "cpp", mode, mib, 1, "ms"));
+        }
+    }
+    out.push(on_demand.record("run_task", "um", "attach", mib, 1, "ms"));
+    out.push(prefetch.record("run_task", "um", "prefetch", mib, 1, "ms"));
+    out.push(resident.record("run_task", "um", "host_resident", mib, 1, "ms"));
+    out.push(cust.record("run_task", "cust", "attach", mib, 1, "ms"));
+    out.push(cudarc.record("run_task", "cudarc", "attach", mib, 1, "ms"));
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ 3. threads
+
+const THREAD_ITERS: usize = 20;
+
+/// Wall time (ms) per iteration of `threads` threads, each running the loop on its own stream;
+/// `device_wide` waits with cuCtxSynchronize (every stream) before taking the memory back.
+fn threads_once(ctx: &Context, threads: usize, mib: usize, device_wide: bool) -> Res<f64> {
+    let n = mib * (1 << 20) / 4;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let wall = std::thread::scope(|scope| -> Res<f64> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                scope.spawn(move || -> um::Result<()> {
+                    let input = Managed::from_fn(ctx, n, input_value)?;
+                    let data = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+                    let out = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+                    ctx.with_stream(StreamOptions::new(), |s| {
+                        let input = input.attach(s)?;
+                        let mut out = out.attach(s)?;
+                        let mut data = data.attach(s)?;
+                        s.synchronize()?;
+                        barrier.wait();
+                        for _ in 0..THREAD_ITERS {
+                            rt::transform(s, &input, &mut data)?;
+                            if device_wide {
+                                ctx.synchronize_device()?;
+                            }
+                            let mut host = data.sync()?;
+                            host_process(&mut host);
+                            data = host.attach(s)?;
+                            rt::convert(s, &mut out, &data)?;
+                        }
+                        s.sync_all((data, out, input)).map(drop)
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().map_err(|_| "a benchmark thread panicked")??;
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e3 / THREAD_ITERS as f64)
+    })?;
+    Ok(wall)
+}
+
+pub(crate) fn threads(
+    ctx: &Context,
+    counts: &[usize],
+    mib: usize,
+    rounds: usize,
+) -> Res<Vec<Record>> {
+    println!(
+        "threads: {counts:?} threads x {THREAD_ITERS} iterations at {mib} MiB each, {rounds} rounds"
+    );
+    let mut out = Vec::new();
+    for &t in counts {
+        let (mut per_stream, mut device) = (Rounds::default(), Rounds::default());
+        for _ in 0..rounds {
+            let w = threads_once(ctx, t, mib, false)?;
+            per_stream.add(w, w);
+            let w = threads_once(ctx, t, mib, true)?;
+            device.add(w, w);
+        }
+        out.push(per_stream.record("threads", "um", "per-stream sync", mib, t, "ms"));
+        out.push(device.record("threads", "um", "device-wide sync", mib, t, "ms"));
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ 4. eight-stream overlap
+
+pub(crate) fn overlap(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
+    const STREAMS: usize = 8;
+    const N: usize = 1 << 20;
+    println!("overlap: {STREAMS} streams x kernel<<<1, 64>>> over {N} floats, {rounds} rounds");
+    let mut r = Rounds::default();
+    for round in 0..=rounds {
+        let data: Vec<Managed<[f32]>> = (0..STREAMS)
+            .map(|_| Managed::<[f32]>::zeroed_slice(ctx, N))
+            .collect::<um::Result<_>>()?;
+        let stamps: Vec<Managed<[u64]>> = (0..STREAMS)
+            .map(|_| Managed::<[u64]>::zeroed_slice(ctx, 2))
+            .collect::<um::Result<_>>()?;
+        let intervals = ctx.with_streams(STREAMS, StreamOptions::new(), |s| {
+            let mut d: Vec<_> = data
+                .into_iter()
+                .zip(s)
+                .map(|(m, s)| m.attach(s))
+                .collect::<um::Result<_>>()?;
+            let mut t: Vec<_> = stamps
+                .into_iter()
+                .zip(s)
+                .map(|(m, s)| m.attach(s))
+                .collect::<um::Result<_>>()?;
+            // The first launch on a new stream sets it up in the driver; do that before timing.
+            for st in s {
+                streams::empty(st)?;
+                st.synchronize()?;
+            }
+            for i in 0..STREAMS {
+                streams::stamp(&s[i], &mut t[i], 0)?;
+                streams::kernel_with(&s[i], LaunchConfig::linear(1, 64), &mut d[i])?;
+                streams::stamp(&s[i], &mut t[i], 1)?;
+            }
+            let mut iv = Vec::new();
+            for (i, (d, t)) in d.into_iter().zip(t).enumerate() {
+                let (_d, t) = s[i].sync_all((d, t))?;
+                iv.push((t[0], t[1]));
+            }
+            Ok(iv)
+        })?;
+        let busy: u64 = intervals.iter().map(|(a, b)| b - a).sum();
+        let span = intervals.iter().map(|i| i.1).max().unwrap_or(0)
+            - intervals.iter().map(|i| i.0).min().unwrap_or(0);
+        let factor = busy as f64 / span.max(1) as f64;
+        if round > 0 {
+            // round 0 warms up the module and the streams
+            r.add(factor, factor);
+        }
+    }
+    // For an overlap factor, "min" is the worst round.
+    Ok(vec![r.record(
+        "overlap",
+        "um",
+        "8 streams, kernel<<<1, 64>>>",
+        4,
+        1,
+        "x",
+    )])
+}
+
+// ------------------------------------------------------------------ bandwidth (the "why")
+
+pub(crate) fn bandwidth(cpp: Option<&Baseline>, mib: usize) -> Res<Vec<Record>> {
+    let Some(cpp) = cpp else {
+        return Ok(Vec::new());
+    };
+    println!("bandwidth: {mib} MiB, each mechanism");
+    let mut out = Vec::new();
+    for line in cpp.run("bandwidth", &[mib.to_string()])? {
+        let what = cpp::field(&line, "what").unwrap_or("?").to_owned();
+        out.push(Record {
+            scenario: "bandwidth",
+            imp: "cpp".to_owned(),
+            variant: what,
+            mib,
+            threads: 1,
+            median: cpp::number(&line, "median_gbps")?,
+            min: cpp::number(&line, "max_gbps")?,
+            unit: "GB/s",
+        });
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ 5. transitions
+
+const REPS: usize = 2000;
+
+pub(crate) fn transitions(
+    ctx: &Context,
+    cpp: Option<&Baseline>,
+    rounds: usize,
+) -> Res<Vec<Record>> {
+    println!("transitions: {REPS} repetitions, {rounds} rounds");
+    let (mut attach, mut reattach, mut sync_idle, mut c_attach, mut c_sync) = Default::default();
+    let (attach, reattach, sync_idle, c_attach, c_sync): (
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+        &mut Rounds,
+    ) = (
+        &mut attach,
+        &mut reattach,
+        &mut sync_idle,
+        &mut c_attach,
+        &mut c_sync,
+    );
+    for _ in 0..rounds {
+        if let Some(cpp) = cpp {
+            for line in cpp.run("transitions", &[REPS.to_string()])? {
+                let target = if cpp::field(&line, "what") == Some("attach") {
+                    &mut *c_attach
+                } else {
+                    &mut *c_sync
+                };
+                target.add(
+                    cpp::number(&line, "median_us")?,
+                    cpp::number(&line, "min_us")?,
+                );
+            }
+        }
+        let (a_s, r_s, s_s) = ctx.with_streams(2, StreamOptions::new(), |s| {
+            let (mut a_s, mut r_s, mut s_s) = (Vec::new(), Vec::new(), Vec::new());
+            let mut m = Managed::<[f32]>::zeroed_slice(ctx, 1 << 18)?;
+            for i in 0..REPS {
+                // Alternate streams, so that every first attach changes the association.
+                let st = &s[i % 2];
+                let t0 = Instant::now();
+                let x = m.attach(st)?;
+                let t1 = Instant::now();
+                st.synchronize()?;
+                let t2 = Instant::now();
+                let h = x.sync()?; // the stream is idle: the cost of the transition itself
+                let t3 = Instant::now();
+                let y = h.attach(st)?; // same stream again: no driver call
+                let t4 = Instant::now();
+                m = y.sync()?;
+                if i >= 4 {
+                    a_s.push((t1 - t0).as_secs_f64() * 1e6);
+                    s_s.push((t3 - t2).as_secs_f64() * 1e6);
+                    r_s.push((t4 - t3).as_secs_f64() * 1e6);
+                }
+            }
+            Ok((a_s, r_s, s_s))
+        })?;
+        attach.add_samples(&a_s);
+        reattach.add_samples(&r_s);
+        sync_idle.add_samples(&s_s);
+    }
+    let mut out = vec![
+        attach.record("transition", "um", "attach", 1, 1, "us"),
+        reattach.record("transition", "um", "re-attach, same stream", 1, 1, "us"),
+        sync_idle.record("transition", "um", "sync, idle stream", 1, 1, "us"),
+    ];
+    if cpp.is_some() {
+        out.push(c_attach.record("transition", "cpp", "attach", 1, 1, "us"));
+        out.push(c_sync.record("transition", "cpp", "sync, idle stream", 1, 1, "us"));
+    }
+    Ok(out)
+}
