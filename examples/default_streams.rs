@@ -32,10 +32,13 @@ const ONE_BLOCK: LaunchConfig = LaunchConfig {
 enum Dummy {
     Legacy,
     PerThread,
+    /// No dummy launch at all: the reference for the other two.
+    None,
 }
 
-/// One run: the kernels' intervals, and whether every result matched the CPU.
-fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
+/// One run: the kernels' intervals, whether every result matched the CPU, and the host time
+/// spent enqueuing the launches (ms).
+fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool, f64)> {
     let data: Vec<Managed<[f32]>> = (0..NUM_STREAMS)
         .map(|_| Managed::<[f32]>::zeroed_slice(ctx, N))
         .collect::<um::Result<_>>()?;
@@ -43,7 +46,7 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
         .map(|_| Managed::<[u64]>::zeroed_slice(ctx, 2))
         .collect::<um::Result<_>>()?;
     // Blocking streams (the seed's cudaStreamCreate): they synchronize with the legacy stream.
-    let (data, stamps) = ctx.with_streams(NUM_STREAMS, StreamOptions::new(), |s| {
+    let (data, stamps, enqueue_ms) = ctx.with_streams(NUM_STREAMS, StreamOptions::new(), |s| {
         let mut data: Vec<_> = data
             .into_iter()
             .zip(s)
@@ -54,6 +57,7 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
             .zip(s)
             .map(|(t, s)| t.attach(s))
             .collect::<um::Result<_>>()?;
+        let enqueue = std::time::Instant::now();
         for i in 0..NUM_STREAMS {
             streams::stamp(&s[i], &mut stamps[i], 0)?;
             streams::kernel_with(&s[i], ONE_BLOCK, &mut data[i])?;
@@ -62,8 +66,10 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
             match dummy {
                 Dummy::Legacy => ctx.with_legacy_stream(streams::empty)?,
                 Dummy::PerThread => ctx.with_per_thread_stream(streams::empty)?,
+                Dummy::None => {}
             }
         }
+        let enqueue_ms = enqueue.elapsed().as_secs_f64() * 1e3;
         let mut host_data = Vec::new();
         let mut host_stamps = Vec::new();
         for (i, (d, t)) in data.into_iter().zip(stamps).enumerate() {
@@ -71,7 +77,7 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
             host_data.push(d);
             host_stamps.push(t);
         }
-        Ok((host_data, host_stamps))
+        Ok((host_data, host_stamps, enqueue_ms))
     })?;
     let intervals = stamps
         .iter()
@@ -83,7 +89,7 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool)> {
         })
         .collect();
     let correct = data.iter().all(|d| reference::matches_seed_kernel(d));
-    Ok((intervals, correct))
+    Ok((intervals, correct, enqueue_ms))
 }
 
 fn main() -> ExitCode {
@@ -97,26 +103,42 @@ fn main() -> ExitCode {
     println!("device: {}", ctx.info().name);
     let result = (|| -> um::Result<_> {
         run(&ctx, Dummy::PerThread)?; // warm-up: module load and JIT
-        Ok((run(&ctx, Dummy::Legacy)?, run(&ctx, Dummy::PerThread)?))
+        Ok((
+            run(&ctx, Dummy::Legacy)?,
+            run(&ctx, Dummy::PerThread)?,
+            run(&ctx, Dummy::None)?,
+        ))
     })();
-    let ((legacy, legacy_ok), (per_thread, per_thread_ok)) = match result {
+    let (
+        (legacy, legacy_ok, legacy_ms),
+        (per_thread, per_thread_ok, per_thread_ms),
+        (none, none_ok, none_ms),
+    ) = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("default_streams: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let (f_legacy, f_pt) = (
+    let (f_legacy, f_pt, f_none) = (
         timeline::overlap_factor(&legacy),
         timeline::overlap_factor(&per_thread),
+        timeline::overlap_factor(&none),
     );
     println!(
         "{NUM_STREAMS} streams x kernel<<<1, 64>>> over {N} floats, a dummy launch after each"
     );
-    println!("dummy on the legacy default stream:     overlap {f_legacy:.2}x (1 = serialized)");
-    println!("dummy on the per-thread default stream: overlap {f_pt:.2}x (up to {NUM_STREAMS})");
     println!(
-        "checked: results match the CPU reference (legacy run: {legacy_ok}, per-thread run: {per_thread_ok})"
+        "dummy on the legacy default stream:     overlap {f_legacy:.2}x (1 = serialized), enqueue {legacy_ms:.3} ms"
+    );
+    println!(
+        "dummy on the per-thread default stream: overlap {f_pt:.2}x (up to {NUM_STREAMS}), enqueue {per_thread_ms:.3} ms"
+    );
+    println!(
+        "no dummy launch (reference):            overlap {f_none:.2}x, enqueue {none_ms:.3} ms"
+    );
+    println!(
+        "checked: results match the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok}, reference: {none_ok})"
     );
     let svg = timeline::svg(
         "Eight streams, dummy kernel on the default stream after each launch (seed 004)",
@@ -124,6 +146,7 @@ fn main() -> ExitCode {
         &[
             ("legacy default stream", &legacy),
             ("per-thread default stream", &per_thread),
+            ("no dummy launch (reference)", &none),
         ],
     );
     match timeline::write_svg_if_asked("default_streams", &svg) {
@@ -138,7 +161,7 @@ fn main() -> ExitCode {
             "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
         );
     }
-    if legacy_ok && per_thread_ok && shows_seed {
+    if legacy_ok && per_thread_ok && none_ok && shows_seed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

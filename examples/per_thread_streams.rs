@@ -12,7 +12,7 @@
 mod timeline;
 
 use std::process::ExitCode;
-use std::sync::Barrier;
+use std::sync::{Barrier, Mutex};
 use std::thread;
 
 use timeline::Interval;
@@ -33,12 +33,20 @@ enum Default {
     PerThread,
 }
 
+/// Held while a thread enqueues its stamp, kernel, stamp, so that on the shared legacy stream
+/// another thread's launches cannot fall between them (its stamps would then bracket two
+/// kernels). It orders host calls only; what runs concurrently on the GPU is up to the streams.
+static ENQUEUE: Mutex<()> = Mutex::new(());
+
 /// The seed's `launch_kernel` body, on any stream: stamp, kernel, stamp.
 fn launch<'s, K: StreamKind>(
     s: &Stream<'s, K>,
     x: &mut Managed<[f32], StreamOwned<'s, K>>,
     t: &mut Managed<[u64], StreamOwned<'s, K>>,
 ) -> um::Result<()> {
+    let _enqueue = ENQUEUE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     streams::stamp(s, t, 0)?;
     streams::kernel_with(s, ONE_BLOCK, x)?;
     streams::stamp(s, t, 1)
@@ -48,6 +56,11 @@ fn launch<'s, K: StreamKind>(
 fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u64, u64), bool)> {
     let x = Managed::<[f32]>::zeroed_slice(ctx, N)?;
     let t = Managed::<[u64]>::zeroed_slice(ctx, 2)?;
+    // The first launch on a thread's default stream sets that stream up: do it before timing.
+    ctx.with_per_thread_stream(|s| {
+        streams::empty(s)?;
+        s.synchronize()
+    })?;
     start.wait();
     let (x, t) = match which {
         Default::Legacy => ctx.with_legacy_stream(|s| {
