@@ -8,14 +8,21 @@
 //! CPU work, and with the durations: CPU work and B's kernel together take about as long as the
 //! longer of the two, not their sum.
 
+mod common;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
 use um::kernels::{reference, streams, testing};
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
-const SMALL: usize = 1 << 20;
-const LARGE: usize = 1 << 22;
+/// Elements of A's and B's memory (smaller under the sanitizer, see `common::workload`).
+fn small() -> usize {
+    common::workload(1 << 20, 1 << 12)
+}
+fn large() -> usize {
+    common::workload(1 << 22, 1 << 14)
+}
 
 fn main() -> ExitCode {
     let ctx = match Context::new(0) {
@@ -48,8 +55,8 @@ fn host_process(data: &mut [f32]) {
 }
 
 fn run(ctx: &Context) -> um::Result<bool> {
-    let a_data = Managed::from_fn(ctx, SMALL, |i| i as f32)?;
-    let b_data = Managed::<[f32]>::zeroed_slice(ctx, LARGE)?;
+    let a_data = Managed::from_fn(ctx, small(), |i| i as f32)?;
+    let b_data = Managed::<[f32]>::zeroed_slice(ctx, large())?;
     let b_time = Managed::<[u64]>::zeroed_slice(ctx, 2)?;
     // Warm-up: load the modules before timing anything.
     ctx.kernel(streams::PTX, "kernel")?;
@@ -80,7 +87,7 @@ fn run(ctx: &Context) -> um::Result<bool> {
             let total_ms = t0.elapsed().as_secs_f64() * 1e3;
             let kernel_ms = (b_time[1] - b_time[0]) as f64 / 1e6;
 
-            let mut want: Vec<f32> = (0..SMALL).map(|i| i as f32 + 1.0).collect();
+            let mut want: Vec<f32> = (0..small()).map(|i| i as f32 + 1.0).collect();
             host_process(&mut want);
             let a_ok = a_kernel_ok && *a_host == *want;
             let b_ok = reference::matches_seed_kernel(&b_data);

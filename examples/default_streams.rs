@@ -1,5 +1,5 @@
 //! Seed 004, "A multi-stream example": eight streams each run one single-block kernel
-//! (`kernel<<<1, 64, 0, streams[i]>>>(data[i], N)`), with a dummy launch on the default stream
+//! (`kernel<<<1, 64, 0, streams[i]>>>(data[i], n())`), with a dummy launch on the default stream
 //! after each one.
 //!
 //! 1. Dummy launches on the legacy default stream: it synchronizes with the eight (blocking)
@@ -11,15 +11,18 @@
 //! overlap factor of each run (sum of kernel times / wall span: 1 = serial, 8 = all at once),
 //! checks every result against the CPU, and with `--svg PATH` writes a timeline.
 
-mod timeline;
+mod common;
 
 use std::process::ExitCode;
 
-use timeline::Interval;
+use common::Interval;
 use um::kernels::{reference, streams};
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
-const N: usize = 1 << 20;
+/// Elements per kernel (smaller under the sanitizer, see `common::workload`).
+fn n() -> usize {
+    common::workload(1 << 20, 1 << 12)
+}
 const NUM_STREAMS: usize = 8;
 /// The seed's `<<<1, 64>>>`: one block per grid leaves room for all eight to run at once.
 const ONE_BLOCK: LaunchConfig = LaunchConfig {
@@ -40,7 +43,7 @@ enum Dummy {
 /// spent enqueuing the launches (ms).
 fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool, f64)> {
     let data: Vec<Managed<[f32]>> = (0..NUM_STREAMS)
-        .map(|_| Managed::<[f32]>::zeroed_slice(ctx, N))
+        .map(|_| Managed::<[f32]>::zeroed_slice(ctx, n()))
         .collect::<um::Result<_>>()?;
     let stamps: Vec<Managed<[u64]>> = (0..NUM_STREAMS)
         .map(|_| Managed::<[u64]>::zeroed_slice(ctx, 2))
@@ -121,12 +124,13 @@ fn main() -> ExitCode {
         }
     };
     let (f_legacy, f_pt, f_none) = (
-        timeline::overlap_factor(&legacy),
-        timeline::overlap_factor(&per_thread),
-        timeline::overlap_factor(&none),
+        common::overlap_factor(&legacy),
+        common::overlap_factor(&per_thread),
+        common::overlap_factor(&none),
     );
     println!(
-        "{NUM_STREAMS} streams x kernel<<<1, 64>>> over {N} floats, a dummy launch after each"
+        "{NUM_STREAMS} streams x kernel<<<1, 64>>> over {} floats, a dummy launch after each",
+        n()
     );
     println!(
         "dummy on the legacy default stream:     overlap {f_legacy:.2}x (1 = serialized), enqueue {legacy_ms:.3} ms"
@@ -140,7 +144,7 @@ fn main() -> ExitCode {
     println!(
         "checked: results match the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok}, reference: {none_ok})"
     );
-    let svg = timeline::svg(
+    let svg = common::svg(
         "Eight streams, dummy kernel on the default stream after each launch (seed 004)",
         "stream",
         &[
@@ -149,7 +153,7 @@ fn main() -> ExitCode {
             ("no dummy launch (reference)", &none),
         ],
     );
-    match timeline::write_svg_if_asked("default_streams", &svg) {
+    match common::write_svg_if_asked("default_streams", &svg) {
         Ok(Some(path)) => println!("timeline: {path}"),
         Ok(None) => {}
         Err(e) => eprintln!("default_streams: cannot write the SVG: {e}"),

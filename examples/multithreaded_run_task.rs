@@ -5,6 +5,8 @@
 //!
 //! `cargo run --release --example multithreaded_run_task -- [--threads N] [--iters N] [--len N]`
 
+mod common;
+
 use std::process::ExitCode;
 use std::thread;
 use std::time::Instant;
@@ -22,7 +24,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         threads: 8,
         iters: 10,
-        len: 1 << 20,
+        len: common::workload(1 << 20, 1 << 14),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

@@ -9,17 +9,20 @@
 //! Prints the overlap factor of each run, checks every thread's result against the CPU, and
 //! with `--svg PATH` writes a timeline.
 
-mod timeline;
+mod common;
 
 use std::process::ExitCode;
 use std::sync::{Barrier, Mutex};
 use std::thread;
 
-use timeline::Interval;
+use common::Interval;
 use um::kernels::{reference, streams};
 use um::{Context, LaunchConfig, Managed, Stream, StreamKind, StreamOwned};
 
-const N: usize = 1 << 20;
+/// Elements per kernel (smaller under the sanitizer, see `common::workload`).
+fn n() -> usize {
+    common::workload(1 << 20, 1 << 12)
+}
 const NUM_THREADS: usize = 8;
 const ONE_BLOCK: LaunchConfig = LaunchConfig {
     grid: (1, 1, 1),
@@ -54,7 +57,7 @@ fn launch<'s, K: StreamKind>(
 
 /// One thread's work; returns its kernel's (start, end) and whether its result is right.
 fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u64, u64), bool)> {
-    let x = Managed::<[f32]>::zeroed_slice(ctx, N)?;
+    let x = Managed::<[f32]>::zeroed_slice(ctx, n())?;
     let t = Managed::<[u64]>::zeroed_slice(ctx, 2)?;
     // The first launch on a thread's default stream sets that stream up: do it before timing.
     ctx.with_per_thread_stream(|s| {
@@ -124,18 +127,19 @@ fn main() -> ExitCode {
         }
     };
     let (f_legacy, f_pt) = (
-        timeline::overlap_factor(&legacy),
-        timeline::overlap_factor(&per_thread),
+        common::overlap_factor(&legacy),
+        common::overlap_factor(&per_thread),
     );
     println!(
-        "{NUM_THREADS} host threads, each kernel<<<1, 64>>> over {N} floats on the default stream, then sync"
+        "{NUM_THREADS} host threads, each kernel<<<1, 64>>> over {} floats on the default stream, then sync",
+        n()
     );
     println!("legacy default stream:     overlap {f_legacy:.2}x (1 = serialized)");
     println!("per-thread default stream: overlap {f_pt:.2}x (up to {NUM_THREADS})");
     println!(
         "checked: every thread's result matches the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok})"
     );
-    let svg = timeline::svg(
+    let svg = common::svg(
         "Eight host threads, one kernel each on the default stream (seed 004)",
         "thread",
         &[
@@ -143,7 +147,7 @@ fn main() -> ExitCode {
             ("per-thread default stream", &per_thread),
         ],
     );
-    match timeline::write_svg_if_asked("per_thread_streams", &svg) {
+    match common::write_svg_if_asked("per_thread_streams", &svg) {
         Ok(Some(path)) => println!("timeline: {path}"),
         Ok(None) => {}
         Err(e) => eprintln!("per_thread_streams: cannot write the SVG: {e}"),

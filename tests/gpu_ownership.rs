@@ -178,7 +178,7 @@ fn dropping_memory_with_a_kernel_in_flight_waits_for_it() {
         .load_ptx(ptx::STREAMS_PTX)
         .and_then(|m| m.kernel("kernel"))
         .expect("load");
-    let n = 1 << 22;
+    let n = common::workload(1 << 22, 1 << 14);
     ctx.with_stream(StreamOptions::new(), |s| {
         for _ in 0..3 {
             let mut x = Managed::<[f32]>::zeroed_slice(&ctx, n)?.attach(s)?;

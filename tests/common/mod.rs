@@ -12,3 +12,13 @@ pub fn gpu() -> Context {
         Err(e) => panic!("this test needs a CUDA device: {e}"),
     }
 }
+
+/// `full`, or `small` when `UM_SANITIZE` is set (the GPU run script's sanitizer mode, under
+/// which every kernel runs orders of magnitude slower).
+pub fn workload(full: usize, small: usize) -> usize {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        small
+    } else {
+        full
+    }
+}

@@ -42,6 +42,8 @@ pub struct Context {
 }
 
 struct Inner {
+    /// Whether allocations may exceed the GPU's free memory (`allow_oversubscription`).
+    oversubscribe: std::sync::atomic::AtomicBool,
     /// Unique for the life of the process, never reused (unlike addresses): per-thread caches
     /// key on it, so an entry of a dropped context can never match a new one.
     id: u64,
@@ -115,6 +117,7 @@ impl Context {
         let raw = driver::primary_ctx_retain(device)?;
         let ctx = Context {
             inner: Arc::new(Inner {
+                oversubscribe: std::sync::atomic::AtomicBool::new(false),
                 id: {
                     static NEXT: std::sync::atomic::AtomicU64 =
                         std::sync::atomic::AtomicU64::new(1);
@@ -128,6 +131,24 @@ impl Context {
         };
         ctx.bind()?;
         Ok(ctx)
+    }
+
+    /// Lets managed allocations of this context exceed the GPU's free memory (default: refused
+    /// with [`Error::WouldOversubscribe`]).
+    ///
+    /// Managed memory may legally be larger than the GPU; the driver then pages it in and out.
+    /// On a GPU shared with other programs, that can stall or hang them all, which is why `um`
+    /// refuses by default. Opt in only on a GPU you have to yourself.
+    pub fn allow_oversubscription(&self, allow: bool) {
+        self.inner
+            .oversubscribe
+            .store(allow, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn oversubscription_allowed(&self) -> bool {
+        self.inner
+            .oversubscribe
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// What the device can do.
@@ -164,9 +185,10 @@ impl Context {
         &self.inner.modules
     }
 
-    /// Whether two handles name the same context.
+    /// Whether two handles name the same driver context. Two `Context::new` of one device
+    /// retain the same primary context, so they are the same context.
     pub fn same_as(&self, other: &Context) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        self.inner.raw == other.inner.raw
     }
 }
 

@@ -59,14 +59,21 @@ pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
     Ok(bytes)
 }
 
+/// The guard before every managed allocation: refuse more than the GPU has free, unless the
+/// context allows oversubscription.
+pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<()> {
+    if bytes > free && !allow {
+        return Err(Error::WouldOversubscribe { bytes, free });
+    }
+    Ok(())
+}
+
 /// Allocates `bytes` (> 0) of managed memory attached to the host, after checking that the GPU
 /// has that much free: oversubscribed managed memory can hang a shared GPU.
 fn alloc_host_attached(ctx: &Context, bytes: usize) -> Result<NonNull<u8>> {
     ctx.bind()?;
     let (free, _) = driver::mem_info()?;
-    if bytes > free {
-        return Err(Error::WouldOversubscribe { bytes, free });
-    }
+    check_capacity(bytes, free, ctx.oversubscription_allowed())?;
     let dptr = driver::mem_alloc_managed_host(bytes)?;
     // Managed memory has one address for host and device; the driver never returns 0 on
     // success, but a null check costs nothing.
@@ -250,5 +257,50 @@ impl<T: ?Sized, S: State> Drop for Managed<T, S> {
         // without dropping, so this is the one free; no kernel can use it any more (host state,
         // or its stream just completed).
         let _ = unsafe { driver::mem_free(self.device_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{byte_size, check_capacity};
+    use crate::Error;
+
+    #[test]
+    fn byte_sizes_are_checked() {
+        assert_eq!(byte_size::<f32>(3), Ok(12));
+        assert_eq!(
+            byte_size::<f32>(0),
+            Err(Error::ZeroSized {
+                len: 0,
+                elem_size: 4
+            })
+        );
+        assert_eq!(
+            byte_size::<()>(5),
+            Err(Error::ZeroSized {
+                len: 5,
+                elem_size: 0
+            })
+        );
+        assert_eq!(
+            byte_size::<u64>(usize::MAX / 4),
+            Err(Error::SizeOverflow {
+                len: usize::MAX / 4,
+                elem_size: 8
+            })
+        );
+    }
+
+    #[test]
+    fn more_than_free_is_refused_unless_allowed() {
+        assert_eq!(check_capacity(10, 10, false), Ok(()));
+        assert_eq!(
+            check_capacity(11, 10, false),
+            Err(Error::WouldOversubscribe {
+                bytes: 11,
+                free: 10
+            })
+        );
+        assert_eq!(check_capacity(11, 10, true), Ok(()));
     }
 }

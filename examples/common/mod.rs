@@ -1,5 +1,5 @@
-//! Shared by the stream examples: kernel intervals from device timestamps, the overlap factor,
-//! and an SVG timeline.
+//! Shared by the examples: kernel intervals from device timestamps, the overlap factor, an SVG
+//! timeline, and the workload size.
 #![allow(dead_code, unreachable_pub)]
 
 use std::fmt::Write as _;
@@ -120,5 +120,15 @@ pub fn write_svg_if_asked(name: &str, svg: &str) -> std::io::Result<Option<Strin
     match path {
         Some(path) => std::fs::write(&path, svg).map(|()| Some(path)),
         None => Ok(None),
+    }
+}
+
+/// `full`, or `small` when `UM_SANITIZE` is set: the GPU run script's sanitizer mode sets it,
+/// because the tools slow every kernel by orders of magnitude.
+pub fn workload(full: usize, small: usize) -> usize {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        small
+    } else {
+        full
     }
 }

@@ -1,0 +1,105 @@
+//! Bad input on a real GPU: each is a clear `Err`, checked before or by the driver.
+
+mod common;
+
+use common::gpu;
+use um::{Context, Error, Managed, StreamOptions};
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn ptx_the_driver_cannot_parse_is_an_error() {
+    let ctx = gpu();
+    let err = ctx.load_ptx("this is not PTX").expect_err("garbage PTX");
+    println!("{err}");
+    assert!(err.to_string().contains("cuModuleLoadData"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn ptx_newer_than_the_driver_names_both_versions() {
+    let ctx = gpu();
+    let ptx = ".version 99.9\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
+    let err = ctx.load_ptx(ptx).expect_err("an ISA no driver knows");
+    println!("{err}");
+    match &err {
+        Error::PtxUnsupported {
+            ptx_isa,
+            driver_major,
+            ..
+        } => {
+            assert_eq!(ptx_isa, "99.9");
+            assert!(*driver_major >= 12);
+        }
+        // Some drivers reject an unknown version as an invalid image instead; that is still a
+        // named driver error.
+        Error::Driver { name, .. } => assert!(name.starts_with("CUDA_ERROR_"), "{err}"),
+        other => panic!("unexpected error: {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_missing_kernel_is_an_error() {
+    let ctx = gpu();
+    let err = ctx
+        .load_ptx(um::kernels::ptx::TESTING_PTX)
+        .and_then(|m| m.kernel("no_such_kernel"))
+        .expect_err("no such entry");
+    assert!(
+        matches!(
+            &err,
+            Error::Driver {
+                call: "cuModuleGetFunction",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_invalid_device_index_is_an_error() {
+    let err = Context::new(1_000).expect_err("no device 1000");
+    assert!(
+        matches!(err, Error::InvalidDevice { ordinal: 1_000, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn zero_length_overflow_and_oversubscription_are_refused() {
+    let ctx = gpu();
+    assert!(matches!(
+        Managed::<[f32]>::zeroed_slice(&ctx, 0),
+        Err(Error::ZeroSized { .. })
+    ));
+    assert!(matches!(
+        Managed::<[u64]>::zeroed_slice(&ctx, usize::MAX / 2),
+        Err(Error::SizeOverflow { .. })
+    ));
+    let (free, _) = ctx.mem_info().expect("mem info");
+    let err = Managed::<[u8]>::zeroed_slice(&ctx, free + (1 << 30)).expect_err("more than free");
+    assert!(matches!(err, Error::WouldOversubscribe { .. }), "{err}");
+    // (The opt-in, `allow_oversubscription`, is not exercised here: it would allocate more
+    // than the shared GPU has free. Its guard is unit-tested without a GPU.)
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn two_handles_of_one_device_share_its_context() {
+    let a = gpu();
+    let b = Context::new(0).expect("second handle");
+    assert!(a.same_as(&b), "both retain device 0's primary context");
+    // Memory of one handle attaches to a stream of the other: no ContextMismatch.
+    let data = Managed::from_slice(&a, &[1.0f32; 8]).expect("alloc");
+    let data = b
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = data.attach(s)?;
+            um::kernels::testing::add_scalar(s, &mut d, 1.0)?;
+            d.sync()
+        })
+        .expect("same context");
+    assert!(data.iter().all(|v| *v == 2.0));
+}
