@@ -1,5 +1,6 @@
 //! The ownership rules at run time, on a real GPU: attach, launch, sync, re-attach, default
 //! streams, threads, and drop with a kernel in flight.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
@@ -282,13 +283,12 @@ fn data_after_drop(ctx: &um::Context) -> um::Result<()> {
     Ok(())
 }
 
-#[test]
-#[ignore = "needs a CUDA device"]
-fn prefetch_policy_gives_the_same_results() {
-    let ctx = gpu();
-    let data = Managed::from_fn(&ctx, 1 << 20, |i| i as f32).expect("alloc");
+/// Three rounds of kernel (`v + 1`) then host pass (`2v`) on a stream with `transfer`, from
+/// `v = i`: each element ends at `8i + 14`.
+fn three_rounds_with(ctx: &um::Context, transfer: um::Transfer) -> Managed<[f32]> {
+    let data = Managed::from_fn(ctx, 1 << 20, |i| i as f32).expect("alloc");
     let data = ctx
-        .with_stream(StreamOptions::new().transfer(um::Transfer::Prefetch), |s| {
+        .with_stream(StreamOptions::new().transfer(transfer), |s| {
             let mut d = data.attach(s)?;
             for _ in 0..3 {
                 add_scalar(s, &mut d, 1.0)?;
@@ -299,34 +299,25 @@ fn prefetch_policy_gives_the_same_results() {
             d.sync()
         })
         .expect("stream work");
-    // Three rounds of v -> 2(v + 1): v' = 8v + 14.
     assert!(
         data.iter()
             .enumerate()
             .all(|(i, v)| *v == 8.0 * i as f32 + 14.0)
     );
+    data
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn prefetch_policy_gives_the_same_results() {
+    three_rounds_with(&gpu(), um::Transfer::Prefetch);
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn host_resident_policy_gives_the_same_results_and_can_be_left() {
     let ctx = gpu();
-    let data = Managed::from_fn(&ctx, 1 << 20, |i| i as f32).expect("alloc");
-    let data = ctx
-        .with_stream(
-            StreamOptions::new().transfer(um::Transfer::HostResident),
-            |s| {
-                let mut d = data.attach(s)?;
-                for _ in 0..3 {
-                    add_scalar(s, &mut d, 1.0)?;
-                    let mut h = d.sync()?;
-                    h.iter_mut().for_each(|v| *v *= 2.0);
-                    d = h.attach(s)?;
-                }
-                d.sync()
-            },
-        )
-        .expect("host-resident stream");
+    let data = three_rounds_with(&ctx, um::Transfer::HostResident);
     // Then on an on-demand stream (the advice is removed on attach).
     let data = ctx
         .with_stream(StreamOptions::new(), |s| {

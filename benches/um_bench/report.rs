@@ -18,6 +18,17 @@ fn find<'a>(
     })
 }
 
+/// The distinct values of `field` among the records of `scenario`, in the order they appear.
+fn distinct(records: &[Record], scenario: &str, field: impl Fn(&Record) -> usize) -> Vec<usize> {
+    let mut values: Vec<usize> = Vec::new();
+    for r in records.iter().filter(|r| r.scenario == scenario) {
+        if !values.contains(&field(r)) {
+            values.push(field(r));
+        }
+    }
+    values
+}
+
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
@@ -108,12 +119,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
         md,
         "\n## 2. The run_task loop, one thread\n\nSeed 000's loop: `transform` kernel, wait, host pass over all of `data`, `convert` kernel. Milliseconds per iteration. Policies: `naive` (C++ only: managed memory attached globally, no stream attach), `attach` (attach to the stream, pages migrate on demand: um's default `Transfer::OnDemand`), `prefetch` (um `Transfer::Prefetch`: to the GPU at attach, to the host before the wait), `host_resident` (um `Transfer::HostResident`: the data stays in host memory, the GPU maps it), `explicit` (C++ only: pinned host buffer, device buffer, async copies). \"vs C++\" compares with the C++ program using the same policy; \"vs explicit\" with explicit copies.\n"
     );
-    let mut sizes: Vec<usize> = records
-        .iter()
-        .filter(|r| r.scenario == "run_task")
-        .map(|r| r.mib)
-        .collect();
-    sizes.dedup();
+    let sizes = distinct(records, "run_task", |r| r.mib);
     for &mib in &sizes {
         let _ = writeln!(
             md,
@@ -202,12 +208,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
         md,
         "\n## 3. The loop on several threads, each with its own stream\n\nWall time per iteration (all threads together), 16 MiB per buffer and thread. Per-stream: `sync` waits for the thread's own stream. Device-wide: `cuCtxSynchronize` first, as a program that waits for the whole device would.\n\n| threads | per-stream sync, ms | device-wide sync, ms | device-wide / per-stream |\n| ---: | ---: | ---: | ---: |"
     );
-    let mut counts: Vec<usize> = records
-        .iter()
-        .filter(|r| r.scenario == "threads")
-        .map(|r| r.threads)
-        .collect();
-    counts.dedup();
+    let counts = distinct(records, "threads", |r| r.threads);
     for t in counts {
         let get = |v: &str| {
             records
@@ -279,12 +280,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
 
 /// Grouped bars: each implementation and policy relative to explicit copies, per size.
 pub(crate) fn run_task_svg(records: &[Record]) -> String {
-    let mut sizes: Vec<usize> = records
-        .iter()
-        .filter(|r| r.scenario == "run_task")
-        .map(|r| r.mib)
-        .collect();
-    sizes.dedup();
+    let sizes = distinct(records, "run_task", |r| r.mib);
     let series: Vec<(String, String)> = {
         let mut v: Vec<(String, String)> = Vec::new();
         for r in records.iter().filter(|r| r.scenario == "run_task") {

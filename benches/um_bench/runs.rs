@@ -70,10 +70,10 @@ const PER_BATCH: usize = 256;
 
 /// Per-launch host time of `launch`, in µs, over batches of launches (the stream is drained
 /// between batches, untimed, so the queue never fills).
-fn time_batches(
-    mut launch: impl FnMut() -> Res<()>,
-    mut drain: impl FnMut() -> Res<()>,
-) -> Res<Vec<f64>> {
+fn time_batches<E>(
+    mut launch: impl FnMut() -> Result<(), E>,
+    mut drain: impl FnMut() -> Result<(), E>,
+) -> Result<Vec<f64>, E> {
     let mut samples = Vec::with_capacity(BATCHES);
     for b in 0..BATCHES {
         let t0 = Instant::now();
@@ -93,13 +93,7 @@ fn launch_um_typed(ctx: &Context) -> Res<Vec<f64>> {
     let buf = Managed::from_slice(ctx, &[0.0f32])?;
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let mut b = buf.attach(s)?;
-        let samples = time_batches(
-            || Ok(testing::add_scalar(s, &mut b, 1.0)?),
-            || Ok(s.synchronize()?),
-        )
-        .map_err(|e| um::Error::InteriorNul {
-            what: leak(e.to_string()),
-        })?;
+        let samples = time_batches(|| testing::add_scalar(s, &mut b, 1.0), || s.synchronize())?;
         b.sync()?;
         Ok(samples)
     })?)
@@ -113,21 +107,12 @@ fn launch_um_raw(ctx: &Context) -> Res<Vec<f64>> {
         let cfg = LaunchConfig::linear(1, 256);
         let samples = time_batches(
             // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
-            || Ok(unsafe { s.launch(&kernel, cfg, (&mut b, 1.0f32, 1u32)) }?),
-            || Ok(s.synchronize()?),
-        )
-        .map_err(|e| um::Error::InteriorNul {
-            what: leak(e.to_string()),
-        })?;
+            || unsafe { s.launch(&kernel, cfg, (&mut b, 1.0f32, 1u32)) },
+            || s.synchronize(),
+        )?;
         b.sync()?;
         Ok(samples)
     })?)
-}
-
-/// Error plumbing for closures that must return `um::Result`: benchmark errors are reported,
-/// not recovered from, so leaking the message is fine.
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 fn cust_ok(r: cs::CUresult, what: &str) -> Res<()> {
@@ -169,7 +154,7 @@ fn launch_cust(_ctx: &Context) -> Res<Vec<f64>> {
     let f = module.get_function("add_scalar")?;
     let p = cust_alloc_host(4)?;
     cust_attach_single(&stream, p)?;
-    let samples = time_batches(
+    let samples = time_batches::<Box<dyn std::error::Error>>(
         || {
             // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
             unsafe { cust::launch!(f<<<1, 256, 0, stream>>>(p, 1.0f32, 1u32)) }?;
@@ -197,7 +182,7 @@ fn launch_cudarc() -> Res<Vec<f64>> {
         shared_mem_bytes: 0,
     };
     let (v, n) = (1.0f32, 1u32);
-    time_batches(
+    time_batches::<Box<dyn std::error::Error>>(
         || {
             let mut b = stream.launch_builder(&f);
             b.arg(&mut buf).arg(&v).arg(&n);
