@@ -72,7 +72,44 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
+/// `um_bench --child run_task IMPL VARIANT MIB ITERS` or `--child launch VARIANT`: one Rust
+/// variant in this fresh process; prints `{"median":..,"min":..}` of its samples.
+fn child(args: &[String]) -> ExitCode {
+    let run = |ctx: &Context| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+        match args {
+            [what, imp, variant, mib, iters] if what == "run_task" => {
+                runs::run_task_variant(ctx, imp, variant, mib.parse()?, iters.parse()?)
+            }
+            [what, variant] if what == "launch" => runs::launch_variant(ctx, variant),
+            _ => Err("expected `run_task IMPL VARIANT MIB ITERS` or `launch VARIANT`".into()),
+        }
+    };
+    match Context::new(0)
+        .map_err(Into::into)
+        .and_then(|ctx| run(&ctx))
+    {
+        Ok(samples) => {
+            let mut sorted = samples;
+            sorted.sort_by(f64::total_cmp);
+            println!(
+                "{{\"median\":{:.4},\"min\":{:.4}}}",
+                sorted[sorted.len() / 2],
+                sorted[0]
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("um_bench --child: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    let all: Vec<String> = std::env::args().collect();
+    if all.get(1).map(String::as_str) == Some("--child") {
+        return child(&all[2..]);
+    }
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -119,7 +156,7 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         total as f64 / (1u64 << 30) as f64
     );
     let mut records = Vec::new();
-    records.extend(runs::launch(ctx, cpp.as_ref(), opts.rounds)?);
+    records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
     for &mib in &opts.sizes_mib {
         // Three buffers per variant; never ask for more managed memory than the GPU has free.
         let need = 3 * mib * (1 << 20);

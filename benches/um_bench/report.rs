@@ -91,7 +91,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
     // 1. launches
     let _ = writeln!(
         md,
-        "## 1. Host cost of one launch\n\n`add_scalar` on a one-element buffer, 256 threads; host time of batches of 256 launches (µs per launch).\n\n| implementation | how | median µs | min µs | vs C++ (median) |\n| --- | --- | ---: | ---: | ---: |"
+        "## 1. Host cost of one launch\n\n`add_scalar` on a one-element buffer, 256 threads; host time of batches of 256 launches (µs per launch). Every implementation measures in a fresh process.\n\n| implementation | how | median µs | min µs | vs C++ (median) |\n| --- | --- | ---: | ---: | ---: |"
     );
     let cpp_launch = find(records, "launch", "cpp", "cuLaunchKernel", 0).map(|r| r.median);
     for r in records.iter().filter(|r| r.scenario == "launch") {
@@ -117,7 +117,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
     // 2. run_task
     let _ = writeln!(
         md,
-        "\n## 2. The run_task loop, one thread\n\nSeed 000's loop: `transform` kernel, wait, host pass over all of `data`, `convert` kernel. Milliseconds per iteration. Policies: `naive` (C++ only: managed memory attached globally, no stream attach), `attach` (attach to the stream, pages migrate on demand: um's default `Transfer::OnDemand`), `prefetch` (um `Transfer::Prefetch`: to the GPU at attach, to the host before the wait), `host_resident` (um `Transfer::HostResident`: the data stays in host memory, the GPU maps it), `explicit` (C++ only: pinned host buffer, device buffer, async copies). \"vs C++\" compares with the C++ program using the same policy; \"vs explicit\" with explicit copies.\n"
+        "\n## 2. The run_task loop, one thread\n\nSeed 000's loop: `transform` kernel, wait, host pass over all of `data`, `convert` kernel. Milliseconds per iteration. Policies: `naive` (C++ only: managed memory attached globally, no stream attach), `attach` (attach to the stream, pages migrate on demand: um's default `Transfer::OnDemand`), `prefetch` (um `Transfer::Prefetch`: to the GPU at attach, to the host before the wait), `host_resident` (um `Transfer::HostResident`: the data stays in host memory, the GPU maps it), `explicit` (C++ only: pinned host buffer, device buffer, async copies). \"vs C++\" compares with the C++ program using the same policy; \"vs explicit\" with explicit copies. Every implementation runs each measurement in a fresh process, as the C++ program does; the `um, in-process` rows are the same loops run inside the long-lived benchmark process, after the other scenarios.\n"
     );
     let sizes = distinct(records, "run_task", |r| r.mib);
     for &mib in &sizes {
@@ -294,7 +294,7 @@ pub(crate) fn run_task_svg(records: &[Record]) -> String {
     // One colour per series (ten: five C++, three um, cust, cudarc), and two to spare.
     let colors = [
         "#bab0ac", "#4e79a7", "#76b7b2", "#59a14f", "#f28e2b", "#e15759", "#b07aa1", "#edc948",
-        "#9c755f", "#17becf", "#7f7f7f", "#bcbd22",
+        "#9c755f", "#17becf", "#7f7f7f", "#bcbd22", "#aec7e8", "#ffbb78",
     ];
     let (left, top, bar, gap, height) = (60.0, 40.0, 16.0, 40.0, 260.0);
     let group = series.len() as f64 * bar + gap;

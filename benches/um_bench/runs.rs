@@ -194,20 +194,21 @@ fn launch_cudarc() -> Res<Vec<f64>> {
     )
 }
 
-pub(crate) fn launch(ctx: &Context, cpp: Option<&Baseline>, rounds: usize) -> Res<Vec<Record>> {
+pub(crate) fn launch(cpp: Option<&Baseline>, rounds: usize) -> Res<Vec<Record>> {
     println!("launch: host cost per launch, {BATCHES} batches of {PER_BATCH}, {rounds} rounds");
-    let (mut typed, mut raw, mut cust, mut cudarc, mut c) = Default::default();
-    let (typed, raw, cust, cudarc, c): (
-        &mut Rounds,
-        &mut Rounds,
-        &mut Rounds,
-        &mut Rounds,
-        &mut Rounds,
-    ) = (&mut typed, &mut raw, &mut cust, &mut cudarc, &mut c);
+    // Each variant runs in a fresh process, as the C++ baseline does.
+    let variants = [
+        ("typed", "um", "typed launcher"),
+        ("raw", "um", "Stream::launch (unsafe)"),
+        ("cust", "cust", "launch! macro"),
+        ("cudarc", "cudarc", "launch_builder + UnifiedSlice"),
+    ];
+    let mut c = Rounds::default();
+    let mut rust: Vec<Rounds> = variants.iter().map(|_| Rounds::default()).collect();
     // Rotate the order each round (see `run_task`).
     for round in 0..rounds {
-        for k in 0..5 {
-            match (round + k) % 5 {
+        for k in 0..=variants.len() {
+            match (round + k) % (variants.len() + 1) {
                 0 => {
                     if let Some(cpp) = cpp {
                         let args = [BATCHES.to_string(), PER_BATCH.to_string()];
@@ -218,28 +219,19 @@ pub(crate) fn launch(ctx: &Context, cpp: Option<&Baseline>, rounds: usize) -> Re
                         );
                     }
                 }
-                1 => typed.add_samples(&launch_um_typed(ctx)?),
-                2 => raw.add_samples(&launch_um_raw(ctx)?),
-                3 => cust.add_samples(&launch_cust(ctx)?),
-                _ => cudarc.add_samples(&launch_cudarc()?),
+                i => {
+                    let (median, min) = in_child(&["launch", variants[i - 1].0])?;
+                    rust[i - 1].add(median, min);
+                }
             }
         }
     }
-    let mut out = vec![
-        typed.record("launch", "um", "typed launcher", 0, 1, "us"),
-        raw.record("launch", "um", "Stream::launch (unsafe)", 0, 1, "us"),
-        cust.record("launch", "cust", "launch! macro", 0, 1, "us"),
-        cudarc.record(
-            "launch",
-            "cudarc",
-            "launch_builder + UnifiedSlice",
-            0,
-            1,
-            "us",
-        ),
-    ];
+    let mut out = Vec::new();
     if cpp.is_some() {
-        out.insert(0, c.record("launch", "cpp", "cuLaunchKernel", 0, 1, "us"));
+        out.push(c.record("launch", "cpp", "cuLaunchKernel", 0, 1, "us"));
+    }
+    for ((_, imp, how), r) in variants.iter().zip(&rust) {
+        out.push(r.record("launch", imp, how, 0, 1, "us"));
     }
     Ok(out)
 }
@@ -406,26 +398,82 @@ fn run_task_cudarc(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
     Ok(per_iteration(&starts))
 }
 
+/// One Rust variant of the loop, in this process: per-iteration samples (ms).
+pub(crate) fn run_task_variant(
+    ctx: &Context,
+    imp: &str,
+    variant: &str,
+    mib: usize,
+    iters: usize,
+) -> Res<Vec<f64>> {
+    let n = mib * (1 << 20) / 4;
+    match (imp, variant) {
+        ("um", "attach") => run_task_um(ctx, n, iters, Transfer::OnDemand),
+        ("um", "prefetch") => run_task_um(ctx, n, iters, Transfer::Prefetch),
+        ("um", "host_resident") => run_task_um(ctx, n, iters, Transfer::HostResident),
+        ("cust", "attach") => run_task_cust(ctx, n, iters),
+        ("cudarc", "attach") => run_task_cudarc(ctx, n, iters),
+        _ => Err(format!("no run_task variant {imp} {variant}").into()),
+    }
+}
+
+/// One measurement in a fresh process (this binary, `--child ARGS`), as the C++ baseline
+/// runs: `(median, min)` of its samples.
+fn in_child(args: &[&str]) -> Res<(f64, f64)> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .arg("--child")
+        .args(args)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "child {args:?} failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok((cpp::number(&text, "median")?, cpp::number(&text, "min")?))
+}
+
+/// One launch variant in this process: per-launch host time samples (µs).
+pub(crate) fn launch_variant(ctx: &Context, variant: &str) -> Res<Vec<f64>> {
+    match variant {
+        "typed" => launch_um_typed(ctx),
+        "raw" => launch_um_raw(ctx),
+        "cust" => launch_cust(ctx),
+        "cudarc" => launch_cudarc(),
+        _ => Err(format!("no launch variant {variant}").into()),
+    }
+}
+
 pub(crate) fn run_task(
     ctx: &Context,
     cpp: Option<&Baseline>,
     mib: usize,
     rounds: usize,
 ) -> Res<Vec<Record>> {
-    let n = mib * (1 << 20) / 4;
     let iters = iters_for(mib);
     println!("run_task: {mib} MiB, {iters} iterations, {rounds} rounds");
     let cpp_modes = ["naive", "attach", "prefetch", "host_resident", "explicit"];
     let mut c: Vec<Rounds> = cpp_modes.iter().map(|_| Rounds::default()).collect();
-    let (mut on_demand, mut prefetch, mut resident) =
-        (Rounds::default(), Rounds::default(), Rounds::default());
-    let (mut cust, mut cudarc) = (Rounds::default(), Rounds::default());
-    // Every round measures each variant once, starting one place later than the round before,
-    // so that no variant always runs first (right after the C++ processes exit) or last.
-    const VARIANTS: usize = 5;
+    // Rust variants, each measured in a fresh process like the C++ ones; um's also in this
+    // long-lived process, to show what process state costs.
+    let rust: [(&str, &str); 5] = [
+        ("um", "attach"),
+        ("um", "prefetch"),
+        ("um", "host_resident"),
+        ("cust", "attach"),
+        ("cudarc", "attach"),
+    ];
+    let mut fresh: Vec<Rounds> = rust.iter().map(|_| Rounds::default()).collect();
+    let mut in_process: Vec<Rounds> = rust[..3].iter().map(|_| Rounds::default()).collect();
+    // Every round measures each group once, starting one place later than the round before,
+    // so that no group always runs first or last.
+    const GROUPS: usize = 3;
     for round in 0..rounds {
-        for k in 0..VARIANTS {
-            match (round + k) % VARIANTS {
+        for k in 0..GROUPS {
+            match (round + k) % GROUPS {
                 0 => {
                     if let Some(cpp) = cpp {
                         for (mode, r) in cpp_modes.iter().zip(&mut c) {
@@ -438,12 +486,17 @@ pub(crate) fn run_task(
                         }
                     }
                 }
-                1 => on_demand.add_samples(&run_task_um(ctx, n, iters, Transfer::OnDemand)?),
-                2 => prefetch.add_samples(&run_task_um(ctx, n, iters, Transfer::Prefetch)?),
-                3 => resident.add_samples(&run_task_um(ctx, n, iters, Transfer::HostResident)?),
+                1 => {
+                    for ((imp, variant), r) in rust.iter().zip(&mut fresh) {
+                        let (mib, iters) = (mib.to_string(), iters.to_string());
+                        let (median, min) = in_child(&["run_task", imp, variant, &mib, &iters])?;
+                        r.add(median, min);
+                    }
+                }
                 _ => {
-                    cust.add_samples(&run_task_cust(ctx, n, iters)?);
-                    cudarc.add_samples(&run_task_cudarc(ctx, n, iters)?);
+                    for ((imp, variant), r) in rust.iter().zip(&mut in_process) {
+                        r.add_samples(&run_task_variant(ctx, imp, variant, mib, iters)?);
+                    }
                 }
             }
         }
@@ -454,11 +507,12 @@ pub(crate) fn run_task(
             out.push(r.record("run_task", "cpp", mode, mib, 1, "ms"));
         }
     }
-    out.push(on_demand.record("run_task", "um", "attach", mib, 1, "ms"));
-    out.push(prefetch.record("run_task", "um", "prefetch", mib, 1, "ms"));
-    out.push(resident.record("run_task", "um", "host_resident", mib, 1, "ms"));
-    out.push(cust.record("run_task", "cust", "attach", mib, 1, "ms"));
-    out.push(cudarc.record("run_task", "cudarc", "attach", mib, 1, "ms"));
+    for ((imp, variant), r) in rust.iter().zip(&fresh) {
+        out.push(r.record("run_task", imp, variant, mib, 1, "ms"));
+    }
+    for ((_, variant), r) in rust.iter().zip(&in_process) {
+        out.push(r.record("run_task", "um, in-process", variant, mib, 1, "ms"));
+    }
     Ok(out)
 }
 
