@@ -23,7 +23,13 @@ use um::{Context, LaunchConfig, Managed, Stream, StreamKind, StreamOwned};
 fn n() -> usize {
     common::workload(1 << 20, 1 << 12)
 }
-const NUM_THREADS: usize = 8;
+/// Host threads: 8, or `UM_THREADS` (used to study the sanitizers, docs/reliability.md).
+fn num_threads() -> usize {
+    std::env::var("UM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
 const ONE_BLOCK: LaunchConfig = LaunchConfig {
     grid: (1, 1, 1),
     block: (64, 1, 1),
@@ -82,9 +88,9 @@ fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u
 }
 
 fn run(ctx: &Context, which: Default) -> um::Result<(Vec<Interval>, bool)> {
-    let start = Barrier::new(NUM_THREADS);
+    let start = Barrier::new(num_threads());
     let results: Vec<um::Result<((u64, u64), bool)>> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..NUM_THREADS)
+        let handles: Vec<_> = (0..num_threads())
             .map(|_| scope.spawn(|| thread_task(ctx, which, &start)))
             .collect();
         handles
@@ -131,11 +137,15 @@ fn main() -> ExitCode {
         common::overlap_factor(&per_thread),
     );
     println!(
-        "{NUM_THREADS} host threads, each kernel<<<1, 64>>> over {} floats on the default stream, then sync",
+        "{} host threads, each kernel<<<1, 64>>> over {} floats on the default stream, then sync",
+        num_threads(),
         n()
     );
     println!("legacy default stream:     overlap {f_legacy:.2}x (1 = serialized)");
-    println!("per-thread default stream: overlap {f_pt:.2}x (up to {NUM_THREADS})");
+    println!(
+        "per-thread default stream: overlap {f_pt:.2}x (up to {})",
+        num_threads()
+    );
     println!(
         "checked: every thread's result matches the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok})"
     );

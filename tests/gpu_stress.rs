@@ -16,7 +16,13 @@ use common::gpu;
 use um::kernels::run_task;
 use um::{Context, Managed, StreamOptions};
 
-const THREADS: usize = 16;
+/// Host threads: 16, or `UM_STRESS_THREADS` (used to study the sanitizers, docs/reliability.md).
+fn threads() -> usize {
+    std::env::var("UM_STRESS_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
+}
 const LEN: usize = 1 << 14;
 
 fn iterations() -> usize {
@@ -76,7 +82,7 @@ fn stress_16_threads_each_on_its_own_stream() {
     let free_before = ctx.mem_info().expect("mem info").0;
     let start = Instant::now();
     let results: Vec<um::Result<bool>> = thread::scope(|scope| {
-        let handles: Vec<_> = (0..THREADS)
+        let handles: Vec<_> = (0..threads())
             .map(|t| {
                 let ctx = &ctx;
                 scope.spawn(move || worker(ctx, t, iters))
@@ -92,8 +98,10 @@ fn stress_16_threads_each_on_its_own_stream() {
     let _ = done.send(());
     let ok = results.iter().filter(|r| matches!(r, Ok(true))).count();
     println!(
-        "stress: {THREADS} threads x {iters} iterations x {LEN} floats, {ok}/{THREADS} results exact, {:.2} s; \
+        "stress: {} threads x {iters} iterations x {LEN} floats, {ok}/{} results exact, {:.2} s; \
          GPU free memory before {} MiB, after {} MiB",
+        threads(),
+        threads(),
         wall.as_secs_f64(),
         free_before >> 20,
         free_after >> 20
