@@ -12,6 +12,7 @@
 #                       heaviest workloads and the stress test runs 20 iterations. Last line as
 #                       above.
 #
+# tests/gpu_two_devices runs only where nvidia-smi lists two or more GPUs ("skipped" elsewhere).
 # Examples that draw timelines write them to $UM_SVG_DIR when it is set.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -32,7 +33,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # The programs that use the GPU, less the fault tests (they fault on purpose).
   programs=()
   for p in tests/gpu_* examples/*; do
-    [ "$p" = tests/gpu_faults ] || programs+=("$p")
+    case "$p" in tests/gpu_faults | tests/gpu_two_devices) ;; *) programs+=("$p") ;; esac
   done
   for tool in "${tools[@]}"; do
     tool_ok=0
@@ -70,7 +71,12 @@ if [ "${1:-}" = "--sanitize" ]; then
   exit
 fi
 
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 for t in tests/*; do
+  if [ "$(basename "$t")" = gpu_two_devices ] && [ "${gpus:-0}" -lt 2 ]; then
+    echo "=== test binary gpu_two_devices: skipped (needs two GPUs, this machine has ${gpus:-0})"
+    continue
+  fi
   echo "=== test binary $(basename "$t")"
   log=$(mktemp)
   "./$t" --include-ignored 2>&1 | tee "$log"
