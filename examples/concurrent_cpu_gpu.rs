@@ -25,12 +25,8 @@ fn large() -> usize {
 }
 
 fn main() -> ExitCode {
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("concurrent_cpu_gpu: cannot run: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(ctx) = common::open_gpu("concurrent_cpu_gpu") else {
+        return ExitCode::from(2);
     };
     println!(
         "device: {} (concurrentManagedAccess={})",

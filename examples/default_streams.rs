@@ -96,12 +96,8 @@ fn run(ctx: &Context, dummy: Dummy) -> um::Result<(Vec<Interval>, bool, f64)> {
 }
 
 fn main() -> ExitCode {
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("default_streams: cannot run: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(ctx) = common::open_gpu("default_streams") else {
+        return ExitCode::from(2);
     };
     println!("device: {}", ctx.info().name);
     let result = (|| -> um::Result<_> {
@@ -144,7 +140,8 @@ fn main() -> ExitCode {
     println!(
         "checked: results match the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok}, reference: {none_ok})"
     );
-    let svg = common::svg(
+    common::publish_timeline(
+        "default_streams",
         "Eight streams, dummy kernel on the default stream after each launch (seed 004)",
         "stream",
         &[
@@ -153,18 +150,8 @@ fn main() -> ExitCode {
             ("no dummy launch (reference)", &none),
         ],
     );
-    match common::write_svg_if_asked("default_streams", &svg) {
-        Ok(Some(path)) => println!("timeline: {path}"),
-        Ok(None) => {}
-        Err(e) => eprintln!("default_streams: cannot write the SVG: {e}"),
-    }
     // The serialization and the concurrency are what the seed shows: check them too.
-    let shows_seed = f_legacy < 1.5 && f_pt > 4.0;
-    if !shows_seed {
-        println!(
-            "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
-        );
-    }
+    let shows_seed = common::shows_seed(f_legacy, f_pt);
     if legacy_ok && per_thread_ok && none_ok && shows_seed {
         ExitCode::SUCCESS
     } else {

@@ -106,12 +106,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("multithreaded_run_task: cannot run: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(ctx) = common::open_gpu("multithreaded_run_task") else {
+        return ExitCode::from(2);
     };
     let info = ctx.info();
     println!(

@@ -113,12 +113,8 @@ fn run(ctx: &Context, which: Default) -> um::Result<(Vec<Interval>, bool)> {
 }
 
 fn main() -> ExitCode {
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("per_thread_streams: cannot run: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(ctx) = common::open_gpu("per_thread_streams") else {
+        return ExitCode::from(2);
     };
     println!("device: {}", ctx.info().name);
     let result = (|| -> um::Result<_> {
@@ -149,7 +145,8 @@ fn main() -> ExitCode {
     println!(
         "checked: every thread's result matches the CPU reference (legacy: {legacy_ok}, per-thread: {per_thread_ok})"
     );
-    let svg = common::svg(
+    common::publish_timeline(
+        "per_thread_streams",
         "Eight host threads, one kernel each on the default stream (seed 004)",
         "thread",
         &[
@@ -157,17 +154,7 @@ fn main() -> ExitCode {
             ("per-thread default stream", &per_thread),
         ],
     );
-    match common::write_svg_if_asked("per_thread_streams", &svg) {
-        Ok(Some(path)) => println!("timeline: {path}"),
-        Ok(None) => {}
-        Err(e) => eprintln!("per_thread_streams: cannot write the SVG: {e}"),
-    }
-    let shows_seed = f_legacy < 1.5 && f_pt > 4.0;
-    if !shows_seed {
-        println!(
-            "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
-        );
-    }
+    let shows_seed = common::shows_seed(f_legacy, f_pt);
     if legacy_ok && per_thread_ok && shows_seed {
         ExitCode::SUCCESS
     } else {

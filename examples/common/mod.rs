@@ -132,3 +132,37 @@ pub fn workload(full: usize, small: usize) -> usize {
         full
     }
 }
+
+/// The context of device 0, or `None` after saying in one line why the example cannot run (on
+/// a machine without a GPU, say); the example then exits with status 2.
+pub fn open_gpu(example: &str) -> Option<um::Context> {
+    match um::Context::new(0) {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            eprintln!("{example}: cannot run: {e}");
+            None
+        }
+    }
+}
+
+/// Draws the timeline of `runs`, writes it where asked (see [`write_svg_if_asked`]) and says
+/// where.
+pub fn publish_timeline(example: &str, title: &str, lane_name: &str, runs: &[(&str, &[Interval])]) {
+    match write_svg_if_asked(example, &svg(title, lane_name, runs)) {
+        Ok(Some(path)) => println!("timeline: {path}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("{example}: cannot write the SVG: {e}"),
+    }
+}
+
+/// Whether the two runs show what seed 004 shows: the legacy default stream serializes
+/// (overlap < 1.5x) and the per-thread default stream overlaps (> 4x). Says so when not.
+pub fn shows_seed(legacy_overlap: f64, per_thread_overlap: f64) -> bool {
+    let shows = legacy_overlap < 1.5 && per_thread_overlap > 4.0;
+    if !shows {
+        println!(
+            "unexpected: the legacy run should serialize (< 1.5x) and the per-thread run overlap (> 4x)"
+        );
+    }
+    shows
+}
