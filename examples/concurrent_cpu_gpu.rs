@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use um::kernels::{reference, streams, testing};
-use um::{Context, LaunchConfig, Managed, StreamOptions};
+use um::{Context, Linear, Managed, StreamOptions};
 
 /// Elements of A's and B's memory (smaller under the sanitizer, see `common::workload`).
 fn small() -> usize {
@@ -64,7 +64,7 @@ fn run(ctx: &Context) -> um::Result<bool> {
             let t0 = Instant::now();
             // Stream B: one block over 4M elements of pow/sqrt, tens of milliseconds.
             streams::stamp(b, &mut b_time, 0)?;
-            streams::kernel_with(b, LaunchConfig::linear(1, 64), &mut b_data)?;
+            streams::kernel_with(b, Linear::new(1, 64)?, &mut b_data)?;
             streams::stamp(b, &mut b_time, 1)?;
 
             // Stream A: a short kernel, then A's memory goes back to the CPU.

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use common::Interval;
 use um::kernels::{reference, streams};
-use um::{Context, LaunchConfig, Managed, StreamOptions};
+use um::{Context, Linear, Managed, StreamOptions};
 
 /// Elements per kernel (smaller under the sanitizer, see `common::workload`).
 fn n() -> usize {
@@ -25,10 +25,9 @@ fn n() -> usize {
 }
 const NUM_STREAMS: usize = 8;
 /// The seed's `<<<1, 64>>>`: one block per grid leaves room for all eight to run at once.
-const ONE_BLOCK: LaunchConfig = LaunchConfig {
-    grid: (1, 1, 1),
-    block: (64, 1, 1),
-    shared_mem_bytes: 0,
+const ONE_BLOCK: Linear = match Linear::checked(1, 64) {
+    Some(l) => l,
+    None => panic!("not a valid launch"),
 };
 
 #[derive(Clone, Copy, PartialEq)]

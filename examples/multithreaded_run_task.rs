@@ -12,7 +12,7 @@ use std::thread;
 use std::time::Instant;
 
 use um::kernels::run_task;
-use um::{Context, LaunchConfig, Managed, StreamOptions};
+use um::{Context, Linear, Managed, StreamOptions};
 
 struct Args {
     threads: usize,
@@ -56,10 +56,9 @@ fn host_process(data: &mut [f32]) {
 
 /// The seed launches `<<<100, 256>>>`; the kernels use grid-stride loops, so any grid covers
 /// any length.
-const SEED_CONFIG: LaunchConfig = LaunchConfig {
-    grid: (100, 1, 1),
-    block: (256, 1, 1),
-    shared_mem_bytes: 0,
+const SEED_CONFIG: Linear = match Linear::checked(100, 256) {
+    Some(l) => l,
+    None => panic!("not a valid launch"),
 };
 
 /// What `run_task` must produce: the same steps on the CPU.

@@ -17,7 +17,7 @@ use std::thread;
 
 use common::Interval;
 use um::kernels::{reference, streams};
-use um::{Context, LaunchConfig, Managed, Stream, StreamKind, StreamOwned};
+use um::{Context, Linear, Managed, Stream, StreamKind, StreamOwned};
 
 /// Elements per kernel (smaller under the sanitizer, see `common::workload`).
 fn n() -> usize {
@@ -30,10 +30,9 @@ fn num_threads() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8)
 }
-const ONE_BLOCK: LaunchConfig = LaunchConfig {
-    grid: (1, 1, 1),
-    block: (64, 1, 1),
-    shared_mem_bytes: 0,
+const ONE_BLOCK: Linear = match Linear::checked(1, 64) {
+    Some(l) => l,
+    None => panic!("not a valid launch"),
 };
 
 #[derive(Clone, Copy)]

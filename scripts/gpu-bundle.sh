@@ -14,8 +14,8 @@ bash scripts/setup.sh
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/examples" "$out/bench"
 
-# Executables from cargo's JSON messages. The compile-fail suite (`ui`) needs cargo and rustc,
-# which a GPU machine lacks; it runs on CI instead.
+# Executables from cargo's JSON messages. The compile-fail suite (`ui`) and the build of a user's
+# crate (`out_of_workspace`) need cargo and rustc, which a GPU machine lacks; they run on CI.
 # $1: "example" for examples, "bench" for benchmarks, anything else for test binaries.
 executables() {
   python3 -c '
@@ -29,13 +29,23 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
         kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
-        if t["name"] != "ui" and (kind == want or (want not in ("example", "bench") and kind == "test")):
+        if t["name"] not in ("ui", "out_of_workspace") and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
 cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
   executables test | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/tests/$name"; done
 cargo build --workspace --release --examples --message-format=json-render-diagnostics 2>/dev/null |
   executables example | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/examples/$name"; done
+cargo build --release -p own-kernels --message-format=json-render-diagnostics 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bin" in m["target"]["kind"]:
+        print(m["executable"])' | while read -r exe; do cp "$exe" "$out/examples/own_kernels"; done
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
 strip "$out"/tests/* "$out"/examples/* "$out"/bench/*

@@ -45,8 +45,9 @@ fn seed_kernel_matches_the_cpu_with_any_grid() {
     for n in sizes() {
         for config in [
             None,
-            Some(um::LaunchConfig::linear(1, 64)),
-            Some(um::LaunchConfig::linear(3, 1)),
+            Some(um::Linear::new(1, 64).expect("1 x 64")),
+            Some(um::Linear::new(3, 1).expect("3 x 1")),
+            Some(um::Linear::new(1, 1024).expect("1 x 1024")),
         ] {
             let x = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("alloc");
             let x = ctx

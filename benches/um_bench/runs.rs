@@ -620,7 +620,7 @@ pub(crate) fn overlap(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             }
             for i in 0..STREAMS {
                 streams::stamp(&s[i], &mut t[i], 0)?;
-                streams::kernel_with(&s[i], LaunchConfig::linear(1, 64), &mut d[i])?;
+                streams::kernel_with(&s[i], um::Linear::new(1, 64)?, &mut d[i])?;
                 streams::stamp(&s[i], &mut t[i], 1)?;
             }
             let mut iv = Vec::new();

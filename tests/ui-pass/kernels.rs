@@ -23,3 +23,24 @@ fn launchers(ctx: &Context) -> um::Result<()> {
 fn main() {
     let _ = launchers;
 }
+
+// Twins of `unsafe_launcher_outside_unsafe`, `three_dimensional_config_to_safe_launcher` and
+// `forge_linear_geometry`: the unsafe launcher inside `unsafe` with its reason, the safe one
+// with a `Linear` from its checked constructor.
+fn geometry_and_unsafe(ctx: &Context) -> um::Result<()> {
+    let x = Managed::<[f32]>::zeroed_slice(ctx, 4)?;
+    let idx = Managed::from_slice(ctx, &[3u32, 2, 1, 0])?;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let (mut x, idx) = (x.attach(s)?, idx.attach(s)?);
+        testing::add_scalar_with(s, um::Linear::new(64, 1)?, &mut x, 1.0)?;
+        // SAFETY: `idx` is a permutation of 0..4, the length of `x`, and the launch has 4
+        // threads: each writes its own element.
+        unsafe { testing::scatter(s, um::LaunchConfig::linear(1, 4), &mut x, &idx, 1.0, 4)? };
+        s.sync_all((x, idx)).map(drop)
+    })
+}
+
+#[allow(dead_code)]
+fn uses() {
+    let _ = geometry_and_unsafe;
+}

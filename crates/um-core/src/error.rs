@@ -123,6 +123,38 @@ pub enum Error {
         /// The length that does not fit.
         len: usize,
     },
+    /// A [`Linear`](crate::Linear) launch that is empty, has blocks larger than any device
+    /// runs, or has so many threads that a global index would wrap.
+    #[error(
+        "invalid launch geometry: {blocks} block(s) of {threads_per_block} thread(s): {reason}"
+    )]
+    InvalidGeometry {
+        /// Blocks asked for.
+        blocks: u32,
+        /// Threads per block asked for.
+        threads_per_block: u32,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A buffer so long that the kernel's grid-stride loop would wrap its index past the
+    /// count type's maximum with this many threads (`len - 1 + threads > max`): the wrapped
+    /// index would revisit elements that other threads own.
+    #[error(
+        "kernel {kernel}: {len} elements counted by `{param}` and a grid of {threads} threads \
+         overflow the count type (max {max}): launch fewer threads"
+    )]
+    IndexOverflow {
+        /// The kernel.
+        kernel: &'static str,
+        /// The count parameter.
+        param: &'static str,
+        /// The buffers' length.
+        len: usize,
+        /// Threads in the launch.
+        threads: u64,
+        /// The count type's maximum.
+        max: u64,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

@@ -81,9 +81,12 @@
 //! # }
 //! ```
 
+#[doc(hidden)]
+pub mod codegen;
 mod context;
 mod driver;
 mod error;
+mod geometry;
 mod launch;
 mod managed;
 mod module;
@@ -96,6 +99,7 @@ pub use context::{Context, DeviceInfo};
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use error::{Error, Result};
+pub use geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
@@ -103,6 +107,25 @@ pub use state::{HostOwned, State, StreamOwned, SyncGroup};
 pub use stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };
+
+/// Includes the kernels and launchers that `um-build` generated in this crate's build script
+/// (`$OUT_DIR/um_kernels.rs`): one module per `.cu` file, holding its PTX and a launcher per
+/// kernel, plus `ALL_PTX` and `PTX_ARCH`. See `docs/kernels.md`.
+///
+/// ```ignore
+/// // src/lib.rs (or any module) of a crate whose build.rs runs um_build::Kernels
+/// um::include_kernels!();
+/// ```
+#[macro_export]
+macro_rules! include_kernels {
+    () => {
+        // The crate the generated launchers call (`um-core`, however this crate names it).
+        // Private, so that it never shows up as a path in other crates' diagnostics.
+        #[allow(unused_imports)]
+        use $crate as __um;
+        include!(concat!(env!("OUT_DIR"), "/um_kernels.rs"));
+    };
+}
 
 /// How many `cuStreamAttachMemAsync` calls the calling thread has made. For tests and
 /// benchmarks that check that no redundant attach reaches the driver.

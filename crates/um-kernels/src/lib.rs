@@ -1,9 +1,8 @@
 //! # um-kernels: the CUDA kernels of `um`, embedded as PTX, with safe typed launchers
 //!
-//! `build.rs` compiles every `kernels-ptx/*.cu` of the workspace with nvcc and embeds the PTX
-//! here as `&'static str` constants ([`ptx`]), so a program that uses `um` ships its kernels
-//! inside its binary. It also generates one module per file with a safe launcher per kernel,
-//! for example [`run_task::transform`]:
+//! `build.rs` hands `kernels-ptx/` to [`um-build`](../um_build/index.html), which compiles
+//! every `.cu` file with nvcc, checks each declaration against its PTX, and generates a module
+//! per file with a launcher per kernel, for example [`run_task::transform`]:
 //!
 //! ```no_run
 //! # fn main() -> um_core::Result<()> {
@@ -20,25 +19,27 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Buffers are `&Managed<[T], StreamOwned<'s>>` where the kernel reads (`const T *`) and `&mut`
-//! where it writes; the count `n` comes from the buffers; the stream is the one the buffers
-//! belong to. Modules and kernels are loaded once per context.
+//! Every kernel here is declared `UM_SAFE_KERNEL` and keeps the contract of
+//! `docs/kernels.md`, so every launcher is safe: buffers are `&Managed<[T], StreamOwned<'s>>`
+//! where the kernel reads (`const T *`) and `&mut` where it writes; the count `n` comes from
+//! the buffers; the stream is the one the buffers belong to; `*_with` takes a one-dimensional
+//! [`Linear`](um_core::Linear) launch, under which no two threads share an index. Modules and
+//! kernels are loaded once per context.
 
-/// The embedded PTX, one constant per `kernels-ptx/*.cu`.
+um_core::include_kernels!();
+
+/// The embedded PTX under the names of `um` 0.1 (`run_task.cu` -> `RUN_TASK_PTX`).
 pub mod ptx {
-    include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
+    /// PTX of `kernels-ptx/run_task.cu`.
+    pub use super::run_task::PTX as RUN_TASK_PTX;
+    /// PTX of `kernels-ptx/streams.cu`.
+    pub use super::streams::PTX as STREAMS_PTX;
+    /// PTX of `kernels-ptx/testing.cu`.
+    pub use super::testing::PTX as TESTING_PTX;
+    pub use super::{ALL_PTX, PTX_ARCH};
 }
 
-pub use ptx::{ALL_PTX, PTX_ARCH};
-
-pub mod launch;
 pub mod reference;
-
-include!(concat!(env!("OUT_DIR"), "/launchers.rs"));
-
-#[cfg(test)]
-#[allow(dead_code)]
-mod signature;
 
 #[cfg(test)]
 mod tests {
@@ -60,104 +61,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn declarations_parse_into_launcher_signatures() {
-        use crate::signature::{ParamKind, Scalar, parse_cuda};
-        let src = "// c\nextern \"C\" __global__ void axpy(const float *x, float *y, float a, unsigned int n) {}\n\
-                   /* block */ extern \"C\" __global__ void empty() {}";
-        let ks = parse_cuda(src).expect("parses");
-        assert_eq!(ks.len(), 2);
-        assert_eq!(ks[0].name, "axpy");
-        assert_eq!(
-            ks[0]
-                .params
-                .iter()
-                .map(|p| p.kind.clone())
-                .collect::<Vec<_>>(),
-            [
-                ParamKind::Pointer {
-                    elem: Scalar::F32,
-                    constant: true
-                },
-                ParamKind::Pointer {
-                    elem: Scalar::F32,
-                    constant: false
-                },
-                ParamKind::Value(Scalar::F32),
-                ParamKind::Value(Scalar::U32),
-            ]
-        );
-        assert!(ks[1].params.is_empty());
-        assert!(
-            parse_cuda("__global__ void k(int n) {}").is_err(),
-            "extern \"C\" is required"
-        );
-        assert!(
-            parse_cuda("extern \"C\" __global__ void k(char *c, int n) {}").is_err(),
-            "char unsupported"
-        );
-    }
-
-    #[test]
-    fn a_declaration_that_disagrees_with_the_ptx_is_caught() {
-        use crate::signature::{check_against_ptx, parse_cuda};
-        let ptx = ptx::TESTING_PTX;
-        let good = parse_cuda("extern \"C\" __global__ void axpy(const float *x, float *y, float a, unsigned int n) {}").unwrap();
-        assert_eq!(check_against_ptx(&good, ptx), Ok(()));
-        for wrong in [
-            // a parameter missing
-            "extern \"C\" __global__ void axpy(const float *x, float *y, unsigned int n) {}",
-            // a pointer where the PTX has a float
-            "extern \"C\" __global__ void axpy(const float *x, float *y, float *a, unsigned int n) {}",
-            // a 64-bit count where the PTX has 32 bits
-            "extern \"C\" __global__ void axpy(const float *x, float *y, float a, unsigned long long n) {}",
-            // a float where the PTX has an integer
-            "extern \"C\" __global__ void axpy(const float *x, float *y, float a, float n) {}",
-            // no such entry
-            "extern \"C\" __global__ void axpy2(const float *x, float *y, float a, unsigned int n) {}",
-        ] {
-            let sig = parse_cuda(wrong).unwrap();
-            assert!(check_against_ptx(&sig, ptx).is_err(), "not caught: {wrong}");
-        }
-    }
-
-    #[test]
-    fn kernels_with_buffers_need_a_count() {
-        use crate::signature::{check_launcher_convention, parse_cuda};
-        let k = parse_cuda("extern \"C\" __global__ void k(float *x, int len) {}").unwrap();
-        assert!(check_launcher_convention(&k[0]).is_err());
-        let k = parse_cuda("extern \"C\" __global__ void k(float *x, float n) {}").unwrap();
-        assert!(
-            check_launcher_convention(&k[0]).is_err(),
-            "n must be an integer"
-        );
-        let k = parse_cuda("extern \"C\" __global__ void k(float *x, int n) {}").unwrap();
-        assert_eq!(check_launcher_convention(&k[0]), Ok(()));
-    }
-
-    #[test]
-    fn common_len_and_count_refuse_what_the_kernel_cannot_take() {
-        use crate::launch::{common_len, count};
-        assert_eq!(common_len("k", &[("a", 5), ("b", 5)]), Ok(5));
-        assert!(matches!(
-            common_len("k", &[("a", 5), ("b", 4)]),
-            Err(um_core::Error::LengthMismatch {
-                buffer: "b",
-                len: 4,
-                expected: 5,
-                ..
-            })
-        ));
-        assert_eq!(count::<u32>("k", "unsigned int", 7), Ok(7));
-        assert!(matches!(
-            count::<i32>("k", "int", 1 << 31),
-            Err(um_core::Error::LengthTooLarge {
-                len: 2_147_483_648,
-                ..
-            })
-        ));
     }
 
     #[test]

@@ -1,0 +1,252 @@
+//! # um-build: typed, brand-checked launchers for your own CUDA kernels
+//!
+//! A build-script library. It compiles every `*.cu` file of a folder to PTX with nvcc, reads
+//! each kernel's declaration, checks it against the PTX `.entry` that nvcc produced, and
+//! generates a Rust launcher per kernel, which `um::include_kernels!()` includes:
+//!
+//! ```no_run
+//! // build.rs: fn main() {
+//! um_build::Kernels::new("kernels").arch("compute_75").build().unwrap();
+//! // }
+//! ```
+//!
+//! ```ignore
+//! // src/main.rs
+//! um::include_kernels!(); // a module per .cu file: kernels/saxpy.cu -> saxpy::saxpy(..)
+//! ```
+//!
+//! * A kernel declared `UM_SAFE_KERNEL void name(...)` (from `um.cuh`, which every compile can
+//!   `#include`) gets a **safe** launcher, `name(stream, buffers.., scalars..)`, and
+//!   `name_with(stream, um::Linear, ..)`. Its author promises the contract in `um.cuh` and
+//!   `docs/kernels.md`; the launcher ensures the rest: one-dimensional launches, every count
+//!   parameter (`n`, `x_len`) filled from its buffers, every buffer owned by the launch stream.
+//! * A kernel declared `extern "C" __global__ void name(...)` gets an **`unsafe fn`** launcher
+//!   that takes a full `um::LaunchConfig`; its `# Safety` section says what the body must do.
+//!
+//! Both take `&Managed<[T], StreamOwned<'s>>` for `const T *` parameters and `&mut` for `T *`,
+//! and plain values or generated `#[repr(C)]` structs for the rest. Failures name the file,
+//! the line, the kernel and the parameter, and say what to change ([`Error`]).
+//!
+//! nvcc is found through [`Kernels::nvcc`], `$NVCC`, `$CUDA_PATH/bin/nvcc`,
+//! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`, then `PATH`. `$UM_CUDA_ARCH` overrides the
+//! architecture set with [`Kernels::arch`].
+
+mod contract;
+mod error;
+mod generate;
+mod nvcc;
+mod ptx;
+mod source;
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub use error::{Error, Result};
+
+/// `um.cuh`: `UM_SAFE_KERNEL` and the index helpers of the contract. [`Kernels::build`] puts it
+/// on nvcc's include path; it is here for tools that want a copy.
+pub const HEADER: &str = include_str!("../include/um.cuh");
+
+/// The architecture PTX is built for unless [`Kernels::arch`] or `$UM_CUDA_ARCH` says
+/// otherwise: Turing and every later GPU JIT-compile it.
+pub const DEFAULT_ARCH: &str = "compute_75";
+
+/// The name of the file `um::include_kernels!()` includes, inside `$OUT_DIR`.
+pub const GENERATED_FILE: &str = "um_kernels.rs";
+
+/// A folder of CUDA kernels to compile and generate launchers for.
+#[derive(Debug, Clone)]
+pub struct Kernels {
+    dir: PathBuf,
+    arch: Option<String>,
+    nvcc: Option<PathBuf>,
+    flags: Vec<String>,
+    out_dir: Option<PathBuf>,
+}
+
+/// What [`Kernels::build`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Built {
+    /// The generated Rust file.
+    pub generated: PathBuf,
+    /// The `.cu` files compiled, in order.
+    pub sources: Vec<PathBuf>,
+    /// Kernels that got a safe launcher.
+    pub safe_kernels: Vec<String>,
+    /// Kernels that got an `unsafe fn` launcher.
+    pub unsafe_kernels: Vec<String>,
+}
+
+impl Kernels {
+    /// Every `*.cu` file directly inside `dir` (relative to the crate's manifest directory).
+    pub fn new(dir: impl AsRef<Path>) -> Kernels {
+        Kernels {
+            dir: dir.as_ref().to_path_buf(),
+            arch: None,
+            nvcc: None,
+            flags: Vec::new(),
+            out_dir: None,
+        }
+    }
+
+    /// The virtual architecture to build PTX for (default [`DEFAULT_ARCH`]); `$UM_CUDA_ARCH`
+    /// still overrides it, so a user can retarget without editing the build script.
+    pub fn arch(mut self, arch: &str) -> Kernels {
+        self.arch = Some(arch.to_owned());
+        self
+    }
+
+    /// The nvcc to use, before any other is looked for.
+    pub fn nvcc(mut self, path: impl AsRef<Path>) -> Kernels {
+        self.nvcc = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// One more nvcc argument (`-DNAME=1`, `--use_fast_math`, ...).
+    pub fn flag(mut self, flag: &str) -> Kernels {
+        self.flags.push(flag.to_owned());
+        self
+    }
+
+    /// Where to write (default `$OUT_DIR`, which `include_kernels!` reads).
+    pub fn out_dir(mut self, dir: impl AsRef<Path>) -> Kernels {
+        self.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Compiles, checks and generates; prints the `cargo:rerun-if-...` lines.
+    pub fn build(self) -> Result<Built> {
+        let manifest = env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
+        let dir = manifest.join(&self.dir);
+        let out_dir = match (&self.out_dir, env::var_os("OUT_DIR")) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => PathBuf::from(d),
+            (None, None) => {
+                return Err(Error::new("OUT_DIR is not set")
+                    .help("call Kernels::build from a build script, or set Kernels::out_dir"));
+            }
+        };
+        for var in nvcc::VARS.iter().chain(&["UM_CUDA_ARCH"]) {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        println!("cargo:rerun-if-changed={}", dir.display());
+        let mut sources: Vec<PathBuf> = fs::read_dir(&dir)
+            .map_err(|e| {
+                Error::new(format!("cannot read the kernel folder: {e}"))
+                    .in_file(&dir)
+                    .help("Kernels::new takes a folder relative to the crate's Cargo.toml")
+            })?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+            .collect();
+        sources.sort();
+        let arch = env::var("UM_CUDA_ARCH")
+            .ok()
+            .or(self.arch.clone())
+            .unwrap_or_else(|| DEFAULT_ARCH.to_owned());
+        let include = out_dir.join("um-include");
+        let ptx_dir = out_dir.join("um-ptx");
+        for d in [&include, &ptx_dir] {
+            fs::create_dir_all(d)
+                .map_err(|e| Error::new(format!("cannot create {}: {e}", d.display())))?;
+        }
+        fs::write(include.join("um.cuh"), HEADER)
+            .map_err(|e| Error::new(format!("cannot write um.cuh: {e}")))?;
+        let nvcc = nvcc::find(self.nvcc.as_deref())?;
+
+        let mut parsed = Vec::new();
+        for src in &sources {
+            println!("cargo:rerun-if-changed={}", src.display());
+            let stem = src
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("kernels");
+            let module = generate::module_name(stem);
+            if parsed
+                .iter()
+                .any(|(m, ..): &(String, _, _, _)| *m == module)
+            {
+                return Err(
+                    Error::new(format!("a second file maps to module `{module}`"))
+                        .in_file(src)
+                        .help("give the .cu files names that differ in more than punctuation"),
+                );
+            }
+            let ptx_file = format!("um-ptx/{module}.ptx");
+            nvcc::compile(
+                &nvcc,
+                &arch,
+                &include,
+                &self.flags,
+                src,
+                &out_dir.join(&ptx_file),
+            )?;
+            let text = fs::read_to_string(src)
+                .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
+            let ptx = fs::read_to_string(out_dir.join(&ptx_file))
+                .map_err(|e| Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src))?;
+            let source = source::parse(&text).map_err(|e| e.in_file(src))?;
+            ptx::check(&source, &ptx).map_err(|e| e.in_file(src))?;
+            parsed.push((module, ptx_file, source, src.clone()));
+        }
+        let units: Vec<generate::Unit<'_>> = parsed
+            .iter()
+            .map(|(module, ptx_file, source, src)| generate::Unit {
+                module: module.clone(),
+                shown_path: src
+                    .strip_prefix(&manifest)
+                    .unwrap_or(src)
+                    .display()
+                    .to_string(),
+                ptx_file: ptx_file.clone(),
+                source,
+            })
+            .collect();
+        let code = generate::generate(&units, &arch).map_err(|e| {
+            // Errors from generation carry the kernel; find its file.
+            let file = parsed
+                .iter()
+                .find(|(.., s, _)| {
+                    s.kernels
+                        .iter()
+                        .any(|k| Some(k.name.as_str()) == e.kernel_name())
+                })
+                .map(|(.., path)| path.clone());
+            match file {
+                Some(f) => e.in_file(&f),
+                None => e,
+            }
+        })?;
+        let generated = out_dir.join(GENERATED_FILE);
+        fs::write(&generated, code)
+            .map_err(|e| Error::new(format!("cannot write {}: {e}", generated.display())))?;
+        let (safe, unsafe_): (Vec<_>, Vec<_>) = parsed
+            .iter()
+            .flat_map(|(.., s, _)| s.kernels.iter())
+            .partition(|k| k.safe);
+        Ok(Built {
+            generated,
+            sources,
+            safe_kernels: safe.into_iter().map(|k| k.name.clone()).collect(),
+            unsafe_kernels: unsafe_.into_iter().map(|k| k.name.clone()).collect(),
+        })
+    }
+}
+
+/// Checks one CUDA source against its PTX and returns the generated Rust, without nvcc or a
+/// build script: what [`Kernels::build`] does for each file, for tests and tools.
+pub fn generate_for(module: &str, cuda_source: &str, ptx: &str) -> Result<String> {
+    let source = source::parse(cuda_source)?;
+    ptx::check(&source, ptx)?;
+    let module = generate::module_name(module);
+    generate::generate(
+        &[generate::Unit {
+            ptx_file: format!("um-ptx/{module}.ptx"),
+            shown_path: format!("{module}.cu"),
+            module,
+            source: &source,
+        }],
+        DEFAULT_ARCH,
+    )
+}

@@ -1,0 +1,219 @@
+//! The `.entry` parameter lists of the PTX that nvcc wrote, and the check of each declaration
+//! against them: what the launcher will pass is what the compiled kernel takes.
+
+use crate::error::{Error, Result};
+use crate::source::{Scalar, Source, Type};
+
+/// One `.param` of a PTX `.entry`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PtxParam {
+    /// The type without its dot: `u64`, `f32`, `b8`, ...
+    pub(crate) ty: String,
+    /// `.align N`, where given.
+    pub(crate) align: Option<usize>,
+    /// `[N]` for a by-value aggregate.
+    pub(crate) array: Option<usize>,
+}
+
+/// The `.entry` kernels of a PTX text, with their parameters.
+pub(crate) fn entries(ptx: &str) -> Vec<(String, Vec<PtxParam>)> {
+    let mut entries = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let after = &rest[at + ".entry ".len()..];
+        let open = after.find('(').unwrap_or(after.len());
+        let name = after[..open].trim().to_owned();
+        let close = after.find(')').unwrap_or(after.len());
+        let params = after[open.min(close)..close]
+            .split(',')
+            .filter_map(|p| {
+                let words: Vec<&str> = p
+                    .split_whitespace()
+                    .skip_while(|w| !w.starts_with(".param"))
+                    .skip(1)
+                    .collect();
+                let mut align = None;
+                let mut ty = None;
+                let mut iter = words.iter();
+                while let Some(w) = iter.next() {
+                    if *w == ".align" {
+                        align = iter.next().and_then(|n| n.parse().ok());
+                    } else if w.starts_with(".ptr") || w.starts_with(".global") {
+                        continue;
+                    } else if let Some(t) = w.strip_prefix('.') {
+                        ty = Some(t.to_owned());
+                    } else {
+                        let array = w
+                            .split_once('[')
+                            .and_then(|(_, n)| n.trim_end_matches(']').parse().ok());
+                        return ty.map(|ty| PtxParam { ty, align, array });
+                    }
+                }
+                ty.map(|ty| PtxParam {
+                    ty,
+                    align,
+                    array: None,
+                })
+            })
+            .collect();
+        entries.push((name, params));
+        rest = &after[close..];
+    }
+    entries
+}
+
+fn scalar_matches(s: Scalar, p: &PtxParam) -> bool {
+    if p.array.is_some() {
+        return false;
+    }
+    let t = p.ty.as_str();
+    match s {
+        Scalar::F32 => t == "f32",
+        Scalar::F64 => t == "f64",
+        // nvcc widens 8- and 16-bit parameters in some versions; accept the declared width.
+        Scalar::I8 | Scalar::U8 => matches!(t, "u8" | "s8" | "b8"),
+        Scalar::I16 | Scalar::U16 => matches!(t, "u16" | "s16" | "b16"),
+        Scalar::I32 | Scalar::U32 => matches!(t, "u32" | "s32" | "b32"),
+        Scalar::I64 | Scalar::U64 => matches!(t, "u64" | "s64" | "b64"),
+    }
+}
+
+/// Checks every kernel of `source` against its `.entry` in `ptx`: same parameter count,
+/// pointers as 64-bit values, scalars of the same class and width, structs of the same size
+/// and alignment.
+pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
+    let entries = entries(ptx);
+    for k in &source.kernels {
+        let err = |msg: String| Error::new(msg).kernel(&k.name).at(k.line);
+        let (_, ptx_params) = entries.iter().find(|(n, _)| *n == k.name).ok_or_else(|| {
+            err(format!("no `.entry {}` in the PTX nvcc wrote", k.name))
+                .help("is the kernel compiled out by the preprocessor, or declared without a body?")
+        })?;
+        if ptx_params.len() != k.params.len() {
+            return Err(err(format!(
+                "the declaration has {} parameters, the PTX entry {}",
+                k.params.len(),
+                ptx_params.len()
+            ))
+            .help("declare the kernel exactly as it is defined"));
+        }
+        for (p, got) in k.params.iter().zip(ptx_params) {
+            let (ok, wanted) = match &p.ty {
+                Type::Pointer { .. } => (
+                    got.array.is_none() && matches!(got.ty.as_str(), "u64" | "b64"),
+                    "a 64-bit pointer".to_owned(),
+                ),
+                Type::Scalar(s) => (scalar_matches(*s, got), format!("`{}`", s.rust())),
+                Type::Struct(name) => {
+                    let st = source.structs.iter().find(|s| s.name == *name);
+                    let (size, align) = st.map_or((0, 0), |s| s.layout());
+                    (
+                        got.ty == "b8" && got.array == Some(size) && got.align == Some(align),
+                        format!("struct `{name}` of {size} bytes aligned to {align}"),
+                    )
+                }
+            };
+            if !ok {
+                let shown = match (got.align, got.array) {
+                    (Some(a), Some(n)) => format!(".align {a} .{}[{n}]", got.ty),
+                    (None, Some(n)) => format!(".{}[{n}]", got.ty),
+                    _ => format!(".{}", got.ty),
+                };
+                return Err(err(format!(
+                    "the declaration says {wanted}, the PTX has `{shown}`"
+                ))
+                .param(&p.name)
+                .help("declare the parameter with the type the kernel is defined with"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::parse;
+
+    const PTX: &str = r#"
+.version 9.0
+.target sm_75
+.address_size 64
+.visible .entry axpy(
+	.param .u64 .ptr .align 1 axpy_param_0,
+	.param .u64 .ptr .align 1 axpy_param_1,
+	.param .f32 axpy_param_2,
+	.param .u32 axpy_param_3
+)
+{ ret; }
+.visible .entry hist(
+	.param .align 4 .b8 hist_param_0[12],
+	.param .u64 hist_param_1
+)
+{ ret; }
+"#;
+
+    #[test]
+    fn entries_with_aggregates() {
+        let e = entries(PTX);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].1.len(), 4);
+        assert_eq!(
+            e[1].1[0],
+            PtxParam {
+                ty: "b8".into(),
+                align: Some(4),
+                array: Some(12)
+            }
+        );
+    }
+
+    #[test]
+    fn a_declaration_that_disagrees_with_the_ptx_is_caught() {
+        let good = "struct P { float lo; float hi; unsigned int bins; };\n\
+                    UM_SAFE_KERNEL void axpy(const float *x, float *y, float a, unsigned int n) {}\n\
+                    extern \"C\" __global__ void hist(P p, unsigned int *h) {}";
+        assert_eq!(check(&parse(good).expect("parses"), PTX), Ok(()));
+        for (wrong, param) in [
+            // a parameter missing
+            (
+                "UM_SAFE_KERNEL void axpy(const float *x, float *y, unsigned int n) {}",
+                None,
+            ),
+            // a pointer where the PTX has a float
+            (
+                "UM_SAFE_KERNEL void axpy(const float *x, float *y, float *a, unsigned int n) {}",
+                Some("a"),
+            ),
+            // a 64-bit count where the PTX has 32 bits
+            (
+                "UM_SAFE_KERNEL void axpy(const float *x, float *y, float a, unsigned long long n) {}",
+                Some("n"),
+            ),
+            // a float where the PTX has an integer
+            (
+                "UM_SAFE_KERNEL void axpy(const float *x, float *y, float a, float n) {}",
+                Some("n"),
+            ),
+            // no such entry
+            (
+                "UM_SAFE_KERNEL void axpy2(const float *x, float *y, float a, unsigned int n) {}",
+                None,
+            ),
+            // a struct of another size
+            (
+                "struct P { float lo; unsigned int bins; };\nextern \"C\" __global__ void hist(P p, unsigned int *h) {}",
+                Some("p"),
+            ),
+            // a struct of another alignment
+            (
+                "struct P { unsigned short a, b, c, d, e, f; };\nextern \"C\" __global__ void hist(P p, unsigned int *h) {}",
+                Some("p"),
+            ),
+        ] {
+            let e = check(&parse(wrong).expect("parses"), PTX).expect_err(wrong);
+            assert_eq!(e.param_name(), param, "{wrong}: {e}");
+            assert!(e.kernel_name().is_some() && e.line().is_some(), "{e}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `generate_for` end to end, without nvcc: what a declaration becomes, and the errors a user
+//! sees (file-independent parts; `Kernels::build` adds the file).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+const PTX: &str = r#"
+.version 9.0
+.visible .entry hist(
+	.param .u64 .ptr .align 1 hist_param_0,
+	.param .u64 .ptr .align 1 hist_param_1,
+	.param .align 4 .b8 hist_param_2[12],
+	.param .u32 hist_param_3,
+	.param .u32 hist_param_4
+)
+{ ret; }
+.visible .entry scatter(
+	.param .u64 .ptr .align 1 scatter_param_0,
+	.param .u64 .ptr .align 1 scatter_param_1,
+	.param .f32 scatter_param_2,
+	.param .u32 scatter_param_3
+)
+{ ret; }
+"#;
+
+const SOURCE: &str = r#"
+#include "um.cuh"
+struct Binning { float lo; float width; unsigned int bins; };
+UM_SAFE_KERNEL void hist(const float *values, unsigned int *counts, Binning b,
+                         unsigned int n, unsigned int counts_len) {}
+extern "C" __global__ void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}
+"#;
+
+#[test]
+fn safe_and_unsafe_launchers_and_structs_are_generated() {
+    let code = um_build::generate_for("my-kernels", SOURCE, PTX).expect("generates");
+    // One module per file, named for it.
+    assert!(code.contains("pub mod my_kernels {"), "{code}");
+    // The struct in C layout, copied to the device as it is.
+    assert!(code.contains("#[repr(C)]"));
+    assert!(code.contains("pub struct Binning {"));
+    assert!(code.contains("pub lo: f32,") && code.contains("pub bins: u32,"));
+    assert!(code.contains("unsafe impl __um::DeviceCopy for Binning {}"));
+    // A safe launcher, and a `_with` that takes only a one-dimensional launch; counts are not
+    // parameters: they come from the buffers.
+    assert!(code.contains(
+        "pub fn hist<'s, K: StreamKind>(stream: &Stream<'s, K>, values: &Managed<[f32], StreamOwned<'s, K>>, counts: &mut Managed<[u32], StreamOwned<'s, K>>, b: Binning) -> Result<()>"
+    ), "{code}");
+    assert!(
+        code.contains(
+            "pub fn hist_with<'s, K: StreamKind>(stream: &Stream<'s, K>, config: Linear,"
+        )
+    );
+    assert!(code.contains("let n: u32 = __um::codegen::count(KERNEL, \"n\""));
+    assert!(code.contains("let counts_len: u32 = __um::codegen::count(KERNEL, \"counts_len\""));
+    assert!(code.contains("__um::ByValue(b)"));
+    // The other kernel: an `unsafe fn` with a full LaunchConfig and every scalar explicit.
+    assert!(code.contains(
+        "pub unsafe fn scatter<'s, K: StreamKind>(stream: &Stream<'s, K>, config: LaunchConfig, x: &mut Managed<[f32], StreamOwned<'s, K>>, idx: &Managed<[u32], StreamOwned<'s, K>>, value: f32, n: u32)"
+    ), "{code}");
+    assert!(code.contains("/// # Safety"));
+    assert!(!code.contains("pub fn scatter"));
+    assert!(code.contains("pub static ALL_PTX"));
+}
+
+#[test]
+fn generator_errors_name_line_kernel_parameter_and_fix() {
+    // A buffer of a safe kernel with no count.
+    let src = "UM_SAFE_KERNEL void scatter(float *x, const unsigned int *idx, float value, unsigned int m) {}";
+    let e = um_build::generate_for("k", src, PTX.replace("hist", "zzz").as_str())
+        .expect_err("uncounted buffers");
+    assert_eq!(
+        (e.kernel_name(), e.param_name(), e.line()),
+        (Some("scatter"), Some("x"), Some(1))
+    );
+    let shown = e.to_string();
+    assert!(shown.contains("help: add `unsigned int x_len`"), "{shown}");
+
+    // A struct that takes the name of one of um's types.
+    let src = "struct Managed { float a; };\nextern \"C\" __global__ void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}";
+    let e = um_build::generate_for("k", src, PTX).expect_err("name taken");
+    assert_eq!(e.line(), Some(1));
+    assert!(e.message().contains("`Managed`"), "{e}");
+
+    // A declaration the PTX disagrees with names the parameter.
+    let src = "extern \"C\" __global__ void scatter(float *x, const unsigned int *idx, double value, unsigned int n) {}";
+    let e = um_build::generate_for("k", src, PTX).expect_err("width");
+    assert_eq!(
+        (e.kernel_name(), e.param_name()),
+        (Some("scatter"), Some("value"))
+    );
+    assert!(e.to_string().contains("the PTX has `.f32`"), "{e}");
+}

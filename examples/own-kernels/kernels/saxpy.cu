@@ -1,0 +1,8 @@
+// y = a * x + y, the classic.
+#include "um.cuh"
+
+UM_SAFE_KERNEL void saxpy(const float *x, float *y, float a, unsigned int n) {
+    for (auto i : um::indices(n)) {
+        y[i] = a * x[i] + y[i];
+    }
+}

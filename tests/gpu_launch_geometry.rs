@@ -1,0 +1,130 @@
+//! Issue 9 on the GPU: no launch a safe launcher accepts makes two threads share an index.
+//! Issue 9's racing configuration (`grid: (1, 64, 1)` on `add_scalar`) is a `LaunchConfig`,
+//! which safe launchers no longer take (`tests/ui/launch/three_dimensional_config_to_safe_launcher`);
+//! here every kind of `Linear` launch, down to one thread and up to 2^31 - 1024 threads, gives
+//! exact results, and a grid whose indices would wrap is an `Err` before anything is launched.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+mod common;
+
+use common::gpu;
+use um::kernels::{reference, streams, testing};
+use um::{Error, LaunchConfig, Linear, Managed, StreamOptions};
+
+/// The largest grid a `Linear` allows with full blocks: 2^21 - 1 blocks of 1024 threads.
+fn largest() -> Linear {
+    Linear::new((Linear::MAX_THREADS / 1024) as u32, 1024).expect("largest grid")
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn every_linear_launch_of_add_scalar_is_exact() {
+    let ctx = gpu();
+    // 32 zeros, as in the issue; then a length that no block size divides.
+    for n in [32usize, 1_000_003] {
+        let mut geometries = vec![
+            Linear::new(64, 1).expect("the issue's 64 threads, in one dimension"),
+            Linear::new(1, 1).expect("one thread"),
+            Linear::new(1, 32).expect("a warp"),
+            Linear::new(1, 1024).expect("one full block"),
+            Linear::new(1000, 7).expect("odd blocks"),
+            Linear::new(3, 1000).expect("odd threads"),
+        ];
+        if std::env::var_os("UM_SANITIZE").is_none() {
+            geometries.push(largest());
+        }
+        let data = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("alloc");
+        let data = ctx
+            .with_stream(StreamOptions::new(), |s| {
+                let mut data = data.attach(s)?;
+                // Four rounds, as the issue's four runs: a lost update shows as a missing 1.0.
+                for _ in 0..4 {
+                    for &g in &geometries {
+                        testing::add_scalar_with(s, g, &mut data, 1.0)?;
+                    }
+                }
+                data.sync()
+            })
+            .expect("launches");
+        let want = (4 * geometries.len()) as f32;
+        let wrong: Vec<(usize, f32)> = data
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != want)
+            .map(|(i, v)| (i, *v))
+            .take(5)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "n = {n}: want {want} everywhere, got {wrong:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_grid_whose_index_would_wrap_the_count_type_is_refused_before_launch() {
+    let ctx = gpu();
+    let grid = largest(); // 2^31 - 1024 threads
+    // `kernel` counts with `int n`: the last index plus the grid's threads must stay below
+    // 2^31, which allows at most 1024 elements for this grid.
+    let fits = Managed::<[f32]>::zeroed_slice(&ctx, 1024).expect("alloc");
+    let wraps = Managed::<[f32]>::zeroed_slice(&ctx, 1025).expect("alloc");
+    let (fits, wraps, refused) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut fits, mut wraps) = (fits.attach(s)?, wraps.attach(s)?);
+            let refused = streams::kernel_with(s, grid, &mut wraps);
+            if std::env::var_os("UM_SANITIZE").is_none() {
+                streams::kernel_with(s, grid, &mut fits)?;
+            } else {
+                streams::kernel(s, &mut fits)?;
+            }
+            let (fits, wraps) = s.sync_all((fits, wraps))?;
+            Ok((fits, wraps, refused))
+        })
+        .expect("stream work");
+    match refused {
+        Err(Error::IndexOverflow {
+            kernel: "kernel",
+            param: "n",
+            len: 1025,
+            threads,
+            max,
+        }) => assert_eq!((threads, max), (grid.total_threads(), i32::MAX as u64)),
+        other => panic!("expected IndexOverflow, got {other:?}"),
+    }
+    assert!(wraps.iter().all(|v| *v == 0.0), "the refused launch ran");
+    assert_eq!(reference::first_seed_kernel_mismatch(&fits), None);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_unsafe_launcher_runs_a_kernel_um_cannot_vouch_for() {
+    let ctx = gpu();
+    let n = 4099u32;
+    // A permutation: every index written by exactly one thread, all in bounds.
+    let perm: Vec<u32> = (0..n).map(|i| (i * 17) % n).collect();
+    let x = Managed::<[f32]>::zeroed_slice(&ctx, n as usize).expect("alloc");
+    let idx = Managed::from_slice(&ctx, &perm).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut x, idx) = (x.attach(s)?, idx.attach(s)?);
+            // SAFETY: `idx` is a permutation of 0..n (17 and 4099 are coprime), `x` has n
+            // elements, and the kernel's threads above n do nothing: every write is in bounds
+            // and no element is written twice.
+            unsafe {
+                testing::scatter(
+                    s,
+                    LaunchConfig::linear(n.div_ceil(128), 128),
+                    &mut x,
+                    &idx,
+                    7.0,
+                    n,
+                )?
+            };
+            let (x, _idx) = s.sync_all((x, idx))?;
+            Ok(x)
+        })
+        .expect("launch");
+    assert!(x.iter().all(|v| *v == 7.0));
+}
