@@ -84,6 +84,7 @@
 mod context;
 mod driver;
 mod error;
+mod event;
 mod launch;
 mod managed;
 mod module;
@@ -109,6 +110,13 @@ pub use stream::{
 #[doc(hidden)]
 pub fn attach_calls_on_this_thread() -> u64 {
     driver::attach_calls_on_this_thread()
+}
+
+/// How many CUDA events the calling thread has created. For tests that check that a stream's
+/// handoff event is made once and reused.
+#[doc(hidden)]
+pub fn events_created_on_this_thread() -> u64 {
+    driver::events_created_on_this_thread()
 }
 
 // The Send/Sync facts the design relies on, checked at compile time.

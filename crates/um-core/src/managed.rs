@@ -243,14 +243,18 @@ impl<T: ?Sized> DerefMut for Managed<T, HostOwned> {
 
 impl<T: ?Sized, S: State> Drop for Managed<T, S> {
     fn drop(&mut self) {
-        // Without the context nothing can be freed safely: leak.
-        if self.ctx.bind().is_err() {
+        // A kernel queued on the owning stream may still use the memory: wait for it first,
+        // with the owner's context current (after a `hand_off` to another device it is not
+        // the allocation's). If the wait fails (a sticky error from a faulting kernel, say),
+        // the GPU may still hold the memory, so it is leaked rather than freed.
+        if S::ON_STREAM
+            && (crate::state::bind_owner_context(self).is_err()
+                || driver::stream_synchronize(self.stream.handle).is_err())
+        {
             return;
         }
-        // A kernel queued on the owning stream may still use the memory: wait for it first.
-        // If the wait fails (a sticky error from a faulting kernel, say), the GPU may still
-        // hold the memory, so it is leaked rather than freed.
-        if S::ON_STREAM && driver::stream_synchronize(self.stream.handle).is_err() {
+        // Without the context nothing can be freed safely: leak.
+        if self.ctx.bind().is_err() {
             return;
         }
         // SAFETY: the allocation came from `alloc_host_attached`, `retype` hands ownership on
