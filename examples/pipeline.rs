@@ -118,10 +118,11 @@ fn pipeline(
             Ok((done, a.sync_all(ta)?, b.sync_all(tb)?, secs))
         })
     })?;
-    let correct = outputs
-        .iter()
-        .enumerate()
-        .all(|(k, x)| x.iter().enumerate().all(|(j, v)| *v == (k + j) as f32 + 3.0));
+    let correct = outputs.iter().enumerate().all(|(k, x)| {
+        x.iter()
+            .enumerate()
+            .all(|(j, v)| *v == (k + j) as f32 + 3.0)
+    });
     let lane = |lane: usize, t: &Managed<[u64]>| Interval {
         lane,
         start_ns: t[0],
@@ -182,7 +183,10 @@ fn timeline(ctx_a: &Context, ctx_b: &Context, name: &str, title: &str) -> um::Re
         title,
         "stage",
         &[
-            ("handoff (lane 0: stage A, lane 1: stage B)", &handoff.intervals),
+            (
+                "handoff (lane 0: stage A, lane 1: stage B)",
+                &handoff.intervals,
+            ),
             ("sync + attach", &sync.intervals),
         ],
     );
@@ -227,7 +231,10 @@ fn main() -> ExitCode {
             println!("two GPUs: skipped ({e})");
             Ok(true)
         }
-        Ok(second) if !(ctx.info().concurrent_managed_access && second.info().concurrent_managed_access) => {
+        Ok(second)
+            if !(ctx.info().concurrent_managed_access
+                && second.info().concurrent_managed_access) =>
+        {
             println!("two GPUs: skipped (a device lacks concurrent managed access)");
             Ok(true)
         }

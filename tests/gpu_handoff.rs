@@ -136,7 +136,10 @@ fn memory_of_the_legacy_stream_is_handed_to_a_non_blocking_stream() {
         })
         .expect("legacy -> owned");
     let bad = y.iter().enumerate().find(|(i, v)| **v != *i as f32 + 1.0);
-    assert_eq!(bad, None, "the owned stream read before the legacy kernel wrote");
+    assert_eq!(
+        bad, None,
+        "the owned stream read before the legacy kernel wrote"
+    );
 }
 
 #[test]
@@ -151,7 +154,10 @@ fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
             let mut x = x.hand_off(&s[1])?;
             // One brand for the set: this compiles, and is refused at run time.
             let err = add_scalar(&s[0], &mut x, 1.0).expect_err("s[0] no longer owns it");
-            assert!(matches!(err, Error::StreamMismatch { argument: 0 }), "{err}");
+            assert!(
+                matches!(err, Error::StreamMismatch { argument: 0 }),
+                "{err}"
+            );
             add_scalar(&s[1], &mut x, 2.0)?;
             // To the stream that owns it already: nothing to do, no driver call.
             let attaches = um::attach_calls_on_this_thread();
@@ -159,7 +165,10 @@ fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
             assert_eq!(um::attach_calls_on_this_thread(), attaches);
             // A wait on s[0] does not cover it any more.
             let err = s[0].sync_all((x,)).map(drop).expect_err("s[1] owns it");
-            assert!(matches!(err, Error::StreamMismatch { argument: 0 }), "{err}");
+            assert!(
+                matches!(err, Error::StreamMismatch { argument: 0 }),
+                "{err}"
+            );
             Ok(())
         })
         .map(|()| Managed::from_fn(&ctx, n(), |i| i as f32 + 3.0));
@@ -191,7 +200,11 @@ fn a_set_hands_off_and_syncs_on_the_new_owner() {
 #[ignore = "needs a CUDA device"]
 fn the_receiving_streams_transfer_policy_applies() {
     let ctx = gpu();
-    for transfer in [Transfer::OnDemand, Transfer::Prefetch, Transfer::HostResident] {
+    for transfer in [
+        Transfer::OnDemand,
+        Transfer::Prefetch,
+        Transfer::HostResident,
+    ] {
         let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
         let x = ctx
             .with_stream(StreamOptions::new().transfer(Transfer::HostResident), |a| {

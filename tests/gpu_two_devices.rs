@@ -110,7 +110,10 @@ fn memory_of_device_0_is_handed_to_a_stream_of_device_1_and_back() {
     if allowed {
         let x = result.expect("a handoff across devices with concurrent managed access");
         let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 7.0);
-        assert_eq!(bad, None, "device 1 did not see device 0's write, or the reverse");
+        assert_eq!(
+            bad, None,
+            "device 1 did not see device 0's write, or the reverse"
+        );
     } else {
         let err = result.expect_err("a device lacks concurrent managed access");
         assert!(matches!(err, Error::HandOffAcrossDevices { .. }), "{err}");
@@ -128,17 +131,23 @@ fn a_prefetching_stream_of_device_1_receives_memory_of_device_0() {
     let x = Managed::from_fn(&a, 1 << 22, |i| i as f32).expect("alloc on device 0");
     let y = Managed::<[f32]>::zeroed_slice(&b, 1 << 22).expect("alloc on device 1");
     let (x, y) = a
-        .with_stream(StreamOptions::new().transfer(um::Transfer::Prefetch), |s0| {
-            b.with_stream(StreamOptions::new().transfer(um::Transfer::Prefetch), |s1| {
-                let mut x = x.attach(s0)?;
-                testing::spin_then_add(s0, &mut x, 1.0, 10_000_000)?;
-                // Prefetched to device 1, on s1, after the wait for s0.
-                let x = x.hand_off(s1)?;
-                let mut y = y.attach(s1)?;
-                testing::axpy(s1, &x, &mut y, 1.0)?;
-                s1.sync_all((x, y))
-            })
-        })
+        .with_stream(
+            StreamOptions::new().transfer(um::Transfer::Prefetch),
+            |s0| {
+                b.with_stream(
+                    StreamOptions::new().transfer(um::Transfer::Prefetch),
+                    |s1| {
+                        let mut x = x.attach(s0)?;
+                        testing::spin_then_add(s0, &mut x, 1.0, 10_000_000)?;
+                        // Prefetched to device 1, on s1, after the wait for s0.
+                        let x = x.hand_off(s1)?;
+                        let mut y = y.attach(s1)?;
+                        testing::axpy(s1, &x, &mut y, 1.0)?;
+                        s1.sync_all((x, y))
+                    },
+                )
+            },
+        )
         .expect("prefetch to the receiving device");
     assert!(x.iter().enumerate().all(|(i, v)| *v == i as f32 + 1.0));
     let bad = y.iter().enumerate().find(|(i, v)| **v != *i as f32 + 1.0);

@@ -197,6 +197,7 @@ impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
     /// })?;
     /// # Ok(()) }
     /// ```
+    #[must_use = "`hand_off` returns the memory: drop the Result and the buffer is freed"]
     pub fn hand_off<'b, K2: Attachable>(
         self,
         to: &Stream<'b, K2>,
