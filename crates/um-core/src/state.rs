@@ -13,9 +13,20 @@
 //!                   ┌──────────────────────────────┐
 //!                   │ Managed<T, StreamOwned<'s,K>>│  kernel argument on the stream branded 's;
 //!                   └──────────────────────────────┘  no CPU access of any kind
-//!                                   │
-//!                          drop: wait for the stream, then cuMemFree
+//!                        │                  │   ▲
+//!                        │  hand_off(self,  │   │  cuEventRecord(A's event, A);
+//!                        │  &Stream<'t,K2>) │   │  cuStreamWaitEvent(B, event);
+//!                        │  K2: Attachable  └───┘  cuStreamAttachMemAsync(B, SINGLE);
+//!                        │                         B's Transfer policy; no host wait
+//!                        │                         (now StreamOwned<'t, K2>)
+//!                        ▼
+//!                  drop: wait for the owning stream, then cuMemFree
 //! ```
+//!
+//! `hand_off` moves memory still in use on stream A to stream B: B's kernels run after A's,
+//! ordered on the GPU by A's event (made once per stream, see `event.rs`), and the CPU never
+//! waits. The memory then carries B's brand, so no launch on A can name it. Across devices it
+//! needs concurrent managed access on every device involved ([`Error::HandOffAcrossDevices`]).
 //!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
