@@ -179,10 +179,11 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         None => String::new(),
     };
     std::fs::write(opts.out.join("results.json"), report::json(ctx, &records))?;
-    std::fs::write(
-        opts.out.join("performance.md"),
-        report::markdown(ctx, &records, &notes) + &handoff::markdown(&records),
-    )?;
+    let mut md = report::markdown(ctx, &records, &notes);
+    // Section 6 (handoff.rs) goes before the goals table.
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(at, &handoff::markdown(&records));
+    std::fs::write(opts.out.join("performance.md"), md)?;
     std::fs::write(
         opts.out.join("run_task.svg"),
         report::run_task_svg(&records),
