@@ -41,7 +41,7 @@ use std::marker::PhantomData;
 use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, StreamEvent};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
 use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
@@ -222,19 +222,15 @@ impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
         // SAFETY: the memory is in state `StreamOwned<'a, K>`, so its owning stream (brand 'a)
         // is alive for this call.
         let owner = unsafe { from.events() };
-        let from_ctx = owner.map_or(self.context(), |o| o.context()).clone();
-        check_devices(self.context(), &from_ctx, to.context())?;
-        let event_of_a;
+        let from_ctx = owner.map_or(self.context(), StreamEvent::context);
+        check_devices(self.context(), from_ctx, to.context())?;
         let temporary;
-        let event = match owner {
-            Some(owner) => {
-                event_of_a = owner.get()?;
-                event_of_a
-            }
+        let event: &Event = match owner {
+            Some(owner) => owner.get()?,
             // Unreachable (stream-owned memory always names its `Stream`), but correct anyway:
             // an event made for this handoff only, destroyed once the wait is enqueued.
             None => {
-                temporary = Event::new(&from_ctx)?;
+                temporary = Event::new(from_ctx)?;
                 &temporary
             }
         };
