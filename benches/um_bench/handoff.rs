@@ -210,7 +210,13 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         ),
         (
             "um",
-            "pipeline, 20 µs stages: sync + attach time / hand_off time",
+            "pipeline, 10 µs stages: sync + attach time / hand_off time",
+            Vec::new(),
+            "x",
+        ),
+        (
+            "um",
+            "pipeline, 100 µs stages: sync + attach time / hand_off time",
             Vec::new(),
             "x",
         ),
@@ -228,7 +234,7 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         rows[3].2.push(transition_once(ctx, false, true)?);
         rows[4].2.push(um_alternating(ctx)?);
         rows[5].2.push(cudarc_alternating()?);
-        for (row, batches, stage_ns) in [(6, 400, 20_000), (7, 40, 1_000_000)] {
+        for (row, batches, stage_ns) in [(6, 400, 10_000), (7, 200, 100_000), (8, 40, 1_000_000)] {
             pipeline_secs(ctx, 4, stage_ns, true)?; // warm-up
             let handoff = pipeline_secs(ctx, batches, stage_ns, true)?;
             let sync = pipeline_secs(ctx, batches, stage_ns, false)?;
@@ -249,10 +255,10 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         "\n## 6. Handing memory from stream A to stream B (issue 11)\n\n\
          Host time of one transition (µs), per launch when each launch is on the other stream \
          than the last, and the throughput ratio of a two-stage pipeline (each stage \
-         `spin_then_add` on a 1024-float batch; 2x is the limit).\n\n\
+         `spin_then_add` on a 1024-float batch).\n\n\
          | who | what | median | min |\n| --- | --- | ---: | ---: |"
     );
-    let mut goal = None;
+    let mut goals = Vec::new();
     for r in records.iter().filter(|r| r.scenario == "handoff") {
         let unit = if r.unit == "x" { "x" } else { " µs" };
         let _ = writeln!(
@@ -260,18 +266,22 @@ pub(crate) fn markdown(records: &[Record]) -> String {
             "| {} | {} | {:.3}{unit} | {:.3}{unit} |",
             r.imp, r.variant, r.median, r.min
         );
-        if r.variant.starts_with("pipeline, 20") {
-            goal = Some(r.median);
+        if r.unit == "x" {
+            goals.push(format!(
+                "{}: {:.2}x ({})",
+                r.variant.split(':').next().unwrap_or(""),
+                r.median,
+                if r.median >= 1.8 { "met" } else { "not met" }
+            ));
         }
     }
-    if let Some(g) = goal {
-        let _ = writeln!(
-            md,
-            "\nGoal: pipeline with two equal stages ≥ 1.8x the sync-based version: {g:.2}x with 20 µs stages ({}). \
-             With long stages the sync-based version overlaps the stages too (its wait is on A only, B runs while the host enqueues), \
-             so the gain there is the host round trip per batch.",
-            if g >= 1.8 { "met" } else { "not met" }
-        );
-    }
+    let _ = writeln!(
+        md,
+        "\nGoal, two equal stages: ≥ 1.8x the sync-based version. {}. The sync-based version \
+         waits for A only, and B runs while the host enqueues, so it overlaps the stages as \
+         well; what it loses is the host round trip per batch, during which the GPU idles. \
+         The ratio therefore depends on the stage length (it is not bounded by 2x).",
+        goals.join("; ")
+    );
     md
 }
