@@ -179,7 +179,7 @@ fn compare(
 /// The stamped runs of both versions, drawn on one timeline. Returns the overlap of the two
 /// stages in the handoff version and whether both were correct.
 fn timeline(ctx_a: &Context, ctx_b: &Context, name: &str, title: &str) -> um::Result<(f64, bool)> {
-    let (batches, stage_ns) = (common::workload(12, 4), 1_000_000);
+    let (batches, stage_ns) = (common::workload(16, 4), 100_000);
     let handoff = pipeline(ctx_a, ctx_b, batches, stage_ns, Mode::HandOff, true)?;
     let sync = pipeline(ctx_a, ctx_b, batches, stage_ns, Mode::SyncAttach, true)?;
     let (f_handoff, f_sync) = (
@@ -187,7 +187,7 @@ fn timeline(ctx_a: &Context, ctx_b: &Context, name: &str, title: &str) -> um::Re
         common::overlap_factor(&sync.intervals),
     );
     println!(
-        "{title}: timeline of {batches} batches, 1 ms stages: overlap {f_handoff:.2}x with handoff, {f_sync:.2}x with sync + attach (2 = both stages always busy)"
+        "{title}: timeline of {batches} batches, 100 us stages: overlap {f_handoff:.2}x with handoff, {f_sync:.2}x with sync + attach (2 = both stages always busy)"
     );
     common::publish_timeline(
         name,
