@@ -8,9 +8,10 @@
 //! * [`Managed<T, HostOwned>`](Managed): the CPU owns the memory and dereferences it.
 //! * [`Managed<T, StreamOwned<'s>>`](Managed): the stream branded `'s` owns it; only kernels
 //!   launched on that stream take it, and the CPU has no access at all.
-//! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions; both
-//!   consume the value. The state machine is in [`state`], the rules it encodes in
-//!   `docs/rules.md`.
+//! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions between
+//!   the two states, and [`hand_off`](Managed::hand_off) moves stream-owned memory to another
+//!   stream without a host wait; all three consume the value. The state machine is in
+//!   [`state`], the rules it encodes in `docs/rules.md`.
 //!
 //! ```no_run
 //! # fn main() -> um_core::Result<()> {

@@ -24,8 +24,9 @@ use crate::sys;
 /// * `Managed<T, StreamOwned<'s>>`: the stream with brand `'s` owns it. The CPU cannot touch
 ///   it; kernels launched on that stream, and only those, take it as an argument.
 ///
-/// The state changes only through [`attach`](Managed::attach) and [`sync`](Managed::sync),
-/// which consume the value and return it in its new state (see [`crate::state`]).
+/// The state changes only through [`attach`](Managed::attach), [`sync`](Managed::sync) and
+/// [`hand_off`](Managed::hand_off), which consume the value and return it in its new state (see
+/// [`crate::state`]).
 pub struct Managed<T: ?Sized, S: State = HostOwned> {
     ptr: NonNull<T>,
     bytes: usize,
