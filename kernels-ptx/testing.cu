@@ -25,3 +25,19 @@ extern "C" __global__ void scatter(float *x, const unsigned int *idx, float valu
         x[idx[i]] = value;
     }
 }
+
+// Waits until `ns` nanoseconds of the GPU's global timer (%globaltimer) have passed since the
+// thread started, then data[i] += value: a kernel that takes at least `ns`, for tests and
+// examples that need one stream to be busy for a known time (a handoff must make the next
+// stream wait for it). A huge `ns` keeps the GPU busy that long; it touches nothing else.
+UM_SAFE_KERNEL void spin_then_add(float *data, float value, unsigned long long ns, unsigned int n) {
+    unsigned long long start;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    unsigned long long now = start;
+    while (now - start < ns) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    }
+    for (auto i : um::indices(n)) {
+        data[i] += value;
+    }
+}

@@ -76,3 +76,112 @@ fn each_device_runs_its_own_streams_from_its_own_thread() {
         }
     });
 }
+
+/// Whether both devices let a handoff cross between them (concurrent managed access on both).
+fn cross_device_handoff_allowed(a: &Context, b: &Context) -> bool {
+    a.info().concurrent_managed_access && b.info().concurrent_managed_access
+}
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn memory_of_device_0_is_handed_to_a_stream_of_device_1_and_back() {
+    let (a, b) = two_contexts();
+    let allowed = cross_device_handoff_allowed(&a, &b);
+    println!(
+        "concurrent managed access: device 0 {}, device 1 {}",
+        a.info().concurrent_managed_access,
+        b.info().concurrent_managed_access
+    );
+    let n = 1 << 20;
+    let x = Managed::from_fn(&a, n, |i| i as f32).expect("alloc on device 0");
+    let result = a.with_stream(StreamOptions::new().non_blocking(), |s0| {
+        b.with_stream(StreamOptions::new().non_blocking(), |s1| {
+            let mut x = x.attach(s0)?;
+            // Device 0 writes after 50 ms; device 1 must see that write.
+            testing::spin_then_add(s0, &mut x, 1.0, 50_000_000)?;
+            let mut x = x.hand_off(s1)?;
+            // A kernel of device 1 on memory allocated in device 0's context.
+            testing::add_scalar(s1, &mut x, 2.0)?;
+            let mut x = x.hand_off(s0)?;
+            testing::add_scalar(s0, &mut x, 4.0)?;
+            x.sync()
+        })
+    });
+    if allowed {
+        let x = result.expect("a handoff across devices with concurrent managed access");
+        let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 7.0);
+        assert_eq!(
+            bad, None,
+            "device 1 did not see device 0's write, or the reverse"
+        );
+    } else {
+        let err = result.expect_err("a device lacks concurrent managed access");
+        assert!(matches!(err, Error::HandOffAcrossDevices { .. }), "{err}");
+    }
+}
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn a_prefetching_stream_of_device_1_receives_memory_of_device_0() {
+    let (a, b) = two_contexts();
+    if !cross_device_handoff_allowed(&a, &b) {
+        println!("skipped: a device lacks concurrent managed access");
+        return;
+    }
+    let x = Managed::from_fn(&a, 1 << 22, |i| i as f32).expect("alloc on device 0");
+    let y = Managed::<[f32]>::zeroed_slice(&b, 1 << 22).expect("alloc on device 1");
+    let (x, y) = a
+        .with_stream(
+            StreamOptions::new().transfer(um::Transfer::Prefetch),
+            |s0| {
+                b.with_stream(
+                    StreamOptions::new().transfer(um::Transfer::Prefetch),
+                    |s1| {
+                        let mut x = x.attach(s0)?;
+                        testing::spin_then_add(s0, &mut x, 1.0, 10_000_000)?;
+                        // Prefetched to device 1, on s1, after the wait for s0.
+                        let x = x.hand_off(s1)?;
+                        let mut y = y.attach(s1)?;
+                        testing::axpy(s1, &x, &mut y, 1.0)?;
+                        s1.sync_all((x, y))
+                    },
+                )
+            },
+        )
+        .expect("prefetch to the receiving device");
+    assert!(x.iter().enumerate().all(|(i, v)| *v == i as f32 + 1.0));
+    let bad = y.iter().enumerate().find(|(i, v)| **v != *i as f32 + 1.0);
+    assert_eq!(bad, None);
+}
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn the_per_thread_stream_of_device_1_receives_and_drops_memory_of_device_0() {
+    let (a, b) = two_contexts();
+    if !cross_device_handoff_allowed(&a, &b) {
+        println!("skipped: a device lacks concurrent managed access");
+        return;
+    }
+    // The per-thread handle names a stream of the current context: the sync and the drop must
+    // make device 1's context current, not the allocation's.
+    let x = Managed::from_fn(&a, 1 << 16, |i| i as f32).expect("alloc x");
+    let dropped = Managed::<[f32]>::zeroed_slice(&a, 1 << 16).expect("alloc dropped");
+    let x = a
+        .with_stream(StreamOptions::new(), |s0| {
+            b.with_per_thread_stream(|pts1| {
+                let mut x = x.attach(s0)?;
+                let mut d = dropped.attach(s0)?;
+                testing::spin_then_add(s0, &mut x, 1.0, 10_000_000)?;
+                testing::spin_then_add(s0, &mut d, 1.0, 10_000_000)?;
+                let mut d = d.hand_off(pts1)?;
+                testing::add_scalar(pts1, &mut d, 1.0)?;
+                drop(d); // waits for device 1's per-thread stream, which waits for s0
+                let mut x = x.hand_off(pts1)?;
+                testing::add_scalar(pts1, &mut x, 2.0)?;
+                x.sync()
+            })
+        })
+        .expect("device 0 -> per-thread stream of device 1 -> host");
+    let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 3.0);
+    assert_eq!(bad, None);
+}

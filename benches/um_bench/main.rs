@@ -8,6 +8,7 @@
 //! DIR/run_task.svg.
 
 mod cpp;
+mod handoff;
 mod report;
 mod runs;
 
@@ -19,7 +20,7 @@ use um::Context;
 /// One measured figure.
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
-    /// `launch`, `run_task`, `threads`, `overlap`, `transition`.
+    /// `launch`, `run_task`, `threads`, `overlap`, `transition`, `handoff`.
     pub(crate) scenario: &'static str,
     /// Who did the work: `um`, `cpp`, `cust`, `cudarc`.
     pub(crate) imp: String,
@@ -172,15 +173,17 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
     records.extend(runs::overlap(ctx, opts.rounds)?);
     records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
+    records.extend(handoff::handoff(ctx, opts.rounds)?);
     let notes = match &opts.notes {
         Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
         None => String::new(),
     };
     std::fs::write(opts.out.join("results.json"), report::json(ctx, &records))?;
-    std::fs::write(
-        opts.out.join("performance.md"),
-        report::markdown(ctx, &records, &notes),
-    )?;
+    let mut md = report::markdown(ctx, &records, &notes);
+    // Section 6 (handoff.rs) goes before the goals table.
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(at, &handoff::markdown(&records));
+    std::fs::write(opts.out.join("performance.md"), md)?;
     std::fs::write(
         opts.out.join("run_task.svg"),
         report::run_task_svg(&records),

@@ -249,6 +249,16 @@ pub(crate) fn attach_calls_on_this_thread() -> u64 {
     ATTACH_CALLS.with(std::cell::Cell::get)
 }
 
+thread_local! {
+    static EVENTS_CREATED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `cuEventCreate` calls this thread has made (tests use it to show that a stream's
+/// event is made once and reused).
+pub(crate) fn events_created_on_this_thread() -> u64 {
+    EVENTS_CREATED.with(std::cell::Cell::get)
+}
+
 /// Whether all work in `s` has completed.
 pub(crate) fn stream_query(s: sys::CUstream) -> Result<bool> {
     // SAFETY: as for `stream_synchronize`.
@@ -274,6 +284,48 @@ pub(crate) unsafe fn stream_attach(
     check("cuStreamAttachMemAsync", unsafe {
         sys::cuStreamAttachMemAsync(s, p, 0, flags)
     })
+}
+
+/// Creates an event in the current context, for ordering only (`CU_EVENT_DISABLE_TIMING`).
+pub(crate) fn event_create() -> Result<sys::CUevent> {
+    EVENTS_CREATED.with(|n| n.set(n.get() + 1));
+    let mut e: sys::CUevent = ptr::null_mut();
+    // SAFETY: `e` is a valid out-pointer; the flag is a valid CUevent_flags value.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, sys::EVENT_DISABLE_TIMING)
+    })?;
+    Ok(e)
+}
+
+/// Captures in `e` the work queued on `s` so far (`cuEventRecord`), without waiting.
+///
+/// # Safety
+/// `e` is a live event and `s` a live stream (or a special handle) of the context `e` was
+/// created in.
+pub(crate) unsafe fn event_record(e: sys::CUevent, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
+}
+
+/// Makes all work queued on `s` from now on wait for the work `e` captured, on the device
+/// (`cuStreamWaitEvent`); the calling thread does not wait. `e` may belong to another context.
+///
+/// # Safety
+/// `e` is a live event and `s` a live stream (or a special handle).
+pub(crate) unsafe fn stream_wait_event(s: sys::CUstream, e: sys::CUevent) -> Result<()> {
+    // SAFETY: guaranteed by the caller; flags 0 is CU_EVENT_WAIT_DEFAULT.
+    check("cuStreamWaitEvent", unsafe {
+        sys::cuStreamWaitEvent(s, e, 0)
+    })
+}
+
+/// Destroys an event. Work that recorded or waits for it still completes.
+///
+/// # Safety
+/// `e` came from [`event_create`] and is destroyed once, with its context current.
+pub(crate) unsafe fn event_destroy(e: sys::CUevent) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e) })
 }
 
 pub(crate) fn module_load(image: &CString) -> Result<sys::CUmodule> {

@@ -84,6 +84,23 @@ pub enum Error {
     /// A kernel of one context launched on a stream of another.
     #[error("the kernel was loaded in another context than the stream's")]
     ContextMismatch,
+    /// `hand_off` to a stream of another device, where a device involved lacks concurrent
+    /// managed access: there a GPU may only touch managed memory through its own streams'
+    /// associations, and a cross-device handoff would let two devices share it.
+    #[error(
+        "managed memory cannot be handed from a stream of device {from} to a stream of device {to}: \
+         device {lacking} lacks concurrent managed access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 0); \
+         bring it back to the host with `sync` and use memory allocated on device {to}"
+    )]
+    HandOffAcrossDevices {
+        /// Ordinal of the device of the stream that owns the memory.
+        from: usize,
+        /// Ordinal of the device of the receiving stream.
+        to: usize,
+        /// The device without concurrent managed access (the allocation's, the owner's or the
+        /// receiver's).
+        lacking: usize,
+    },
     /// A buffer of a stream set (`Context::with_streams`) was used on another stream of the set.
     /// Streams of one set share a brand, so this is checked at run time.
     #[error("argument {argument} is owned by another stream of the set than the one used")]

@@ -8,9 +8,10 @@
 //! * [`Managed<T, HostOwned>`](Managed): the CPU owns the memory and dereferences it.
 //! * [`Managed<T, StreamOwned<'s>>`](Managed): the stream branded `'s` owns it; only kernels
 //!   launched on that stream take it, and the CPU has no access at all.
-//! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions; both
-//!   consume the value. The state machine is in [`state`], the rules it encodes in
-//!   `docs/rules.md`.
+//! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions between
+//!   the two states, and [`hand_off`](Managed::hand_off) moves stream-owned memory to another
+//!   stream without a host wait; all three consume the value. The state machine is in
+//!   [`state`], the rules it encodes in `docs/rules.md`.
 //!
 //! ```no_run
 //! # fn main() -> um_core::Result<()> {
@@ -86,6 +87,7 @@ pub mod codegen;
 mod context;
 mod driver;
 mod error;
+mod event;
 mod geometry;
 mod launch;
 mod managed;
@@ -132,6 +134,13 @@ macro_rules! include_kernels {
 #[doc(hidden)]
 pub fn attach_calls_on_this_thread() -> u64 {
     driver::attach_calls_on_this_thread()
+}
+
+/// How many CUDA events the calling thread has created. For tests that check that a stream's
+/// handoff event is made once and reused.
+#[doc(hidden)]
+pub fn events_created_on_this_thread() -> u64 {
+    driver::events_created_on_this_thread()
 }
 
 // The Send/Sync facts the design relies on, checked at compile time.

@@ -24,8 +24,9 @@ use crate::sys;
 /// * `Managed<T, StreamOwned<'s>>`: the stream with brand `'s` owns it. The CPU cannot touch
 ///   it; kernels launched on that stream, and only those, take it as an argument.
 ///
-/// The state changes only through [`attach`](Managed::attach) and [`sync`](Managed::sync),
-/// which consume the value and return it in its new state (see [`crate::state`]).
+/// The state changes only through [`attach`](Managed::attach), [`sync`](Managed::sync) and
+/// [`hand_off`](Managed::hand_off), which consume the value and return it in its new state (see
+/// [`crate::state`]).
 pub struct Managed<T: ?Sized, S: State = HostOwned> {
     ptr: NonNull<T>,
     bytes: usize,
@@ -243,14 +244,18 @@ impl<T: ?Sized> DerefMut for Managed<T, HostOwned> {
 
 impl<T: ?Sized, S: State> Drop for Managed<T, S> {
     fn drop(&mut self) {
-        // Without the context nothing can be freed safely: leak.
-        if self.ctx.bind().is_err() {
+        // A kernel queued on the owning stream may still use the memory: wait for it first,
+        // with the owner's context current (after a `hand_off` to another device it is not
+        // the allocation's). If the wait fails (a sticky error from a faulting kernel, say),
+        // the GPU may still hold the memory, so it is leaked rather than freed.
+        if S::ON_STREAM
+            && (crate::state::bind_owner_context(self).is_err()
+                || driver::stream_synchronize(self.stream.handle).is_err())
+        {
             return;
         }
-        // A kernel queued on the owning stream may still use the memory: wait for it first.
-        // If the wait fails (a sticky error from a faulting kernel, say), the GPU may still
-        // hold the memory, so it is leaked rather than freed.
-        if S::ON_STREAM && driver::stream_synchronize(self.stream.handle).is_err() {
+        // Without the context nothing can be freed safely: leak.
+        if self.ctx.bind().is_err() {
             return;
         }
         // SAFETY: the allocation came from `alloc_host_attached`, `retype` hands ownership on

@@ -13,9 +13,20 @@
 //!                   ┌──────────────────────────────┐
 //!                   │ Managed<T, StreamOwned<'s,K>>│  kernel argument on the stream branded 's;
 //!                   └──────────────────────────────┘  no CPU access of any kind
-//!                                   │
-//!                          drop: wait for the stream, then cuMemFree
+//!                        │                  │   ▲
+//!                        │  hand_off(self,  │   │  cuEventRecord(A's event, A);
+//!                        │  &Stream<'t,K2>) │   │  cuStreamWaitEvent(B, event);
+//!                        │  K2: Attachable  └───┘  cuStreamAttachMemAsync(B, SINGLE);
+//!                        │                         B's Transfer policy; no host wait
+//!                        │                         (now StreamOwned<'t, K2>)
+//!                        ▼
+//!                  drop: wait for the owning stream, then cuMemFree
 //! ```
+//!
+//! `hand_off` moves memory still in use on stream A to stream B: B's kernels run after A's,
+//! ordered on the GPU by A's event (made once per stream, see `event.rs`), and the CPU never
+//! waits. The memory then carries B's brand, so no launch on A can name it. Across devices it
+//! needs concurrent managed access on every device involved ([`Error::HandOffAcrossDevices`]).
 //!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
@@ -27,8 +38,10 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
+use crate::event::{Event, StreamEvent};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
 use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
@@ -146,11 +159,176 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     /// still use it) and the error returned.
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
     pub fn sync(self) -> Result<Managed<T, HostOwned>> {
-        self.context().bind()?;
+        bind_owner_context(&self)?;
         let after = release_to_host(&self)?;
         driver::stream_synchronize(self.stream().handle)?;
         Ok(self.retype(after))
     }
+}
+
+impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
+    /// Hands the memory from the stream that owns it (A) to `to` (B) without waiting on the
+    /// host: the second form of `attach`, for memory that is still in use on A.
+    ///
+    /// It enqueues, in order: a record of A's event on A (`cuEventRecord`, capturing every
+    /// kernel queued on A so far); a wait for that event on B (`cuStreamWaitEvent`); the
+    /// association of the whole allocation with B (`cuStreamAttachMemAsync(B, ptr, 0,
+    /// CU_MEM_ATTACH_SINGLE)`); and B's [`Transfer`] policy (`Prefetch` prefetches to B's
+    /// device, on B). Kernels launched on B afterwards run after A's kernels that used the
+    /// memory; the CPU never waits, and A may keep running other work.
+    ///
+    /// * Afterwards the memory carries B's brand: a launch on A cannot name it (a type error),
+    ///   and `sync` or drop wait for B, which waits for A through the event.
+    /// * `K` may be any kind, the legacy stream included (memory of `attach_global`); `to` must
+    ///   be [`Attachable`]: the legacy stream refuses a single association.
+    /// * Between the streams of one `with_streams` set (one brand) the new owner is recorded
+    ///   and checked at launch; handing memory to the stream that already owns it makes no
+    ///   driver call.
+    /// * Across devices (B of another context than A or than the allocation) every device
+    ///   involved must have concurrent managed access; otherwise
+    ///   [`Error::HandOffAcrossDevices`], before any driver call. `HostResident` advice is kept
+    ///   for the allocation's own device only: on another device it acts as `OnDemand`.
+    ///
+    /// If a driver call fails, the memory is dropped (its drop waits for whichever stream may
+    /// use it) and the error returned.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// # use um_core::{Context, Managed, StreamOptions};
+    /// # let ctx = Context::new(0)?;
+    /// let data = Managed::from_slice(&ctx, &[1.0f32; 1024])?;
+    /// let data = ctx.with_stream(StreamOptions::new(), |a| {
+    ///     ctx.with_stream(StreamOptions::new(), |b| {
+    ///         let data = data.attach(a)?;
+    ///         // ... kernels on `a` ...
+    ///         let data = data.hand_off(b)?; // no host wait
+    ///         // ... kernels on `b`, which start once `a`'s are done ...
+    ///         data.sync() // waits for `b` (and so for `a`'s kernels before the handoff)
+    ///     })
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "`hand_off` returns the memory: drop the Result and the buffer is freed"]
+    pub fn hand_off<'b, K2: Attachable>(
+        self,
+        to: &Stream<'b, K2>,
+    ) -> Result<Managed<T, StreamOwned<'b, K2>>> {
+        let from = self.stream();
+        let target = to.raw();
+        if from.id == target.id {
+            // The same stream (of a `with_streams` set): already associated, already ordered.
+            return Ok(self.retype(target));
+        }
+        // SAFETY: the memory is in state `StreamOwned<'a, K>`, so its owning stream (brand 'a)
+        // is alive for this call.
+        let owner = unsafe { from.events() };
+        let from_ctx = owner.map_or(self.context(), StreamEvent::context);
+        check_devices(self.context(), from_ctx, to.context())?;
+        let temporary;
+        let event: &Event = match owner {
+            Some(owner) => owner.get()?,
+            // Unreachable (stream-owned memory always names its `Stream`), but correct anyway:
+            // an event made for this handoff only, destroyed once the wait is enqueued.
+            None => {
+                temporary = Event::new(from_ctx)?;
+                &temporary
+            }
+        };
+        // SAFETY: `from.handle` is the owning stream of `from_ctx` (alive for 'a), `target` a
+        // live stream of `to`'s context (alive for 'b, as `to` is borrowed).
+        unsafe { event.order(from.handle, to.context(), target.handle) }?;
+        // `to`'s context is current (`order` left it so).
+        // SAFETY: `self` is the start of a live managed allocation we own; `target` is alive for
+        // 'b and is not the NULL stream (`K2: Attachable`). B waits for A before the attach
+        // takes effect, so the association changes only once A's kernels are done.
+        unsafe { driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE) }?;
+        // From here B owns it: should the policy fail, the drop waits for B (and so for A).
+        let mut handed: Managed<T, StreamOwned<'b, K2>> = self.retype(target);
+        apply_transfer_on_hand_off(&mut handed, to)?;
+        Ok(handed)
+    }
+}
+
+/// A handoff between contexts needs concurrent managed access on every device involved: the
+/// allocation's, the current owner's and the receiver's.
+fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
+    if memory.same_as(to) && from.same_as(to) {
+        return Ok(());
+    }
+    match [memory, from, to]
+        .into_iter()
+        .find(|c| !c.info().concurrent_managed_access)
+    {
+        None => Ok(()),
+        Some(lacking) => Err(Error::HandOffAcrossDevices {
+            from: from.info().ordinal,
+            to: to.info().ordinal,
+            lacking: lacking.info().ordinal,
+        }),
+    }
+}
+
+/// What the receiving stream's [`Transfer`] policy does at a handoff (the stream's context is
+/// current). `HostResident` advice names the allocation's device; on a stream of another
+/// device it is removed instead, and the policy acts as `OnDemand`.
+fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind>(
+    m: &mut Managed<T, StreamOwned<'_, K>>,
+    to: &Stream<'_, K>,
+) -> Result<()> {
+    let target = to.raw();
+    if !to.context().info().concurrent_managed_access {
+        return Ok(());
+    }
+    let (ptr, bytes) = (m.device_ptr(), m.size_in_bytes());
+    let own_device = m.context().device();
+    let want_resident =
+        target.transfer == Transfer::HostResident && to.context().same_as(m.context());
+    if want_resident != m.is_host_resident() {
+        let (preferred, accessed) = if want_resident {
+            (
+                sys::ADVISE_SET_PREFERRED_LOCATION,
+                sys::ADVISE_SET_ACCESSED_BY,
+            )
+        } else {
+            (
+                sys::ADVISE_UNSET_PREFERRED_LOCATION,
+                sys::ADVISE_UNSET_ACCESSED_BY,
+            )
+        };
+        // SAFETY: live allocation of `bytes`; advice changes placement, never contents, so it
+        // may be given while A's kernels still run.
+        unsafe {
+            driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
+            driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(own_device))?;
+        }
+        m.set_host_resident(want_resident);
+    }
+    if target.transfer == Transfer::Prefetch {
+        // SAFETY: live allocation of `bytes`; the stream is alive ('b); enqueued on B after the
+        // wait for A and the attach, so it moves pages once A is done with them.
+        unsafe {
+            driver::mem_prefetch(
+                ptr,
+                bytes,
+                sys::MemLocation::device(to.context().device()),
+                target.handle,
+            )
+        }?;
+    }
+    Ok(())
+}
+
+/// Makes the context of the stream that owns `memory` current: the allocation's own, except
+/// after a handoff to another device. Every stream-ordered call on the owner needs it (and the
+/// per-thread handle names a stream of the current context).
+pub(crate) fn bind_owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> Result<()> {
+    if S::ON_STREAM {
+        // SAFETY: in a stream-owned state the owning stream is alive: its brand is in `S`.
+        if let Some(owner) = unsafe { memory.stream().events() } {
+            return owner.context().bind();
+        }
+    }
+    memory.context().bind()
 }
 
 /// What the stream's [`Transfer`] policy does when memory is handed to it.

@@ -9,11 +9,13 @@
 //! its stream.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::context::Context;
 use crate::driver;
 use crate::error::Result;
+use crate::event::StreamEvent;
 use crate::sealed::Sealed;
 use crate::sys;
 
@@ -98,6 +100,8 @@ pub(crate) struct RawStream {
     pub(crate) id: u64,
     /// The stream's transfer policy.
     pub(crate) transfer: Transfer,
+    /// The stream's event and context (see [`RawStream::events`]); null for `NONE`.
+    events: *const StreamEvent,
 }
 
 impl RawStream {
@@ -106,13 +110,28 @@ impl RawStream {
         handle: std::ptr::null_mut(),
         id: 0,
         transfer: Transfer::OnDemand,
+        events: std::ptr::null(),
     };
     /// The legacy default stream. Memory associated with it is attached `CU_MEM_ATTACH_GLOBAL`.
     pub(crate) const LEGACY: RawStream = RawStream {
         handle: sys::STREAM_LEGACY,
         id: u64::MAX,
         transfer: Transfer::OnDemand,
+        events: std::ptr::null(),
     };
+
+    /// The event (and context) of the stream this handle came from; `None` for `NONE`.
+    ///
+    /// # Safety
+    /// The [`Stream`] this handle was taken from is alive for `'x`. Memory in state
+    /// `StreamOwned<'s, _>` guarantees it for its owning stream: the brand `'s` cannot outlive
+    /// the stream's closure, and the `Stream` (which owns the `Arc`) lives until that closure
+    /// returns.
+    pub(crate) unsafe fn events<'x>(&self) -> Option<&'x StreamEvent> {
+        // SAFETY: non-null pointers come from `Arc::as_ptr` of the stream's `Arc`, alive for
+        // 'x (the caller's guarantee); `StreamEvent` is only ever shared (`&`).
+        unsafe { self.events.as_ref() }
+    }
 }
 
 // SAFETY: a stream handle is an opaque token the driver accepts from any thread.
@@ -140,6 +159,9 @@ thread_local! {
 pub struct Stream<'s, K: StreamKind = Owned> {
     ctx: Context,
     raw: RawStream,
+    /// The event recorded when memory is handed off this stream. Owned here, read through
+    /// `raw.events` (which memory carries).
+    _events: Arc<StreamEvent>,
     _brand: Brand<'s>,
     _kind: PhantomData<K>,
 }
@@ -156,6 +178,23 @@ impl<K: StreamKind> Drop for Stream<'_, K> {
 }
 
 impl<'s, K: StreamKind> Stream<'s, K> {
+    /// A stream of `ctx` with the given handle, id and policy, and its (not yet made) event.
+    fn from_raw(ctx: &Context, handle: sys::CUstream, id: u64, transfer: Transfer) -> Self {
+        let events = Arc::new(StreamEvent::new(ctx.clone()));
+        Stream {
+            ctx: ctx.clone(),
+            raw: RawStream {
+                handle,
+                id,
+                transfer,
+                events: Arc::as_ptr(&events),
+            },
+            _events: events,
+            _brand: PhantomData,
+            _kind: PhantomData,
+        }
+    }
+
     /// The context the stream belongs to.
     pub fn context(&self) -> &Context {
         &self.ctx
@@ -305,16 +344,12 @@ impl Context {
             sys::STREAM_DEFAULT
         };
         let handle = driver::stream_create(flags, options.priority.unwrap_or(0))?;
-        Ok(Stream {
-            ctx: self.clone(),
-            raw: RawStream {
-                handle,
-                id: next_stream_id(),
-                transfer: options.transfer,
-            },
-            _brand: PhantomData,
-            _kind: PhantomData,
-        })
+        Ok(Stream::from_raw(
+            self,
+            handle,
+            next_stream_id(),
+            options.transfer,
+        ))
     }
 
     /// Runs `f` with the calling thread's default stream (`CU_STREAM_PER_THREAD`).
@@ -326,16 +361,12 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = Stream {
-            ctx: self.clone(),
-            raw: RawStream {
-                handle: sys::STREAM_PER_THREAD,
-                id: PER_THREAD_ID.with(|id| *id),
-                transfer: Transfer::OnDemand,
-            },
-            _brand: PhantomData,
-            _kind: PhantomData,
-        };
+        let stream = Stream::from_raw(
+            self,
+            sys::STREAM_PER_THREAD,
+            PER_THREAD_ID.with(|id| *id),
+            Transfer::OnDemand,
+        );
         f(&stream)
     }
 
@@ -348,12 +379,8 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, Legacy>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = Stream {
-            ctx: self.clone(),
-            raw: RawStream::LEGACY,
-            _brand: PhantomData,
-            _kind: PhantomData,
-        };
+        let legacy = RawStream::LEGACY;
+        let stream = Stream::from_raw(self, legacy.handle, legacy.id, legacy.transfer);
         f(&stream)
     }
 

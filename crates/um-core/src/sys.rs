@@ -13,7 +13,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-pub(crate) use cust::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
+pub(crate) use cust::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+};
 
 /// `CUDA_SUCCESS`.
 pub(crate) const SUCCESS: i32 = 0;
@@ -61,6 +63,9 @@ impl MemLocation {
     /// `CU_MEM_LOCATION_TYPE_HOST`.
     pub(crate) const HOST: MemLocation = MemLocation { kind: 0x2, id: 0 };
 }
+
+/// `CU_EVENT_DISABLE_TIMING`: an event for ordering only, the cheapest kind to record and wait.
+pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
 
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
@@ -139,6 +144,10 @@ unsafe extern "C" {
         length: usize,
         flags: c_uint,
     ) -> i32;
+    pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32;
+    pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> i32;
+    pub(crate) fn cuEventDestroy_v2(event: CUevent) -> i32;
+    pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
 
     pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> i32;

@@ -52,7 +52,10 @@ mod tests {
         for (file, entries) in [
             (ptx::RUN_TASK_PTX, &["transform", "convert"][..]),
             (ptx::STREAMS_PTX, &["kernel", "empty", "stamp"][..]),
-            (ptx::TESTING_PTX, &["add_scalar", "axpy"][..]),
+            (
+                ptx::TESTING_PTX,
+                &["add_scalar", "axpy", "spin_then_add"][..],
+            ),
         ] {
             for entry in entries {
                 assert!(

@@ -1,0 +1,118 @@
+//! Events: the device-side ordering that hands memory from one stream to another without a
+//! host wait (`Managed::hand_off`, in [`crate::state`]).
+//!
+//! Crate-private on purpose. An event orders two streams, but it does not move ownership: a
+//! public event type would let a program make stream B wait for stream A and then believe that
+//! memory of A may be used on B, which the brands forbid. The only thing `um` does with events
+//! is the one transition that retypes the memory at the same time.
+//!
+//! One event per stream, made the first time memory leaves that stream and reused for the life
+//! of the stream. Reuse is correct: `cuStreamWaitEvent` waits for the work the event captured at
+//! its most recent `cuEventRecord` *at the time of the wait call*, and later records do not
+//! change a wait already enqueued. Two threads handing memory off the same stream at once may
+//! interleave their records and waits; a wait may then see the other thread's later record, but
+//! that record was made on the same stream after the first one, so it captures at least the same
+//! work: the order is still right, at worst a little later.
+
+use std::sync::OnceLock;
+
+use crate::context::Context;
+use crate::driver;
+use crate::error::Result;
+use crate::sys;
+
+/// An owned CUDA event (`CU_EVENT_DISABLE_TIMING`) of one context, destroyed on drop.
+pub(crate) struct Event {
+    raw: sys::CUevent,
+    /// The context the event belongs to: kept alive, and made current to destroy the event.
+    ctx: Context,
+}
+
+// SAFETY: an event handle is an opaque token that the driver accepts from any thread; `Event`
+// has no interior state besides it.
+unsafe impl Send for Event {}
+// SAFETY: as above; every use of `&Event` is a thread-safe driver call.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event in `ctx`. Nothing is allocated if the driver refuses.
+    pub(crate) fn new(ctx: &Context) -> Result<Event> {
+        ctx.bind()?;
+        let raw = driver::event_create()?;
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Records the work queued on `from` (a stream of this event's context), then makes `to`
+    /// (a stream of `to_ctx`, which may be another context) wait for it. Neither call waits on
+    /// the host.
+    ///
+    /// # Safety
+    /// `from` is a live stream (or special handle) of this event's context, and `to` a live
+    /// stream (or special handle) of `to_ctx`.
+    pub(crate) unsafe fn order(
+        &self,
+        from: sys::CUstream,
+        to_ctx: &Context,
+        to: sys::CUstream,
+    ) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the event is alive (we own it), `from` belongs to its context (the caller's
+        // guarantee), and that context is current.
+        unsafe { driver::event_record(self.raw, from) }?;
+        to_ctx.bind()?;
+        // SAFETY: the event is alive; `to` is a live stream (the caller's guarantee); the event
+        // may be of another context than `to`.
+        unsafe { driver::stream_wait_event(to, self.raw) }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // Without the context the event cannot be destroyed safely: leak it.
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created by `event_create`, destroyed only here, context current. Work
+            // that recorded it or waits for it still completes (the driver releases the event
+            // afterwards).
+            let _ = unsafe { driver::event_destroy(self.raw) };
+        }
+    }
+}
+
+/// The event a stream records when memory is handed off it: made on first use, then reused
+/// for the stream's life. Every [`Stream`](crate::Stream) owns one (behind an `Arc`, so that
+/// memory can find it from the stream's raw handle while the brand keeps the stream alive).
+pub(crate) struct StreamEvent {
+    /// The stream's context: the event is made in it (`cuEventRecord` needs the event and the
+    /// stream in one context).
+    ctx: Context,
+    event: OnceLock<Event>,
+}
+
+impl StreamEvent {
+    pub(crate) fn new(ctx: Context) -> StreamEvent {
+        StreamEvent {
+            ctx,
+            event: OnceLock::new(),
+        }
+    }
+
+    /// The context of the stream.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The stream's event, made now if this is its first use. If two threads make it at once,
+    /// one event is kept and the other destroyed.
+    pub(crate) fn get(&self) -> Result<&Event> {
+        if let Some(event) = self.event.get() {
+            return Ok(event);
+        }
+        let fresh = Event::new(&self.ctx)?;
+        // If another thread set it first, the closure is not called and `fresh` is dropped
+        // (destroyed) with it.
+        Ok(self.event.get_or_init(|| fresh))
+    }
+}
