@@ -259,6 +259,23 @@ pub(crate) fn stream_query(s: sys::CUstream) -> Result<bool> {
     check("cuStreamQuery", code).map(|()| true)
 }
 
+/// Enqueues `callback(s, status, user_data)` on `s`: the driver calls it once every operation
+/// enqueued before it has completed, or with the error the stream met; exactly once either way.
+///
+/// # Safety
+/// `s` is a live stream (or a special handle); `callback` makes no CUDA call and does not
+/// unwind; `user_data` stays valid until `callback` has run.
+pub(crate) unsafe fn stream_add_callback(
+    s: sys::CUstream,
+    callback: sys::StreamCallback,
+    user_data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller; flags must be 0.
+    check("cuStreamAddCallback", unsafe {
+        sys::cuStreamAddCallback(s, callback, user_data, 0)
+    })
+}
+
 /// Enqueues the association of the whole allocation at `p` with `s`.
 ///
 /// # Safety

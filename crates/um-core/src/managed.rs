@@ -11,6 +11,7 @@ use std::ptr::{self, NonNull};
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
+use crate::asynchronous::Orphan;
 use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
@@ -190,6 +191,16 @@ impl<T: ?Sized, S: State> Managed<T, S> {
 
     pub(crate) fn stream(&self) -> RawStream {
         self.stream
+    }
+
+    /// Gives the allocation up without freeing it: its address and context, for a free that
+    /// waits for its stream without blocking a thread (see [`crate::asynchronous`]).
+    pub(crate) fn into_orphan(self) -> Orphan {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is
+        // read out exactly once.
+        let ctx = unsafe { ptr::read(&this.ctx) };
+        Orphan::new(this.device_ptr(), ctx)
     }
 
     /// The same allocation in state `S2`, associated with `stream`. Only `state.rs` calls this,

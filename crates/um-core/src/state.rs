@@ -27,6 +27,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::asynchronous::{Orphan, Released, SyncAllFuture, SyncFuture};
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
@@ -153,6 +154,21 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     }
 }
 
+impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
+    /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
+    /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
+    /// up to that point. No thread blocks while the GPU works.
+    ///
+    /// The future checks the stream's status before it hands the memory to the CPU: a fault of
+    /// an earlier kernel comes back as `Err` (and the memory is leaked, as with `sync`).
+    /// Dropping the future unfinished never waits: the memory is freed once the stream is done
+    /// (see [`SyncFuture`]).
+    pub fn sync_async(self) -> SyncFuture<'s, T, K> {
+        let released = self.context().bind().and_then(|()| release_to_host(&self));
+        SyncFuture::new(self, released.map(Released))
+    }
+}
+
 /// What the stream's [`Transfer`] policy does when memory is handed to it.
 fn apply_transfer_on_attach<T: ?Sized>(
     m: &mut Managed<T, HostOwned>,
@@ -233,6 +249,22 @@ pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     type Host;
     #[doc(hidden)]
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host>;
+    /// Checks the owners and enqueues each buffer's release to the host (what `sync_group`
+    /// does before its wait).
+    #[doc(hidden)]
+    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>>;
+    /// The buffers in the host state, once the stream has passed the releases.
+    #[doc(hidden)]
+    fn host_group(self, after: Vec<Released>) -> Self::Host;
+    /// The buffers given up, for a free once the stream is done.
+    #[doc(hidden)]
+    fn orphan_group(self) -> Vec<Orphan>;
+}
+
+/// The association after the next release, in order (`NONE`, which only costs a re-attach
+/// later, should the list be short, which it never is).
+fn next_after(after: &mut std::vec::IntoIter<Released>) -> RawStream {
+    after.next().map_or(RawStream::NONE, |r| r.0)
 }
 
 impl<'s, K: StreamKind> Stream<'s, K> {
@@ -256,6 +288,13 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
     pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
         group.sync_group(self)
+    }
+
+    /// `sync_all` as a future: one host callback for the whole group, resolving to the
+    /// buffers in the host state (see [`Managed::sync_async`]).
+    pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {
+        let released = group.release_group(self);
+        SyncAllFuture::new(group, self.context(), self.raw(), released)
     }
 }
 
@@ -284,6 +323,21 @@ macro_rules! sync_group_for_tuples {
                 $( let $after = release_to_host(&$v)?; )+
                 driver::stream_synchronize(stream.raw().handle)?;
                 Ok(($($v.retype($after),)+))
+            }
+            fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+                let ($($v,)+) = self;
+                check_owner(&[$($v.stream().id),+], stream)?;
+                stream.context().bind()?;
+                Ok(vec![$( Released(release_to_host($v)?) ),+])
+            }
+            fn host_group(self, after: Vec<Released>) -> Self::Host {
+                let ($($v,)+) = self;
+                let mut after = after.into_iter();
+                ($($v.retype(next_after(&mut after)),)+)
+            }
+            fn orphan_group(self) -> Vec<Orphan> {
+                let ($($v,)+) = self;
+                vec![$($v.into_orphan()),+]
             }
         }
     )+};
@@ -315,6 +369,23 @@ impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwn
             .zip(after)
             .map(|(m, s)| m.retype(s))
             .collect())
+    }
+    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+        let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
+        check_owner(&owners, stream)?;
+        stream.context().bind()?;
+        self.iter()
+            .map(|m| release_to_host(m).map(Released))
+            .collect()
+    }
+    fn host_group(self, after: Vec<Released>) -> Self::Host {
+        let mut after = after.into_iter();
+        self.into_iter()
+            .map(|m| m.retype(next_after(&mut after)))
+            .collect()
+    }
+    fn orphan_group(self) -> Vec<Orphan> {
+        self.into_iter().map(Managed::into_orphan).collect()
     }
 }
 

@@ -298,7 +298,7 @@ impl Context {
         f(&streams)
     }
 
-    fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
+    pub(crate) fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
         let flags = if options.non_blocking {
             sys::STREAM_NON_BLOCKING
         } else {
@@ -326,7 +326,12 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = Stream {
+        f(&self.per_thread_stream())
+    }
+
+    /// The handle of the calling thread's default stream, with its per-thread id.
+    pub(crate) fn per_thread_stream<'s>(&self) -> Stream<'s, PerThread> {
+        Stream {
             ctx: self.clone(),
             raw: RawStream {
                 handle: sys::STREAM_PER_THREAD,
@@ -335,8 +340,7 @@ impl Context {
             },
             _brand: PhantomData,
             _kind: PhantomData,
-        };
-        f(&stream)
+        }
     }
 
     /// Runs `f` with the legacy default stream (the NULL stream).

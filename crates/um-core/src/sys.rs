@@ -62,6 +62,12 @@ impl MemLocation {
     pub(crate) const HOST: MemLocation = MemLocation { kind: 0x2, id: 0 };
 }
 
+/// `CUstreamCallback`: what `cuStreamAddCallback` calls, on a driver thread, exactly once, with
+/// `CUDA_SUCCESS` or the error the stream met (its `CUresult` spelled `i32`, as everywhere here).
+/// `CUDA_CB` is the platform's system ABI.
+pub(crate) type StreamCallback =
+    unsafe extern "system" fn(stream: CUstream, status: i32, user_data: *mut c_void);
+
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_STREAM_DEFAULT`.
@@ -137,6 +143,12 @@ unsafe extern "C" {
         stream: CUstream,
         ptr: CUdeviceptr,
         length: usize,
+        flags: c_uint,
+    ) -> i32;
+    pub(crate) fn cuStreamAddCallback(
+        stream: CUstream,
+        callback: StreamCallback,
+        user_data: *mut c_void,
         flags: c_uint,
     ) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
