@@ -10,7 +10,6 @@
 mod common;
 
 use std::future::Future;
-use std::pin::pin;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
@@ -250,7 +249,7 @@ fn dropping_the_scope_future_mid_way_is_safe() {
     let _serial = serial();
     let ctx = gpu();
     let x = Managed::<[f32]>::zeroed_slice(&ctx, common::workload(1 << 20, 1 << 12)).expect("x");
-    let mut scope = pin!(ctx.with_stream_async(StreamOptions::new(), async |s| {
+    let mut scope = Box::pin(ctx.with_stream_async(StreamOptions::new(), async |s| {
         // Declared first, dropped last: the future below goes to the reaper before the gate
         // opens.
         let _gate = s.hold()?;
