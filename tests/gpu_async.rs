@@ -245,24 +245,39 @@ fn cancelled_futures_leak_nothing() {
 
 #[test]
 #[ignore = "needs a CUDA device"]
-fn dropping_the_scope_future_mid_way_is_safe() {
+fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
     let _serial = serial();
     let ctx = gpu();
-    let x = Managed::<[f32]>::zeroed_slice(&ctx, common::workload(1 << 20, 1 << 12)).expect("x");
+    let n = common::workload(1 << 20, 1 << 12);
+    let x = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("x");
+    let y = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("y");
+    let (tx, rx) = mpsc::channel();
     let mut scope = Box::pin(ctx.with_stream_async(StreamOptions::new(), async |s| {
-        // Declared first, dropped last: the future below goes to the reaper before the gate
-        // opens.
-        let _gate = s.hold()?;
-        let mut x = x.attach(s)?;
+        let _ = tx.send(opener(s.hold()?, Duration::from_secs(30)));
+        let (mut x, mut y) = (x.attach(s)?, y.attach(s)?);
         kernel(s, &mut x)?;
+        kernel(s, &mut y)?;
+        // `y` stays attached across the await; `x` waits in a sync future.
         let x = x.sync_async().await?;
-        Ok(x.len())
+        let y = y.sync_async().await?;
+        Ok(x.len() + y.len())
     }));
+    let before = um::orphans_pending();
     let polled = scope
         .as_mut()
         .poll(&mut TaskContext::from_waker(Waker::noop()));
     assert!(polled.is_pending(), "the gate holds the stream");
-    drop(scope); // drops the closure's future (buffer to the reaper, gate opened), then the stream
+    let (open_now, opened) = rx.recv().expect("the gate");
+    drop(scope); // drops the closure's future (both buffers to the reaper), then the stream
+    assert!(
+        !opened.load(Ordering::SeqCst),
+        "the drop returned before the stream could run: it did not wait"
+    );
+    assert!(
+        um::orphans_pending() >= before + 2,
+        "both buffers went to the reaper"
+    );
+    let _ = open_now.send(());
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
     ctx.synchronize_device().expect("no fault");

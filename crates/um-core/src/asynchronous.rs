@@ -274,6 +274,73 @@ mod reaper {
     }
 }
 
+thread_local! {
+    /// How many unfinished async scopes this thread is dropping right now.
+    static DROPPING_SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread is dropping an unfinished async scope (then [`defer_free`] applies).
+pub(crate) fn dropping_scope() -> bool {
+    DROPPING_SCOPES.with(std::cell::Cell::get) > 0
+}
+
+/// For `Managed`'s drop: while an unfinished async scope is being dropped on this thread, memory
+/// a stream may still use is not waited for (that would block an executor thread) but handed
+/// to the reaper behind a callback on its stream. Returns the orphan if that was not possible
+/// (no scope is being dropped, or enqueueing failed): the caller then waits, as always.
+pub(crate) fn defer_free(stream: RawStream, orphan: Orphan) -> std::result::Result<(), Orphan> {
+    if orphan.ctx.bind().is_err() {
+        return Err(orphan);
+    }
+    match Completion::enqueue(stream) {
+        Ok(completion) => {
+            if let Some((status, orphans)) = completion.abandon(vec![orphan]) {
+                reaper::expect(orphans.len());
+                reaper::hand_over(orphans, status == sys::SUCCESS);
+            }
+            Ok(())
+        }
+        Err(_) => Err(orphan),
+    }
+}
+
+/// The future of an async scope's closure. Dropped unfinished, it drops that future with
+/// [`defer_free`] in force, so that buffers still attached in it do not block the thread.
+struct DeferOnDrop<F> {
+    inner: std::mem::ManuallyDrop<F>,
+}
+
+impl<F: Future> Future for DeferOnDrop<F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        // SAFETY: structural pinning of `inner`: it is never moved out, and it is dropped in
+        // place (in `drop`), as `Pin` requires.
+        unsafe { self.map_unchecked_mut(|s| &mut *s.inner) }.poll(cx)
+    }
+}
+
+impl<F> Drop for DeferOnDrop<F> {
+    fn drop(&mut self) {
+        /// Ends the deferral even if a drop in the closure's future panics.
+        struct Entered;
+        impl Drop for Entered {
+            fn drop(&mut self) {
+                DROPPING_SCOPES.with(|n| n.set(n.get().saturating_sub(1)));
+            }
+        }
+        DROPPING_SCOPES.with(|n| n.set(n.get() + 1));
+        let _entered = Entered;
+        // SAFETY: dropped in place exactly once, here; `inner` is never used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+    }
+}
+
+fn defer_on_drop<F: Future>(inner: F) -> DeferOnDrop<F> {
+    DeferOnDrop {
+        inner: std::mem::ManuallyDrop::new(inner),
+    }
+}
+
 /// Blocks until every buffer of a dropped, unfinished sync future has been freed (or leaked,
 /// where its stream met an error). For tests and orderly shutdown: it waits for those streams.
 #[doc(hidden)]
@@ -404,18 +471,11 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Drop for SyncAllFuture<'s, K, G> {
         };
         match &self.waiting {
             Waiting::Enqueued { completion, .. } => {
-                match completion.abandon(group.orphan_group()) {
-                    // The callback will hand them to the reaper.
-                    None => {}
-                    Some((status, orphans)) if status == sys::SUCCESS => {
-                        for orphan in orphans {
-                            // SAFETY: the callback ran with success: every operation enqueued
-                            // before it completed, and nothing later can name this memory.
-                            unsafe { orphan.free() };
-                        }
-                    }
-                    // The stream met an error: leak.
-                    Some(_) => {}
+                // The callback hands the buffers to the reaper; if it has run already, they go
+                // there now. Either way no CUDA call here (`cuMemFree` may wait for the device).
+                if let Some((status, orphans)) = completion.abandon(group.orphan_group()) {
+                    reaper::expect(orphans.len());
+                    reaper::hand_over(orphans, status == sys::SUCCESS);
                 }
             }
             // Nothing was enqueued: the buffers' own drop waits for the stream, as for `sync`.
@@ -537,9 +597,10 @@ impl Context {
     /// never with `sync`, on an executor thread.
     ///
     /// Dropping the returned future before it completes drops `f`'s future first, then the
-    /// stream. Buffers `f` still held attached are then dropped as in synchronous code: their
-    /// drop waits for the stream (it blocks that thread) and frees them. Sync futures `f` held
-    /// do not wait (see [`SyncAllFuture`]). Nothing is freed while the GPU may use it.
+    /// stream (whose destruction lets queued work finish). Nothing in that drop waits for the
+    /// GPU: memory `f` still held attached, or inside a sync future, goes to `um`'s reaper
+    /// behind a callback on its stream, and is freed once the stream has run past it. Nothing
+    /// is freed while the GPU may use it.
     ///
     /// ```no_run
     /// # async fn f(ctx: &um_core::Context) -> um_core::Result<()> {
@@ -562,7 +623,7 @@ impl Context {
     ) -> Result<R> {
         self.bind()?;
         let stream = self.new_owned_stream(options)?;
-        let result = f(&stream).await;
+        let result = defer_on_drop(f(&stream)).await;
         drop(stream);
         result
     }
@@ -580,7 +641,7 @@ impl Context {
         for _ in 0..n {
             streams.push(self.new_owned_stream(options)?);
         }
-        let result = f(&streams).await;
+        let result = defer_on_drop(f(&streams)).await;
         drop(streams);
         result
     }
@@ -597,12 +658,13 @@ impl Context {
     ) -> Result<R> {
         self.bind()?;
         let stream = self.per_thread_stream();
-        f(&stream).await
+        defer_on_drop(f(&stream)).await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context as TaskContext, Poll, Wake, Waker};
@@ -665,6 +727,35 @@ mod tests {
             matches!(after, Some((sys::SUCCESS, ref v)) if v.is_empty()),
             "run: given back"
         );
+    }
+
+    #[test]
+    fn an_unfinished_scope_future_is_dropped_with_deferred_frees() {
+        struct Probe(Arc<AtomicUsize>);
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                if super::dropping_scope() {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        let seen = Arc::new(AtomicUsize::new(0));
+        let probe = Probe(Arc::clone(&seen));
+        let inner = async move {
+            let _probe = probe;
+            std::future::pending::<()>().await;
+        };
+        let mut scope = Box::pin(super::defer_on_drop(inner));
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        assert!(scope.as_mut().poll(&mut cx).is_pending());
+        assert!(!super::dropping_scope(), "not while polling");
+        drop(scope);
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            1,
+            "deferral in force during the drop"
+        );
+        assert!(!super::dropping_scope(), "and over after it");
     }
 
     #[test]

@@ -258,6 +258,18 @@ impl<T: ?Sized, S: State> Drop for Managed<T, S> {
         if self.ctx.bind().is_err() {
             return;
         }
+        // While an unfinished async scope is dropped, the memory goes to the reaper instead of
+        // being waited for here (see `asynchronous::defer_free`).
+        if S::ON_STREAM
+            && crate::asynchronous::dropping_scope()
+            && crate::asynchronous::defer_free(
+                self.stream,
+                Orphan::new(self.device_ptr(), self.ctx.clone()),
+            )
+            .is_ok()
+        {
+            return;
+        }
         // A kernel queued on the owning stream may still use the memory: wait for it first.
         // If the wait fails (a sticky error from a faulting kernel, say), the GPU may still
         // hold the memory, so it is leaked rather than freed.
