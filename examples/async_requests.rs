@@ -8,6 +8,9 @@
 //!   buffers cannot cross into a `'static` closure, so the scope moves, not the wait). A thread
 //!   hop per request; the executor threads stay free, the pool's threads block instead.
 //! * `sync_async`: `Context::with_stream_async` and `sync_async().await`. No thread blocks.
+//! * `sync_async (event thread)`: the same code with the alternative mechanism `um` keeps for
+//!   this comparison: an event per wait, waited for by one helper thread (which blocks, off the
+//!   executor) instead of a stream callback.
 //!
 //! Requests come from 64 concurrent clients (tasks), each with its own buffer. A ticker task
 //! sleeps 1 ms in a loop and records how late it wakes: how long other tasks stall.
@@ -32,6 +35,12 @@ use um::kernels::testing::add_scalar;
 use um::{Context, Managed, StreamOptions};
 
 const WORKERS: usize = 8;
+const MODES: [Mode; 4] = [
+    Mode::Sync,
+    Mode::SpawnBlocking,
+    Mode::Async,
+    Mode::AsyncEventThread,
+];
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -45,6 +54,8 @@ enum Mode {
     Sync,
     SpawnBlocking,
     Async,
+    /// `sync_async` with the alternative mechanism: an event per wait, one helper thread.
+    AsyncEventThread,
 }
 
 impl Mode {
@@ -53,6 +64,7 @@ impl Mode {
             Mode::Sync => "sync",
             Mode::SpawnBlocking => "spawn_blocking(sync)",
             Mode::Async => "sync_async",
+            Mode::AsyncEventThread => "sync_async (event thread)",
         }
     }
 }
@@ -148,7 +160,7 @@ async fn request(
                 .fetch_add(pool_blocked.load(Ordering::Relaxed), Ordering::Relaxed);
             b
         }
-        Mode::Async => {
+        Mode::Async | Mode::AsyncEventThread => {
             ctx.with_stream_async(StreamOptions::new().non_blocking(), async |s| {
                 let mut b = buf.attach(s)?;
                 for _ in 0..launches {
@@ -179,6 +191,7 @@ struct Row {
 }
 
 async fn run(ctx: &Context, mode: Mode, w: &Arc<Workload>) -> um::Result<Row> {
+    um::use_event_thread_for_waits(mode == Mode::AsyncEventThread);
     let counters = Arc::new(Counters::default());
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -284,11 +297,11 @@ fn main() -> ExitCode {
             launches: 1,
             len: w.len,
         });
-        for mode in [Mode::Sync, Mode::SpawnBlocking, Mode::Async] {
+        for mode in MODES {
             run(&ctx, mode, &warm).await?;
         }
         let mut rows = Vec::new();
-        for mode in [Mode::Sync, Mode::SpawnBlocking, Mode::Async] {
+        for mode in MODES {
             rows.push(run(&ctx, mode, &w).await?);
         }
         Ok::<_, um::Error>(rows)
@@ -301,7 +314,7 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "{:<22} {:>8} {:>9} {:>20} {:>18} {:>18} {:>7}",
+        "{:<26} {:>8} {:>9} {:>20} {:>18} {:>18} {:>7}",
         "wait",
         "wall ms",
         "req/s",
@@ -318,7 +331,7 @@ fn main() -> ExitCode {
         let wrong = r.counters.wrong.load(Ordering::Relaxed);
         all_right &= wrong == 0;
         println!(
-            "{:<22} {:>8.1} {:>9.0} {:>11.1} ({:>5.1}%) {:>18.1} {:>8.2}/{:<9.2} {:>7}",
+            "{:<26} {:>8.1} {:>9.0} {:>11.1} ({:>5.1}%) {:>18.1} {:>8.2}/{:<9.2} {:>7}",
             r.mode.name(),
             secs * 1e3,
             w.requests as f64 / secs,

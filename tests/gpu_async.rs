@@ -58,6 +58,32 @@ fn sync_async_returns_the_kernel_results() {
 
 #[test]
 #[ignore = "needs a CUDA device"]
+fn the_event_thread_mechanism_gives_the_same_results() {
+    let _serial = serial();
+    let ctx = gpu();
+    um::use_event_thread_for_waits(true);
+    let data = Managed::from_fn(&ctx, 10_001, |i| i as f32).expect("alloc");
+    let data = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
+        let mut d = data.attach(s)?;
+        add_scalar(s, &mut d, 1.0)?;
+        let d = d.sync_async().await?;
+        let mut d = d.attach(s)?;
+        add_one(s, &mut d)?;
+        s.sync_all_async(vec![d]).await
+    }));
+    um::use_event_thread_for_waits(false);
+    let data = data.expect("stream work");
+    for (i, v) in data[0].iter().enumerate() {
+        assert_eq!(*v, i as f32 + 2.0, "data[{i}]");
+    }
+}
+
+fn add_one<'s>(s: &um::Stream<'s>, d: &mut Managed<[f32], um::StreamOwned<'s>>) -> um::Result<()> {
+    add_scalar(s, d, 1.0)
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
 fn sync_all_async_returns_tuples_and_vecs() {
     let _serial = serial();
     let ctx = gpu();
@@ -298,38 +324,39 @@ const TRAP_PTX: &str = r#"
 
 const CHILD: &str = "UM_FAULT_CHILD";
 
-#[test]
-#[ignore = "needs a CUDA device"]
-fn fault_sticky_error_is_surfaced_by_the_future() {
-    if std::env::var_os(CHILD).is_some() {
-        // Child: the fault happens here, in a process of its own (it poisons the context).
-        let ctx = gpu();
-        let k = ctx
-            .load_ptx(TRAP_PTX)
-            .and_then(|m| m.kernel("trap_kernel"))
-            .expect("load");
-        let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
-        let err = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
-            let mut x = x.attach(s)?;
-            // SAFETY: none; this launch breaks the contract on purpose, in a child process.
-            unsafe { s.launch(&k, LaunchConfig::linear(1, 1), (&mut x,)) }?;
-            x.sync_async().await.map(drop) // the future wakes, checks the stream: Err
-        }))
-        .expect_err("the fault is reported");
-        println!("fault reported: {err}");
-        assert!(
-            matches!(&err, Error::Driver { name, .. }
-                if name == "CUDA_ERROR_LAUNCH_FAILED" || name == "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
-            "{err:?}"
-        );
-        drop(ctx);
-        println!("every drop returned");
-        return;
-    }
+/// Child: launches the trap kernel, awaits its buffer's future (with the chosen mechanism), and
+/// checks that the fault comes back as an `Err`.
+fn fault_child(event_thread: bool) {
+    let ctx = gpu();
+    um::use_event_thread_for_waits(event_thread);
+    let k = ctx
+        .load_ptx(TRAP_PTX)
+        .and_then(|m| m.kernel("trap_kernel"))
+        .expect("load");
+    let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
+    let err = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
+        let mut x = x.attach(s)?;
+        // SAFETY: none; this launch breaks the contract on purpose, in a child process.
+        unsafe { s.launch(&k, LaunchConfig::linear(1, 1), (&mut x,)) }?;
+        x.sync_async().await.map(drop) // the future wakes, checks the stream: Err
+    }))
+    .expect_err("the fault is reported");
+    println!("fault reported: {err}");
+    assert!(
+        matches!(&err, Error::Driver { name, .. }
+            if name == "CUDA_ERROR_LAUNCH_FAILED" || name == "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+        "{err:?}"
+    );
+    drop(ctx);
+    println!("every drop returned");
+}
+
+/// Parent: runs `test` alone in a child process and checks what it printed.
+fn run_fault_child(test: &str) {
     let exe = std::env::current_exe().expect("test binary path");
     let out = Command::new(exe)
         .args([
-            "fault_sticky_error_is_surfaced_by_the_future",
+            test,
             "--exact",
             "--include-ignored",
             "--nocapture",
@@ -348,4 +375,22 @@ fn fault_sticky_error_is_surfaced_by_the_future() {
     assert!(text.contains("1 passed"), "the child did not run the test");
     assert!(text.contains("fault reported: "));
     assert!(text.contains("every drop returned"));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fault_sticky_error_is_surfaced_by_the_future() {
+    if std::env::var_os(CHILD).is_some() {
+        return fault_child(false);
+    }
+    run_fault_child("fault_sticky_error_is_surfaced_by_the_future");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fault_sticky_error_is_surfaced_through_the_event_thread() {
+    if std::env::var_os(CHILD).is_some() {
+        return fault_child(true);
+    }
+    run_fault_child("fault_sticky_error_is_surfaced_through_the_event_thread");
 }

@@ -80,9 +80,10 @@ impl Orphan {
 pub struct Released(pub(crate) RawStream);
 
 /// What a future and the driver callback share.
-#[derive(Default)]
 pub(crate) struct Completion {
     slot: Mutex<Slot>,
+    /// The driver call whose status the completion carries, for errors.
+    source: &'static str,
 }
 
 #[derive(Default)]
@@ -106,10 +107,32 @@ unsafe extern "system" fn on_stream_point(_stream: sys::CUstream, status: i32, d
     // orphans went to the reaper), so its drop makes no CUDA call either.
 }
 
+/// Whether waits use the event thread instead of stream callbacks (the measured alternative).
+static EVENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Chooses the mechanism of the waits made from now on: `false` (the default) a stream
+/// callback per wait; `true` an event per wait, waited for by one helper thread `um` owns. For
+/// the benchmark that compares them (`examples/async_requests.rs`); both are correct.
+#[doc(hidden)]
+pub fn use_event_thread_for_waits(on: bool) {
+    EVENT_THREAD.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Completion {
-    /// Enqueues the callback on `stream`, after everything enqueued so far.
-    fn enqueue(stream: RawStream) -> Result<Arc<Completion>> {
-        let completion = Arc::new(Completion::default());
+    fn new(source: &'static str) -> Self {
+        Completion {
+            slot: Mutex::default(),
+            source,
+        }
+    }
+
+    /// Arranges for the completion to be signalled once `stream` has run everything enqueued
+    /// so far: a stream callback, or an event for the event thread.
+    fn enqueue(ctx: &Context, stream: RawStream) -> Result<Arc<Completion>> {
+        if EVENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) && event_thread::start() {
+            return event_thread::enqueue(ctx, stream);
+        }
+        let completion = Arc::new(Completion::new("test"));
         let data = Arc::into_raw(Arc::clone(&completion))
             .cast_mut()
             .cast::<c_void>();
@@ -161,6 +184,98 @@ impl Completion {
         slot.orphans = orphans;
         slot.waker = None;
         None
+    }
+}
+
+/// The alternative mechanism: an event recorded per wait, and one thread that waits for the
+/// events in order (`cuEventSynchronize`, sleeping) and completes each. Head-of-line: a slow
+/// stream's event delays the completions queued behind it.
+mod event_thread {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    use super::{Completion, lock};
+    use crate::context::Context;
+    use crate::driver;
+    use crate::error::{Error, Result};
+    use crate::stream::RawStream;
+    use crate::sys;
+
+    struct Wait {
+        event: sys::CUevent,
+        ctx: Context,
+        completion: Arc<Completion>,
+    }
+
+    // SAFETY: an event handle is an opaque token the driver accepts from any thread.
+    unsafe impl Send for Wait {}
+
+    struct Queue {
+        waits: VecDeque<Wait>,
+        thread: bool,
+    }
+
+    static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+        waits: VecDeque::new(),
+        thread: false,
+    });
+    static WORK: Condvar = Condvar::new();
+
+    /// Starts the thread unless it runs; whether it does.
+    pub(super) fn start() -> bool {
+        let mut q = lock(&QUEUE);
+        if !q.thread {
+            q.thread = std::thread::Builder::new()
+                .name("um-events".to_owned())
+                .spawn(run)
+                .is_ok();
+        }
+        q.thread
+    }
+
+    /// Records an event on `stream` (the caller made `ctx` current) and queues it for the
+    /// thread, which [`start`] started.
+    pub(super) fn enqueue(ctx: &Context, stream: RawStream) -> Result<Arc<Completion>> {
+        let event = driver::event_create_blocking()?;
+        // SAFETY: fresh event; the stream is alive (its brand is on the caller's buffers).
+        if let Err(e) = unsafe { driver::event_record(event, stream.handle) } {
+            // SAFETY: created above, destroyed once.
+            let _ = unsafe { driver::event_destroy(event) };
+            return Err(e);
+        }
+        let completion = Arc::new(Completion::new("cuEventSynchronize"));
+        lock(&QUEUE).waits.push_back(Wait {
+            event,
+            ctx: ctx.clone(),
+            completion: Arc::clone(&completion),
+        });
+        WORK.notify_one();
+        Ok(completion)
+    }
+
+    fn run() {
+        loop {
+            let wait = {
+                let mut q = lock(&QUEUE);
+                loop {
+                    if let Some(w) = q.waits.pop_front() {
+                        break w;
+                    }
+                    q = WORK
+                        .wait(q)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            let status = match wait.ctx.bind() {
+                // SAFETY: the event is alive until destroyed below.
+                Ok(()) => unsafe { driver::event_synchronize_raw(wait.event) },
+                Err(Error::Driver { code, .. }) => code,
+                Err(_) => sys::ERROR_NOT_READY,
+            };
+            // SAFETY: created in `enqueue`, destroyed once, here.
+            let _ = unsafe { driver::event_destroy(wait.event) };
+            wait.completion.complete(status);
+        }
     }
 }
 
@@ -292,7 +407,7 @@ pub(crate) fn defer_free(stream: RawStream, orphan: Orphan) -> std::result::Resu
     if orphan.ctx.bind().is_err() {
         return Err(orphan);
     }
-    match Completion::enqueue(stream) {
+    match Completion::enqueue(&orphan.ctx, stream) {
         Ok(completion) => {
             if let Some((status, orphans)) = completion.abandon(vec![orphan]) {
                 reaper::expect(orphans.len());
@@ -395,15 +510,16 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> SyncAllFuture<'s, K, G> {
         stream: RawStream,
         released: Result<Vec<Released>>,
     ) -> Self {
-        let waiting = match released.and_then(|after| Ok((after, Completion::enqueue(stream)?))) {
-            Ok((after, completion)) => Waiting::Enqueued {
-                completion,
-                after,
-                ctx: ctx.clone(),
-                stream,
-            },
-            Err(e) => Waiting::Failed(e),
-        };
+        let waiting =
+            match released.and_then(|after| Ok((after, Completion::enqueue(ctx, stream)?))) {
+                Ok((after, completion)) => Waiting::Enqueued {
+                    completion,
+                    after,
+                    ctx: ctx.clone(),
+                    stream,
+                },
+                Err(e) => Waiting::Failed(e),
+            };
         SyncAllFuture {
             group: Some(group),
             waiting,
@@ -439,7 +555,10 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                 Poll::Ready(Err(e))
             }
             Waiting::Enqueued {
-                after, ctx, stream, ..
+                completion,
+                after,
+                ctx,
+                stream,
             } => {
                 // The stream's status: the callback's, and then the stream's own, which
                 // carries a sticky error of the context. "Not ready" only means later work.
@@ -448,7 +567,7 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                         .and_then(|()| driver::stream_query(stream.handle))
                         .map(drop)
                 } else {
-                    Err(driver::driver_error("cuStreamAddCallback", status))
+                    Err(driver::driver_error(completion.source, status))
                 };
                 match checked {
                     Ok(()) => Poll::Ready(Ok(group.host_group(after))),
@@ -692,7 +811,7 @@ mod tests {
 
     #[test]
     fn the_callback_wakes_the_registered_task_once_and_releases_its_reference() {
-        let completion = Arc::new(Completion::default());
+        let completion = Arc::new(Completion::new("test"));
         let counter = Arc::new(CountingWaker::default());
         let waker = Waker::from(Arc::clone(&counter));
         let mut cx = TaskContext::from_waker(&waker);
@@ -711,7 +830,7 @@ mod tests {
 
     #[test]
     fn the_callback_status_carries_the_stream_error() {
-        let completion = Arc::new(Completion::default());
+        let completion = Arc::new(Completion::new("test"));
         run_callback(&completion, 700); // CUDA_ERROR_ILLEGAL_ADDRESS
         let mut cx = TaskContext::from_waker(Waker::noop());
         assert_eq!(completion.poll_status(&mut cx), Poll::Ready(700));
@@ -719,7 +838,7 @@ mod tests {
 
     #[test]
     fn a_future_dropped_before_the_callback_leaves_its_buffers_to_it() {
-        let completion = Arc::new(Completion::default());
+        let completion = Arc::new(Completion::new("test"));
         assert!(completion.abandon(Vec::new()).is_none(), "not run: kept");
         run_callback(&completion, sys::SUCCESS);
         let after = completion.abandon(Vec::new());
@@ -760,7 +879,7 @@ mod tests {
 
     #[test]
     fn the_callback_data_outlives_a_dropped_future() {
-        let completion = Arc::new(Completion::default());
+        let completion = Arc::new(Completion::new("test"));
         let data = Arc::into_raw(Arc::clone(&completion))
             .cast_mut()
             .cast::<std::ffi::c_void>();

@@ -276,6 +276,43 @@ pub(crate) unsafe fn stream_add_callback(
     })
 }
 
+/// Creates an event that a waiting thread sleeps on (blocking sync, no timing).
+pub(crate) fn event_create_blocking() -> Result<sys::CUevent> {
+    let mut e: sys::CUevent = ptr::null_mut();
+    // SAFETY: `e` is a valid out-pointer; the flags are valid CUevent_flags.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, sys::EVENT_BLOCKING_SYNC | sys::EVENT_DISABLE_TIMING)
+    })?;
+    Ok(e)
+}
+
+/// Records `e` on `s`.
+///
+/// # Safety
+/// `e` is a live event and `s` a live stream (or a special handle) of the current context.
+pub(crate) unsafe fn event_record(e: sys::CUevent, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
+}
+
+/// Waits for `e` (sleeping: the event was made with blocking sync); the raw status.
+///
+/// # Safety
+/// `e` is a live event.
+pub(crate) unsafe fn event_synchronize_raw(e: sys::CUevent) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { sys::cuEventSynchronize(e) }
+}
+
+/// Destroys an event (asynchronously if it is still pending).
+///
+/// # Safety
+/// `e` is a live event, destroyed once.
+pub(crate) unsafe fn event_destroy(e: sys::CUevent) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e) })
+}
+
 /// Enqueues the association of the whole allocation at `p` with `s`.
 ///
 /// # Safety

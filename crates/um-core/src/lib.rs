@@ -94,7 +94,7 @@ mod stream;
 mod sys;
 
 #[doc(hidden)]
-pub use asynchronous::{Gate, orphans_pending, reap_pending};
+pub use asynchronous::{Gate, orphans_pending, reap_pending, use_event_thread_for_waits};
 pub use asynchronous::{SyncAllFuture, SyncFuture};
 pub use context::{Context, DeviceInfo};
 pub use cust::memory::DeviceCopy;

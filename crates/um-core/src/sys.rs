@@ -13,7 +13,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-pub(crate) use cust::sys::{CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule, CUstream};
+pub(crate) use cust::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+};
 
 /// `CUDA_SUCCESS`.
 pub(crate) const SUCCESS: i32 = 0;
@@ -67,6 +69,11 @@ impl MemLocation {
 /// `CUDA_CB` is the platform's system ABI.
 pub(crate) type StreamCallback =
     unsafe extern "system" fn(stream: CUstream, status: i32, user_data: *mut c_void);
+
+/// `CU_EVENT_BLOCKING_SYNC`: a thread waiting for the event sleeps instead of spinning.
+pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
+/// `CU_EVENT_DISABLE_TIMING`.
+pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
 
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
@@ -151,6 +158,10 @@ unsafe extern "C" {
         user_data: *mut c_void,
         flags: c_uint,
     ) -> i32;
+    pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32;
+    pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> i32;
+    pub(crate) fn cuEventSynchronize(event: CUevent) -> i32;
+    pub(crate) fn cuEventDestroy_v2(event: CUevent) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
 
     pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> i32;
