@@ -79,6 +79,19 @@ impl Orphan {
 /// Where a buffer stays associated once it is back on the host (what `release_to_host` says).
 pub struct Released(pub(crate) RawStream);
 
+/// Proof that a stream has run past the releases of a group, with where each buffer stays
+/// associated. Only a sync future makes one, once its completion reported success; the hidden
+/// `SyncGroup::host_group` takes it, so no other code can retype buffers to the host.
+pub struct Passed {
+    after: Vec<Released>,
+}
+
+impl Passed {
+    pub(crate) fn into_after(self) -> std::vec::IntoIter<Released> {
+        self.after.into_iter()
+    }
+}
+
 /// What a future and the driver callback share.
 pub(crate) struct Completion {
     slot: Mutex<Slot>,
@@ -570,7 +583,7 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                     Err(driver::driver_error(completion.source, status))
                 };
                 match checked {
-                    Ok(()) => Poll::Ready(Ok(group.host_group(after))),
+                    Ok(()) => Poll::Ready(Ok(group.host_group(Passed { after }))),
                     Err(e) => {
                         // The GPU may still hold the memory: leak it, never free it.
                         drop(group.orphan_group());

@@ -27,7 +27,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::asynchronous::{Orphan, Released, SyncAllFuture, SyncFuture};
+use crate::asynchronous::{Orphan, Passed, Released, SyncAllFuture, SyncFuture};
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
@@ -253,9 +253,10 @@ pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// does before its wait).
     #[doc(hidden)]
     fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>>;
-    /// The buffers in the host state, once the stream has passed the releases.
+    /// The buffers in the host state, once the stream has passed the releases (which only a
+    /// sync future can prove).
     #[doc(hidden)]
-    fn host_group(self, after: Vec<Released>) -> Self::Host;
+    fn host_group(self, passed: Passed) -> Self::Host;
     /// The buffers given up, for a free once the stream is done.
     #[doc(hidden)]
     fn orphan_group(self) -> Vec<Orphan>;
@@ -330,9 +331,9 @@ macro_rules! sync_group_for_tuples {
                 stream.context().bind()?;
                 Ok(vec![$( Released(release_to_host($v)?) ),+])
             }
-            fn host_group(self, after: Vec<Released>) -> Self::Host {
+            fn host_group(self, passed: Passed) -> Self::Host {
                 let ($($v,)+) = self;
-                let mut after = after.into_iter();
+                let mut after = passed.into_after();
                 ($($v.retype(next_after(&mut after)),)+)
             }
             fn orphan_group(self) -> Vec<Orphan> {
@@ -378,8 +379,8 @@ impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwn
             .map(|m| release_to_host(m).map(Released))
             .collect()
     }
-    fn host_group(self, after: Vec<Released>) -> Self::Host {
-        let mut after = after.into_iter();
+    fn host_group(self, passed: Passed) -> Self::Host {
+        let mut after = passed.into_after();
         self.into_iter()
             .map(|m| m.retype(next_after(&mut after)))
             .collect()
