@@ -267,9 +267,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let w = Arc::new(Workload {
-        requests: env("UM_REQUESTS", 1000),
-        clients: env("UM_CLIENTS", 64),
-        launches: env("UM_LAUNCHES", 50),
+        requests: env("UM_REQUESTS", common::workload(1000, 64)),
+        clients: env("UM_CLIENTS", common::workload(64, 8)),
+        launches: env("UM_LAUNCHES", common::workload(50, 2)),
         len: env("UM_LEN", common::workload(1 << 18, 1 << 10)),
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
