@@ -269,6 +269,42 @@ pub(crate) fn stream_query(s: sys::CUstream) -> Result<bool> {
     check("cuStreamQuery", code).map(|()| true)
 }
 
+/// Enqueues `callback(s, status, user_data)` on `s`: the driver calls it once every operation
+/// enqueued before it has completed, or with the error the stream met; exactly once either way.
+///
+/// # Safety
+/// `s` is a live stream (or a special handle); `callback` makes no CUDA call and does not
+/// unwind; `user_data` stays valid until `callback` has run.
+pub(crate) unsafe fn stream_add_callback(
+    s: sys::CUstream,
+    callback: sys::StreamCallback,
+    user_data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller; flags must be 0.
+    check("cuStreamAddCallback", unsafe {
+        sys::cuStreamAddCallback(s, callback, user_data, 0)
+    })
+}
+
+/// Creates an event that a waiting thread sleeps on (blocking sync, no timing).
+pub(crate) fn event_create_blocking() -> Result<sys::CUevent> {
+    let mut e: sys::CUevent = ptr::null_mut();
+    // SAFETY: `e` is a valid out-pointer; the flags are valid CUevent_flags.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, sys::EVENT_BLOCKING_SYNC | sys::EVENT_DISABLE_TIMING)
+    })?;
+    Ok(e)
+}
+
+/// Waits for `e` (sleeping: the event was made with blocking sync); the raw status.
+///
+/// # Safety
+/// `e` is a live event.
+pub(crate) unsafe fn event_synchronize_raw(e: sys::CUevent) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { sys::cuEventSynchronize(e) }
+}
+
 /// Enqueues the association of the whole allocation at `p` with `s`.
 ///
 /// # Safety
@@ -322,7 +358,8 @@ pub(crate) unsafe fn stream_wait_event(s: sys::CUstream, e: sys::CUevent) -> Res
 /// Destroys an event. Work that recorded or waits for it still completes.
 ///
 /// # Safety
-/// `e` came from [`event_create`] and is destroyed once, with its context current.
+/// `e` came from [`event_create`] or [`event_create_blocking`] and is destroyed once, with its
+/// context current.
 pub(crate) unsafe fn event_destroy(e: sys::CUevent) -> Result<()> {
     // SAFETY: guaranteed by the caller.
     check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e) })

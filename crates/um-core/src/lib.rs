@@ -82,6 +82,7 @@
 //! # }
 //! ```
 
+mod asynchronous;
 #[doc(hidden)]
 pub mod codegen;
 mod context;
@@ -97,6 +98,9 @@ pub mod state;
 mod stream;
 mod sys;
 
+#[doc(hidden)]
+pub use asynchronous::{Gate, orphans_pending, reap_pending, use_event_thread_for_waits};
+pub use asynchronous::{SyncAllFuture, SyncFuture};
 pub use context::{Context, DeviceInfo};
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
@@ -169,6 +173,12 @@ mod facts {
     // memory attached to it may leave its thread.
     assert_not_impl_any!(Stream<'static, PerThread>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>>: Send, Sync);
+
+    // Sync futures follow their memory: an owned stream's may move between executor threads,
+    // the per-thread stream's may not (it names another stream on another thread).
+    assert_impl_all!(SyncFuture<'static, [f32], Owned>: Send, Sync);
+    assert_impl_all!(SyncAllFuture<'static, Owned, Vec<Managed<[f32], StreamOwned<'static>>>>: Send);
+    assert_not_impl_any!(SyncFuture<'static, [f32], PerThread>: Send, Sync);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

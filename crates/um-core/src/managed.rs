@@ -11,6 +11,7 @@ use std::ptr::{self, NonNull};
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
+use crate::asynchronous::Orphan;
 use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
@@ -193,6 +194,16 @@ impl<T: ?Sized, S: State> Managed<T, S> {
         self.stream
     }
 
+    /// Gives the allocation up without freeing it: its address and context, for a free that
+    /// waits for its stream without blocking a thread (see [`crate::asynchronous`]).
+    pub(crate) fn into_orphan(self) -> Orphan {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is
+        // read out exactly once.
+        let ctx = unsafe { ptr::read(&this.ctx) };
+        Orphan::new(this.device_ptr(), ctx)
+    }
+
     /// The same allocation in state `S2`, associated with `stream`. Only `state.rs` calls this,
     /// once the driver calls that justify the new state have been made.
     pub(crate) fn retype<S2: State>(self, stream: RawStream) -> Managed<T, S2> {
@@ -244,15 +255,28 @@ impl<T: ?Sized> DerefMut for Managed<T, HostOwned> {
 
 impl<T: ?Sized, S: State> Drop for Managed<T, S> {
     fn drop(&mut self) {
-        // A kernel queued on the owning stream may still use the memory: wait for it first,
-        // with the owner's context current (after a `hand_off` to another device it is not
-        // the allocation's). If the wait fails (a sticky error from a faulting kernel, say),
-        // the GPU may still hold the memory, so it is leaked rather than freed.
-        if S::ON_STREAM
-            && (crate::state::bind_owner_context(self).is_err()
-                || driver::stream_synchronize(self.stream.handle).is_err())
-        {
-            return;
+        if S::ON_STREAM {
+            // The owner's context: after a `hand_off` to another device it is not the
+            // allocation's.
+            let owner = crate::state::owner_context(self);
+            // While an unfinished async scope is dropped, the memory goes to the reaper instead
+            // of being waited for here (see `asynchronous::defer_free`).
+            if crate::asynchronous::dropping_scope()
+                && crate::asynchronous::defer_free(
+                    owner,
+                    self.stream,
+                    Orphan::new(self.device_ptr(), self.ctx.clone()),
+                )
+                .is_ok()
+            {
+                return;
+            }
+            // A kernel queued on the owning stream may still use the memory: wait for it
+            // first. If the wait fails (a sticky error from a faulting kernel, say), the GPU
+            // may still hold the memory, so it is leaked rather than freed.
+            if owner.bind().is_err() || driver::stream_synchronize(self.stream.handle).is_err() {
+                return;
+            }
         }
         // Without the context nothing can be freed safely: leak.
         if self.ctx.bind().is_err() {

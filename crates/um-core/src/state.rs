@@ -38,6 +38,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::asynchronous::{Orphan, Passed, Released, SyncAllFuture, SyncFuture};
 use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
@@ -318,17 +319,38 @@ fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind>(
     Ok(())
 }
 
-/// Makes the context of the stream that owns `memory` current: the allocation's own, except
-/// after a handoff to another device. Every stream-ordered call on the owner needs it (and the
-/// per-thread handle names a stream of the current context).
-pub(crate) fn bind_owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> Result<()> {
+/// The context of the stream that owns `memory`: the allocation's own, except after a
+/// handoff to another device. Every stream-ordered call on the owner needs it current (and
+/// the per-thread handle names a stream of the current context).
+pub(crate) fn owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> &Context {
     if S::ON_STREAM {
-        // SAFETY: in a stream-owned state the owning stream is alive: its brand is in `S`.
+        // SAFETY: in a stream-owned state the owning stream is alive while the memory is: its
+        // brand is in `S`.
         if let Some(owner) = unsafe { memory.stream().events() } {
-            return owner.context().bind();
+            return owner.context();
         }
     }
-    memory.context().bind()
+    memory.context()
+}
+
+/// Makes [`owner_context`] current.
+pub(crate) fn bind_owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> Result<()> {
+    owner_context(memory).bind()
+}
+
+impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
+    /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
+    /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
+    /// up to that point. No thread blocks while the GPU works.
+    ///
+    /// The future checks the stream's status before it hands the memory to the CPU: a fault of
+    /// an earlier kernel comes back as `Err` (and the memory is leaked, as with `sync`).
+    /// Dropping the future unfinished never waits: the memory is freed once the stream is done
+    /// (see [`SyncFuture`]).
+    pub fn sync_async(self) -> SyncFuture<'s, T, K> {
+        let released = bind_owner_context(&self).and_then(|()| release_to_host(&self));
+        SyncFuture::new(self, released.map(Released))
+    }
 }
 
 /// What the stream's [`Transfer`] policy does when memory is handed to it.
@@ -411,6 +433,23 @@ pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     type Host;
     #[doc(hidden)]
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host>;
+    /// Checks the owners and enqueues each buffer's release to the host (what `sync_group`
+    /// does before its wait).
+    #[doc(hidden)]
+    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>>;
+    /// The buffers in the host state, once the stream has passed the releases (which only a
+    /// sync future can prove).
+    #[doc(hidden)]
+    fn host_group(self, passed: Passed) -> Self::Host;
+    /// The buffers given up, for a free once the stream is done.
+    #[doc(hidden)]
+    fn orphan_group(self) -> Vec<Orphan>;
+}
+
+/// The association after the next release, in order (`NONE`, which only costs a re-attach
+/// later, should the list be short, which it never is).
+fn next_after(after: &mut std::vec::IntoIter<Released>) -> RawStream {
+    after.next().map_or(RawStream::NONE, |r| r.0)
 }
 
 impl<'s, K: StreamKind> Stream<'s, K> {
@@ -434,6 +473,13 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
     pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
         group.sync_group(self)
+    }
+
+    /// `sync_all` as a future: one host callback for the whole group, resolving to the
+    /// buffers in the host state (see [`Managed::sync_async`]).
+    pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {
+        let released = group.release_group(self);
+        SyncAllFuture::new(group, self.context(), self.raw(), released)
     }
 }
 
@@ -462,6 +508,21 @@ macro_rules! sync_group_for_tuples {
                 $( let $after = release_to_host(&$v)?; )+
                 driver::stream_synchronize(stream.raw().handle)?;
                 Ok(($($v.retype($after),)+))
+            }
+            fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+                let ($($v,)+) = self;
+                check_owner(&[$($v.stream().id),+], stream)?;
+                stream.context().bind()?;
+                Ok(vec![$( Released(release_to_host($v)?) ),+])
+            }
+            fn host_group(self, passed: Passed) -> Self::Host {
+                let ($($v,)+) = self;
+                let mut after = passed.into_after();
+                ($($v.retype(next_after(&mut after)),)+)
+            }
+            fn orphan_group(self) -> Vec<Orphan> {
+                let ($($v,)+) = self;
+                vec![$($v.into_orphan()),+]
             }
         }
     )+};
@@ -493,6 +554,23 @@ impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwn
             .zip(after)
             .map(|(m, s)| m.retype(s))
             .collect())
+    }
+    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+        let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
+        check_owner(&owners, stream)?;
+        stream.context().bind()?;
+        self.iter()
+            .map(|m| release_to_host(m).map(Released))
+            .collect()
+    }
+    fn host_group(self, passed: Passed) -> Self::Host {
+        let mut after = passed.into_after();
+        self.into_iter()
+            .map(|m| m.retype(next_after(&mut after)))
+            .collect()
+    }
+    fn orphan_group(self) -> Vec<Orphan> {
+        self.into_iter().map(Managed::into_orphan).collect()
     }
 }
 

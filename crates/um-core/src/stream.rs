@@ -337,7 +337,7 @@ impl Context {
         f(&streams)
     }
 
-    fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
+    pub(crate) fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
         let flags = if options.non_blocking {
             sys::STREAM_NON_BLOCKING
         } else {
@@ -361,13 +361,17 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = Stream::from_raw(
+        f(&self.per_thread_stream())
+    }
+
+    /// The handle of the calling thread's default stream, with its per-thread id.
+    pub(crate) fn per_thread_stream<'s>(&self) -> Stream<'s, PerThread> {
+        Stream::from_raw(
             self,
             sys::STREAM_PER_THREAD,
             PER_THREAD_ID.with(|id| *id),
             Transfer::OnDemand,
-        );
-        f(&stream)
+        )
     }
 
     /// Runs `f` with the legacy default stream (the NULL stream).

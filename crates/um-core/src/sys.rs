@@ -64,6 +64,14 @@ impl MemLocation {
     pub(crate) const HOST: MemLocation = MemLocation { kind: 0x2, id: 0 };
 }
 
+/// `CUstreamCallback`: what `cuStreamAddCallback` calls, on a driver thread, exactly once, with
+/// `CUDA_SUCCESS` or the error the stream met (its `CUresult` spelled `i32`, as everywhere here).
+/// `CUDA_CB` is the platform's system ABI.
+pub(crate) type StreamCallback =
+    unsafe extern "system" fn(stream: CUstream, status: i32, user_data: *mut c_void);
+
+/// `CU_EVENT_BLOCKING_SYNC`: a thread waiting for the event sleeps instead of spinning.
+pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
 /// `CU_EVENT_DISABLE_TIMING`: an event for ordering only, the cheapest kind to record and wait.
 pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
 
@@ -144,8 +152,15 @@ unsafe extern "C" {
         length: usize,
         flags: c_uint,
     ) -> i32;
+    pub(crate) fn cuStreamAddCallback(
+        stream: CUstream,
+        callback: StreamCallback,
+        user_data: *mut c_void,
+        flags: c_uint,
+    ) -> i32;
     pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32;
     pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> i32;
+    pub(crate) fn cuEventSynchronize(event: CUevent) -> i32;
     pub(crate) fn cuEventDestroy_v2(event: CUevent) -> i32;
     pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
