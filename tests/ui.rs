@@ -12,6 +12,9 @@
 //! regenerate with `TRYBUILD=overwrite cargo test --test ui`, and read `git diff tests/ui`.
 //! Whenever `TRYBUILD` is set, the suite runs on `tests/ui` itself, whatever the compiler.
 
+// Helpers of a test, not library code: they stop at the first surprise, like the tests.
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
