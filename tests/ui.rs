@@ -89,14 +89,21 @@ fn ui() {
     // TRYBUILD=overwrite turns a text mismatch into a rewrite of the scratch copy's `.stderr`
     // (never of tests/ui); a case that compiles still fails the run. trybuild reads the
     // variable, so it runs in a child process: this one's environment stays untouched.
-    let status = Command::new(std::env::current_exe().expect("test binary path"))
+    // Its output is passed on indented, so that its own `test result:` line is not counted
+    // as a second harness by scripts that sum those lines.
+    let child = Command::new(std::env::current_exe().expect("test binary path"))
         .args(["ui", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env("TRYBUILD", "overwrite")
-        .status()
+        .output()
         .expect("rerun the ui test");
+    for stream in [&child.stdout, &child.stderr] {
+        for line in String::from_utf8_lossy(stream).lines() {
+            say(&format!("    | {line}"));
+        }
+    }
     assert!(
-        status.success(),
+        child.status.success(),
         "a compile-fail case compiled, or a passing twin failed, on rustc {version} (see the \
          output above)"
     );
