@@ -52,7 +52,7 @@ mkdir -p "$out/racecheck"
 cp bench/racecheck_repro.cu kernels-ptx/streams.cu "$out/racecheck/"
 cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
 chmod +x "$out/racecheck/study.sh"
-ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/streams.ptx 2>/dev/null | head -n 1)
+ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/streams.ptx 2>/dev/null | head -n 1 || true)
 [ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"
