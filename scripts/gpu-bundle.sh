@@ -6,6 +6,7 @@
 #   bash scripts/gpu-bundle.sh [DIR]
 #   DIR/run.sh                      # on the GPU machine; last line: "N passed, N failed"
 #   DIR/bench.sh OUT                # on the GPU machine: benchmarks -> OUT/performance.md
+#   bash DIR/racecheck/study.sh OUT # on the GPU machine: the racecheck study -> OUT/summary.txt
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
@@ -54,6 +55,15 @@ cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
+# The racecheck study (issue 13): a C++ reproducer without um, built by nvcc on the GPU machine,
+# um's own streams.ptx for it (the newest release build's; the study rebuilds it from the
+# source where it is missing), and the script: `bash DIR/racecheck/study.sh OUT`.
+mkdir -p "$out/racecheck"
+cp bench/racecheck_repro.cu kernels-ptx/streams.cu "$out/racecheck/"
+cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
+chmod +x "$out/racecheck/study.sh"
+ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/streams.ptx 2>/dev/null | head -n 1 || true)
+[ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"
 [ "$size" -lt 60 ] || { echo "bundle: larger than 60 MiB" >&2; exit 1; }

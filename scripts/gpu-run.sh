@@ -12,10 +12,21 @@
 #                       heaviest workloads and the stress test runs 20 iterations. Last line as
 #                       above.
 #
+#   run.sh --emulate-no-concurrent-access [--sanitize [TOOL ...]]
+#                       either of the above with UM_EMULATE_NO_CONCURRENT_ACCESS=1 exported:
+#                       every context that Context::new opens behaves as if the device lacked
+#                       concurrent managed access (docs/design.md), so every test and example
+#                       takes that path.
+#
 # tests/gpu_two_devices runs only where nvidia-smi lists two or more GPUs ("skipped" elsewhere).
 # Examples that draw timelines write them to $UM_SVG_DIR when it is set.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")"
+if [ "${1:-}" = "--emulate-no-concurrent-access" ]; then
+  shift
+  export UM_EMULATE_NO_CONCURRENT_ACCESS=1
+  echo "mode: UM_EMULATE_NO_CONCURRENT_ACCESS=1 (every context behaves as if the device lacked concurrent managed access)"
+fi
 passed=0
 failed=0
 command -v nvidia-smi >/dev/null &&

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::module::ModuleCache;
+use crate::options::ContextOptions;
 use crate::sys;
 
 /// What `um` needs to know about the device, read once when the context is made.
@@ -23,7 +24,16 @@ pub struct DeviceInfo {
     /// GPUs), a CPU access to managed memory that a running kernel may see is a segmentation
     /// fault; `um` then re-attaches memory to the host whenever it returns to the host state
     /// (see `docs/design.md`).
+    ///
+    /// `false` also where the context emulates such a device
+    /// ([`ContextOptions::emulate_no_concurrent_access`]); `um` reads only this field to choose
+    /// its path, so the emulation takes every path a real device without concurrent access does.
     pub concurrent_managed_access: bool,
+    /// Whether the context was opened to behave as if the device lacked concurrent managed
+    /// access ([`ContextOptions::emulate_no_concurrent_access`], or
+    /// `UM_EMULATE_NO_CONCURRENT_ACCESS=1` for [`Context::new`]). `concurrent_managed_access` is
+    /// then `false` whatever the device reports.
+    pub emulated_no_concurrent_access: bool,
     /// `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`: whether the GPU can read ordinary pageable
     /// host memory. `um` only attaches managed allocations, so this is informational.
     pub pageable_memory_access: bool,
@@ -82,12 +92,20 @@ impl Inner {
 }
 
 impl Context {
-    /// Initialises the driver and retains the primary context of device `ordinal`.
+    /// Initialises the driver and retains the primary context of device `ordinal`, with the
+    /// options of [`ContextOptions::from_env`] (by default none: the device as it is;
+    /// `UM_EMULATE_NO_CONCURRENT_ACCESS=1` emulates a device without concurrent managed access).
     ///
     /// Fails with [`Error::NoDevice`] on a machine without a GPU, [`Error::InvalidDevice`] for an
-    /// ordinal past the last device, and [`Error::ManagedMemoryUnsupported`] for a device that
-    /// cannot allocate managed memory.
+    /// ordinal past the last device, [`Error::ManagedMemoryUnsupported`] for a device that
+    /// cannot allocate managed memory, and [`Error::InvalidEnvironment`] for a value of the
+    /// environment variable that is neither `0` nor `1`.
     pub fn new(ordinal: usize) -> Result<Context> {
+        Context::with_options(ordinal, ContextOptions::from_env()?)
+    }
+
+    /// As [`Context::new`], with explicit `options`; the environment is not read.
+    pub fn with_options(ordinal: usize, options: ContextOptions) -> Result<Context> {
         driver::init()?;
         let count = driver::device_count()?;
         if count == 0 {
@@ -102,6 +120,7 @@ impl Context {
         let device = driver::device_get(ordinal)?;
         let name = driver::device_name(device)?;
         let attr = |a| driver::device_attribute(device, a);
+        let emulate = options.emulates_no_concurrent_access();
         if attr(sys::ATTR_MANAGED_MEMORY)? == 0 {
             return Err(Error::ManagedMemoryUnsupported { ordinal, name });
         }
@@ -110,7 +129,8 @@ impl Context {
             name,
             compute_capability: (attr(sys::ATTR_CC_MAJOR)?, attr(sys::ATTR_CC_MINOR)?),
             multiprocessors: u32::try_from(attr(sys::ATTR_MULTIPROCESSOR_COUNT)?).unwrap_or(1),
-            concurrent_managed_access: attr(sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0,
+            concurrent_managed_access: attr(sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0 && !emulate,
+            emulated_no_concurrent_access: emulate,
             pageable_memory_access: attr(sys::ATTR_PAGEABLE_MEMORY_ACCESS)? != 0,
             driver_version: driver::driver_version()?,
         };

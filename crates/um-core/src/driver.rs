@@ -181,6 +181,7 @@ pub(crate) unsafe fn mem_prefetch(
     to: sys::MemLocation,
     s: sys::CUstream,
 ) -> Result<()> {
+    TRANSFER_CALLS.with(|n| n.set(n.get() + 1));
     // SAFETY: guaranteed by the caller; a prefetch only moves pages, it never changes contents.
     check("cuMemPrefetchAsync", unsafe {
         sys::cuMemPrefetchAsync_v2(p, bytes, to, 0, s)
@@ -197,6 +198,7 @@ pub(crate) unsafe fn mem_advise(
     advice: std::ffi::c_int,
     location: sys::MemLocation,
 ) -> Result<()> {
+    TRANSFER_CALLS.with(|n| n.set(n.get() + 1));
     // SAFETY: guaranteed by the caller; advice changes placement, never contents.
     check("cuMemAdvise", unsafe {
         sys::cuMemAdvise_v2(p, bytes, advice, location)
@@ -241,6 +243,18 @@ pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {
 
 thread_local! {
     static ATTACH_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static HOST_ATTACH_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static TRANSFER_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many of this thread's attach calls were to the host (`CU_MEM_ATTACH_HOST`).
+pub(crate) fn host_attach_calls_on_this_thread() -> u64 {
+    HOST_ATTACH_CALLS.with(std::cell::Cell::get)
+}
+
+/// How many prefetch and advise calls this thread has made.
+pub(crate) fn transfer_calls_on_this_thread() -> u64 {
+    TRANSFER_CALLS.with(std::cell::Cell::get)
 }
 
 /// How many `cuStreamAttachMemAsync` calls this thread has made (tests use it to show that a
@@ -316,6 +330,9 @@ pub(crate) unsafe fn stream_attach(
     flags: c_uint,
 ) -> Result<()> {
     ATTACH_CALLS.with(|n| n.set(n.get() + 1));
+    if flags == sys::MEM_ATTACH_HOST {
+        HOST_ATTACH_CALLS.with(|n| n.set(n.get() + 1));
+    }
     // SAFETY: guaranteed by the caller; length 0 means the whole allocation.
     check("cuStreamAttachMemAsync", unsafe {
         sys::cuStreamAttachMemAsync(s, p, 0, flags)

@@ -172,6 +172,14 @@ pub enum Error {
         /// The count type's maximum.
         max: u64,
     },
+    /// An environment variable that `um` reads has a value it does not understand.
+    #[error("{variable}={value:?} is not understood: use 1 (on) or 0 (off)")]
+    InvalidEnvironment {
+        /// The variable, for example `UM_EMULATE_NO_CONCURRENT_ACCESS`.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

@@ -93,6 +93,7 @@ mod geometry;
 mod launch;
 mod managed;
 mod module;
+mod options;
 mod sealed;
 pub mod state;
 mod stream;
@@ -109,6 +110,7 @@ pub use geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
+pub use options::ContextOptions;
 pub use state::{HostOwned, State, StreamOwned, SyncGroup};
 pub use stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
@@ -145,6 +147,21 @@ pub fn attach_calls_on_this_thread() -> u64 {
 #[doc(hidden)]
 pub fn events_created_on_this_thread() -> u64 {
     driver::events_created_on_this_thread()
+}
+
+/// How many of this thread's `cuStreamAttachMemAsync` calls attached to the host
+/// (`CU_MEM_ATTACH_HOST`): the re-attach `sync` makes where the device lacks concurrent managed
+/// access (or the context emulates that). For tests.
+#[doc(hidden)]
+pub fn host_attach_calls_on_this_thread() -> u64 {
+    driver::host_attach_calls_on_this_thread()
+}
+
+/// How many `cuMemPrefetchAsync` and `cuMemAdvise` calls the calling thread has made: the
+/// [`Transfer`] policies' calls. For tests.
+#[doc(hidden)]
+pub fn transfer_calls_on_this_thread() -> u64 {
+    driver::transfer_calls_on_this_thread()
 }
 
 // The Send/Sync facts the design relies on, checked at compile time.

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the bundle (scripts/gpu-bundle.sh puts it, with the reproducer
+# source and um's streams.ptx, in racecheck/): which programs make compute-sanitizer racecheck
+# end with "Internal Sanitizer Error: Detected a failure to track a kernel launch"
+# (issue 13, docs/reliability.md).
+#
+#   bash racecheck/study.sh [OUT_DIR]        # default OUT_DIR: ./racecheck-out
+#
+# 1. Builds bench/racecheck_repro.cu with nvcc (driver API + runtime API, no um).
+# 2. Runs it under racecheck for 1, 2, 4, 8 and 16 host threads, on owned streams and on the
+#    per-thread default stream (driver API, um's PTX JIT-loaded as um does), then the runtime
+#    API and the other memory kinds.
+# 3. Runs um's per_thread_streams example and gpu_stress test under racecheck with fewer
+#    host threads (UM_THREADS, UM_STRESS_THREADS) and iterations.
+#
+# Every run has its own time limit (`timeout`); the whole study stops starting runs after
+# BUDGET_S seconds (default 270), so it ends within 5 minutes. Each run's verdict is one line
+# of OUT_DIR/summary.txt (also printed): clean, INTERNAL-ERROR, HAZARDS, TIMEOUT (the limit
+# hit: a hang or a crawl), FAILED (the program's own failure) or SKIPPED (budget spent). The
+# full logs of every run are in OUT_DIR/logs/.
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bundle=$(dirname "$here")
+out=${1:-$PWD/racecheck-out}
+mkdir -p "$out/logs"
+summary="$out/summary.txt"
+: >"$summary"
+budget=${BUDGET_S:-270}
+start=$(date +%s)
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+say() { echo "$*" | tee -a "$summary"; }
+
+say "racecheck study, $(date -u +%FT%TZ)"
+command -v nvidia-smi >/dev/null &&
+  say "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)"
+say "compute-sanitizer: $("$cs" --version 2>/dev/null | grep -i version | head -n 1)"
+
+repro="$out/racecheck_repro"
+if ! "$nvcc" -O2 -std=c++17 -arch=compute_75 -o "$repro" "$here/racecheck_repro.cu" -lcuda \
+  >"$out/logs/build.log" 2>&1; then
+  say "build of racecheck_repro FAILED (logs/build.log)"
+  cat "$out/logs/build.log"
+  exit 1
+fi
+ptx="$here/streams.ptx"
+if [ ! -f "$ptx" ]; then
+  # The bundle copies um's own PTX; without it, build the same kernel file the same way.
+  ptx="$out/streams.ptx"
+  "$nvcc" --ptx -arch=compute_75 -o "$ptx" "$here/streams.cu" >>"$out/logs/build.log" 2>&1 ||
+    { say "PTX build FAILED"; exit 1; }
+fi
+
+n=0
+# run LABEL LIMIT_S ENV... -- PROGRAM ARGS...
+run() {
+  local label=$1 limit=$2
+  shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  n=$((n + 1))
+  local elapsed=$(($(date +%s) - start))
+  local left=$((budget - elapsed))
+  if [ "$left" -lt 5 ]; then
+    say "$(printf '%-72s SKIPPED (budget of %ss spent)' "$label" "$budget")"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local log
+  log="$out/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9=_.-' '_').log"
+  local t0
+  t0=$(date +%s)
+  env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
+    --error-exitcode 99 "$@" >"$log" 2>&1
+  local rc=$?
+  local secs=$(($(date +%s) - t0))
+  local verdict
+  local last
+  last=$(grep -v '^=========' "$log" | grep -v '^\s*$' | tail -n 1 | cut -c1-70)
+  if grep -q "Internal Sanitizer Error" "$log"; then
+    verdict="INTERNAL-ERROR ($(grep -m1 -o 'Internal Sanitizer Error:.*' "$log" | cut -c1-80))"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    verdict="TIMEOUT (limit ${limit}s)"
+  elif [ "$rc" = 99 ] || { grep -q "RACECHECK SUMMARY" "$log" && ! grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; }; then
+    verdict="HAZARDS ($(grep -m1 -o 'RACECHECK SUMMARY.*' "$log"), rc=$rc)"
+  elif grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; then
+    if [ "$rc" = 0 ]; then
+      verdict="clean"
+    else
+      # Examples check timing shapes that an instrumented run may not meet: the tool's verdict
+      # is what counts here, the program's own is reported.
+      verdict="clean (racecheck); the program itself exited $rc: $last"
+    fi
+  else
+    verdict="FAILED (no racecheck summary, rc=$rc: $last)"
+  fi
+  say "$(printf '%-72s %-8s %s' "$label" "${secs}s" "$verdict")"
+}
+
+# The reproducer without a sanitizer first: it must be right on its own.
+if "$repro" --threads 16 --ptx "$ptx" >"$out/logs/00-plain.log" 2>&1 &&
+  "$repro" --threads 16 --stream per-thread --ptx "$ptx" >>"$out/logs/00-plain.log" 2>&1; then
+  say "repro without sanitizer: $(tail -n 1 "$out/logs/00-plain.log")"
+else
+  say "repro without sanitizer FAILED: $(tail -n 2 "$out/logs/00-plain.log" | tr '\n' ' ')"
+fi
+
+say ""
+say "== reproducer (no um): driver API, um's PTX JIT-loaded, managed memory attached to the stream"
+for stream in per-thread owned; do
+  for threads in 1 2 4 8 16; do
+    run "repro driver stream=$stream threads=$threads" 20 -- \
+      "$repro" --api driver --stream "$stream" --threads "$threads" --ptx "$ptx"
+  done
+done
+
+say ""
+say "== um's programs, fewer host threads and iterations (UM_SANITIZE=1: small workloads)"
+for threads in 2 8; do
+  run "um example per_thread_streams UM_THREADS=$threads" 40 UM_SANITIZE=1 UM_THREADS=$threads -- \
+    "$bundle/examples/per_thread_streams"
+done
+for threads in 2 16; do
+  run "um test gpu_stress UM_STRESS_THREADS=$threads UM_STRESS_ITERS=2" 40 \
+    UM_SANITIZE=1 UM_STRESS_THREADS=$threads UM_STRESS_ITERS=2 -- \
+    "$bundle/tests/gpu_stress" --include-ignored --test-threads=1
+
+done
+
+say ""
+say "== reproducer variants: which ingredient matters (16 threads, then 8)"
+for threads in 16 8; do
+  run "repro runtime stream=per-thread threads=$threads (kernel compiled in)" 20 -- \
+    "$repro" --api runtime --stream per-thread --threads "$threads"
+  run "repro runtime stream=owned threads=$threads" 20 -- \
+    "$repro" --api runtime --stream owned --threads "$threads"
+  run "repro driver stream=owned memory=device threads=$threads (no managed memory)" 20 -- \
+    "$repro" --api driver --stream owned --memory device --threads "$threads" --ptx "$ptx"
+  run "repro driver stream=legacy threads=$threads" 20 -- \
+    "$repro" --api driver --stream legacy --threads "$threads" --ptx "$ptx"
+done
+
+say ""
+say "total $(($(date +%s) - start))s; logs in $out/logs"
