@@ -11,15 +11,13 @@ mod common;
 
 use std::future::Future;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
-use std::time::Duration;
 
 use common::gpu;
 use pollster::block_on;
 use um::kernels::streams::kernel;
-use um::kernels::testing::{add_scalar, axpy};
+use um::kernels::testing::{add_scalar, axpy, spin_then_add};
 use um::{Error, LaunchConfig, Managed, StreamOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -162,48 +160,38 @@ fn per_thread_and_stream_set_scopes() {
     }
 }
 
-/// Opens `gate` when told, or after `limit` if never told: a test that would otherwise hang
-/// fails instead. Returns the sender that says "open now" and the flag "opened".
-fn opener(gate: um::Gate, limit: Duration) -> (mpsc::Sender<()>, Arc<AtomicBool>) {
-    let (tx, rx) = mpsc::channel::<()>();
-    let opened = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&opened);
-    std::thread::spawn(move || {
-        let _ = rx.recv_timeout(limit);
-        flag.store(true, Ordering::SeqCst);
-        gate.open();
-    });
-    (tx, opened)
-}
+/// How long `spin_then_add` keeps a stream busy in the cancellation tests: long enough that
+/// the stream is certainly still running when a drop that does not wait returns.
+const BUSY_NS: u64 = 2_000_000_000;
 
 /// One round of cancellation: a kernel queued behind a shut gate (so it is certainly still to
 /// run), the future polled once and dropped. Asserts that the drop returned while the
 /// gate was still shut (it did not wait for the stream) and that the buffer went to the reaper.
 fn cancel_with_kernel_in_flight(ctx: &um::Context, n: usize) -> um::Result<()> {
     let x = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    let busy = Managed::<[f32]>::zeroed_slice(ctx, 1)?;
     block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
-        let gate = s.hold()?;
-        let (open_now, opened) = opener(gate, Duration::from_secs(30));
+        let mut busy = busy.attach(s)?;
+        spin_then_add(s, &mut busy, 1.0, BUSY_NS)?;
         let mut x = x.attach(s)?;
-        // pow/sqrt over n floats, queued behind the gate: certainly still to run at the drop.
+        // pow/sqrt over n floats, queued behind the spinning kernel: still to run at the drop.
         kernel(s, &mut x)?;
         let mut fut = x.sync_async();
         assert!(
             poll_once(&mut fut).is_pending(),
-            "the gate holds the stream"
+            "the spinning kernel holds the stream"
         );
         let before = um::orphans_pending();
         drop(fut);
         assert!(
-            !opened.load(Ordering::SeqCst),
-            "the drop returned before the stream could run: it did not wait"
+            !s.is_idle()?,
+            "the drop returned only once the stream was done: it waited"
         );
         assert!(
             um::orphans_pending() > before,
             "the buffer went to the reaper"
         );
-        let _ = open_now.send(());
-        s.synchronize()
+        busy.sync_async().await.map(drop)
     }))
 }
 
@@ -277,33 +265,32 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
     let n = common::workload(1 << 20, 1 << 12);
     let x = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("x");
     let y = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("y");
-    let (tx, rx) = mpsc::channel();
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("busy");
     let mut scope = Box::pin(ctx.with_stream_async(StreamOptions::new(), async |s| {
-        let _ = tx.send(opener(s.hold()?, Duration::from_secs(30)));
+        let mut busy = busy.attach(s)?;
+        spin_then_add(s, &mut busy, 1.0, BUSY_NS)?;
         let (mut x, mut y) = (x.attach(s)?, y.attach(s)?);
         kernel(s, &mut x)?;
         kernel(s, &mut y)?;
         // `y` stays attached across the await; `x` waits in a sync future.
         let x = x.sync_async().await?;
         let y = y.sync_async().await?;
+        drop(busy);
         Ok(x.len() + y.len())
     }));
     let before = um::orphans_pending();
     let polled = scope
         .as_mut()
         .poll(&mut TaskContext::from_waker(Waker::noop()));
-    assert!(polled.is_pending(), "the gate holds the stream");
-    let (open_now, opened) = rx.recv().expect("the gate");
-    drop(scope); // drops the closure's future (both buffers to the reaper), then the stream
+    assert!(polled.is_pending(), "the spinning kernel holds the stream");
+    drop(scope); // drops the closure's future (the buffers to the reaper), then the stream
+    // Had the drop waited for the stream, the buffers would have been freed there, not
+    // handed to the reaper behind a callback that has not run yet.
     assert!(
-        !opened.load(Ordering::SeqCst),
-        "the drop returned before the stream could run: it did not wait"
+        um::orphans_pending() >= before + 3,
+        "busy, x and y went to the reaper: {} pending, {before} before",
+        um::orphans_pending()
     );
-    assert!(
-        um::orphans_pending() >= before + 2,
-        "both buffers went to the reaper"
-    );
-    let _ = open_now.send(());
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
     ctx.synchronize_device().expect("no fault");

@@ -35,7 +35,7 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::context::Context;
@@ -674,56 +674,6 @@ impl<'s, T: ?Sized, K: StreamKind> Future for SyncFuture<'s, T, K> {
 impl<T: ?Sized, K: StreamKind> fmt::Debug for SyncFuture<'_, T, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)
-    }
-}
-
-/// A gate that holds a stream: work enqueued after [`Stream::hold`] waits until the gate is
-/// opened (or dropped). For tests that need work still queued at a known point.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct Gate {
-    shared: Arc<(Mutex<bool>, Condvar)>,
-}
-
-impl Gate {
-    /// Lets the stream run on.
-    pub fn open(self) {}
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        *lock(&self.shared.0) = true;
-        self.shared.1.notify_all();
-    }
-}
-
-/// The gate's callback: waits, on the driver's thread, for the host to open the gate. No CUDA
-/// call, and it depends on no device work.
-unsafe extern "system" fn hold_stream(_stream: sys::CUstream, _status: i32, data: *mut c_void) {
-    // SAFETY: `data` is the `Arc::into_raw` of `Stream::hold`, taken back exactly once here.
-    let shared = unsafe { Arc::from_raw(data.cast_const().cast::<(Mutex<bool>, Condvar)>()) };
-    let mut open = lock(&shared.0);
-    while !*open {
-        open = shared.1.wait(open).unwrap_or_else(PoisonError::into_inner);
-    }
-}
-
-impl<K: StreamKind> Stream<'_, K> {
-    /// Holds the stream until the returned gate is opened or dropped: work enqueued after
-    /// this call does not start before. For tests of work in flight. The driver may run
-    /// callbacks of other streams on the same thread, so they wait too while the gate is shut.
-    #[doc(hidden)]
-    pub fn hold(&self) -> Result<Gate> {
-        self.context().bind()?;
-        let shared = Arc::new((Mutex::new(false), Condvar::new()));
-        let data = Arc::into_raw(Arc::clone(&shared))
-            .cast_mut()
-            .cast::<c_void>();
-        // SAFETY: the stream is alive; the callback makes no CUDA call and cannot unwind; `data`
-        // is a strong reference the callback takes back. On failure it is leaked (see
-        // `Completion::enqueue`).
-        unsafe { driver::stream_add_callback(self.raw().handle, hold_stream, data) }?;
-        Ok(Gate { shared })
     }
 }
 

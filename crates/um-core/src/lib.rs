@@ -100,7 +100,7 @@ mod stream;
 mod sys;
 
 #[doc(hidden)]
-pub use asynchronous::{Gate, orphans_pending, reap_pending, use_event_thread_for_waits};
+pub use asynchronous::{orphans_pending, reap_pending, use_event_thread_for_waits};
 pub use asynchronous::{SyncAllFuture, SyncFuture};
 pub use context::{Context, DeviceInfo};
 pub use cust::memory::DeviceCopy;
