@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{gpu, workload};
 use um::kernels::testing;
@@ -26,7 +26,8 @@ fn a_loaded_prefix_of_a_module_does_not_stand_for_it() {
         .expect("testing.cu has several kernels");
     let prefix: &'static str = &ptx[..second];
     assert_eq!(prefix.as_ptr(), ptx.as_ptr());
-    ctx.load_ptx(prefix).expect("the prefix is a module of add_scalar alone");
+    ctx.load_ptx(prefix)
+        .expect("the prefix is a module of add_scalar alone");
     let x = Managed::from_fn(&ctx, 1000, |i| i as f32).expect("alloc");
     let y = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("alloc");
     let (x, y) = ctx
@@ -102,7 +103,10 @@ fn for_len_of_any_length_is_a_valid_launch_and_covers_the_buffer() {
         .with_stream(StreamOptions::new(), |s| {
             for len in [0, 1, 255, 256, 257, usize::MAX / 2, usize::MAX] {
                 let l = Linear::for_len(s, len);
-                assert!(l.blocks() >= 1 && l.threads_per_block() >= 1, "{len}: {l:?}");
+                assert!(
+                    l.blocks() >= 1 && l.threads_per_block() >= 1,
+                    "{len}: {l:?}"
+                );
                 assert!(l.total_threads() <= Linear::MAX_THREADS, "{len}: {l:?}");
                 assert_eq!(Linear::new(l.blocks(), l.threads_per_block()), Ok(l));
             }
