@@ -12,8 +12,18 @@
 //! user's file, then one `static_assert` per fact um-build relies on, evaluated by the compiler
 //! on the declarations it actually compiled: parameter count; each parameter's kind (float,
 //! signed or unsigned integer), size, pointer-ness and the `const` of its pointee; each struct's
-//! size, alignment, and each field's offset, kind and size. The prelude comes before the user's
-//! file, so the user's macros cannot change it. The asserts add no code: the PTX is the same.
+//! size, alignment, and each field's offset, kind and size. The asserts add no code: the PTX is
+//! the same.
+//!
+//! The file is hostile ground, so the wrapper defends what it says:
+//! * the prelude comes before the file, so the file's macros cannot change it, and its
+//!   namespace name is drawn at random per build, so the file cannot specialize its traits;
+//! * after the file, every identifier the asserts use (`static_assert`, `sizeof`, the trait
+//!   members, the kernel, struct and field names) is `#undef`ined, so no macro of the file or
+//!   of a `-D` flag switches an assert off or points it at another entity;
+//! * each kernel `k` is redeclared `extern "C" __global__` with the type of `::k`: an error
+//!   unless `::k` is the extern "C" kernel that PTX names `.entry k` (not, say, a C++ function
+//!   `k` beside an extern "C" `k` in a namespace).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -53,6 +63,8 @@ template <class T> struct pointer<volatile T *> { enum { is = 1, read_only = 0 }
 template <class T> struct pointer<const volatile T *> { enum { is = 1, read_only = 1 }; typedef T elem; };
 template <class F> struct params { enum { count = -1 }; };
 template <class... A> struct params<void (*)(A...)> { enum { count = sizeof...(A) }; };
+template <class F> struct fn { typedef void type; };
+template <class... A> struct fn<void (*)(A...)> { typedef void type(A...); };
 template <int I, class F> struct param { typedef void type; };
 template <class T, class... R> struct param<0, void (*)(T, R...)> { typedef T type; };
 template <int I, class T, class... R> struct param<I, void (*)(T, R...)> {
@@ -84,6 +96,14 @@ pub(crate) fn asserts(source: &Source) -> String {
     let mut used: Vec<&str> = Vec::new();
     for k in &source.kernels {
         let f = format!("decltype(&::{})", k.name);
+        // `::k` must be the kernel nvcc compiled to `.entry k`: the extern "C" __global__
+        // function. Redeclaring it so, with its own type, is an error when `::k` is anything
+        // else (a C++ function of the same name beside an extern "C" one in a namespace).
+        let _ = writeln!(
+            out,
+            "extern \"C\" __attribute__((global)) um_build_check::fn<{f}>::type {}; // um-build: '::{}' must be the extern \"C\" __global__ kernel that nvcc compiles to '.entry {}', declared at global scope",
+            k.name, k.name, k.name
+        );
         let _ = writeln!(
             out,
             "static_assert(um_build_check::params<{f}>::count == {}, \"um-build: kernel '{}' (line {}): read with {} parameters; declare kernels at global scope, exactly as nvcc compiles them\");",
@@ -173,11 +193,60 @@ pub(crate) fn asserts(source: &Source) -> String {
     out
 }
 
-/// The file nvcc compiles instead of `src`: the prelude, `src` itself, the asserts.
+/// Identifiers of the asserts that are not names from the user's file: `#undef`ed after it, so
+/// that no macro of the file (or of a `-D` flag) changes what the asserts say.
+const OWN_WORDS: &[&str] = &[
+    "static_assert",
+    "decltype",
+    "sizeof",
+    "alignof",
+    "__builtin_offsetof",
+    "extern",
+    "__attribute__",
+    "global",
+    "same",
+    "strip",
+    "elem",
+    "kind",
+    "pointer",
+    "params",
+    "param",
+    "fn",
+    "type",
+    "value",
+    "is",
+    "read_only",
+    "count",
+];
+
+/// A namespace name the user's file cannot know: it is drawn at random for each build, so no
+/// code in the file can add specializations to the traits (`pointer<float *>` claiming to be
+/// read-only, say).
+fn private_namespace() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    format!("um_build_check_{:016x}", h.finish())
+}
+
+/// The file nvcc compiles instead of `src`: the prelude, `src` itself, `#undef`s of every
+/// identifier the asserts use, then the asserts.
 pub(crate) fn wrapper(source: &Source, src: &Path) -> String {
+    let ns = private_namespace();
+    let mut undef: Vec<&str> = OWN_WORDS.to_vec();
+    for k in &source.kernels {
+        undef.push(&k.name);
+    }
+    for s in &source.structs {
+        undef.push(&s.name);
+        undef.extend(s.fields.iter().map(|f| f.name.as_str()));
+    }
+    let undefs: String = undef.iter().map(|w| format!("#undef {w}\n")).collect();
     format!(
-        "{PRELUDE}#include \"{}\"\n// um-build: what it read from that file, as the compiler sees it.\n{}",
+        "{}#include \"{}\"\n// um-build: what it read from that file, as the compiler sees it.\n#undef {ns}\n{undefs}{}",
+        PRELUDE.replace("um_build_check", &ns),
         src.display().to_string().replace('\\', "/"),
-        asserts(source)
+        asserts(source).replace("um_build_check", &ns)
     )
 }

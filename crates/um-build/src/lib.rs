@@ -208,6 +208,13 @@ impl Kernels {
                     wrapper.display()
                 ))
                 .in_file(src)
+                .help(
+                    "errors at lines of um-check/ are um-build's checks of what it read: each \
+                     names the kernel, the parameter or struct, and what um-build read. Declare \
+                     each kernel at global scope as `UM_SAFE_KERNEL void k(...)` or \
+                     `extern \"C\" __global__ void k(...)`, and structs at global scope, with no \
+                     macro, typedef or #if making the compiled declaration differ from the text",
+                )
             })?;
             let ptx = fs::read_to_string(out_dir.join(&ptx_file))
                 .map_err(|e| Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src))?;

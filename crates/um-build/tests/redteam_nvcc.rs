@@ -141,12 +141,60 @@ fn struct_layouts_changed_by_attributes_or_pragmas_are_refused() {
 }
 
 #[test]
+fn a_cpp_function_named_like_the_kernel_cannot_stand_in_for_it() {
+    // The real kernel is extern "C" in a namespace (still `.entry k`), hidden from the parser by
+    // a macro; `::k` is an ordinary C++ function with the `#if 0` reading's types. The asserts
+    // on `decltype(&::k)` alone passed; the extern "C" redeclaration of `::k` refuses it.
+    refused(
+        &format!(
+            "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {{}}\n#endif\n\
+             #define REAL extern \"C\" __global__ void k(float *x, unsigned int n)\n\
+             namespace hidden {{ REAL {WRITES_X} }}\nvoid k(const float *x, unsigned int n) {{}}\n"
+        ),
+        "linkage specification is incompatible",
+    );
+}
+
+#[test]
+fn macros_defined_at_the_end_of_the_file_cannot_switch_the_checks_off() {
+    let fake = "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {}\n#endif\n\
+                #define DECLARE_K UM_SAFE_KERNEL void k(float *x, unsigned int n)\n\
+                DECLARE_K { for (auto i : um::indices(n)) x[i] = 1.0f; }\n";
+    for tail in [
+        // The asserts vanish.
+        "#define static_assert(...)\n",
+        // `::k` becomes another kernel, one that does take a const x.
+        "extern \"C\" __global__ void k2(const float *x, unsigned int n) {}\n#define k k2\n",
+        // The traits' members are renamed.
+        "#define read_only is\n",
+        "#define decltype(x) int\n#define sizeof(x) 4\n",
+    ] {
+        let e = build(&format!("{fake}{tail}")).expect_err(tail);
+        assert!(e.to_string().contains("parameter 'x'"), "{tail}\n---\n{e}");
+    }
+    // Specializations of the traits' templates: the file cannot name their namespace.
+    // (Behind a macro, which the parser does not read.)
+    let e = build(&format!(
+        "#define SPEC namespace um_build_check {{ template <class T> struct pointer; \\\n\
+         template <> struct pointer<float *> {{ enum {{ is = 1, read_only = 1 }}; typedef float elem; }}; }}\nSPEC;\n{fake}"
+    ))
+    .expect_err("specialization");
+    assert!(e.to_string().contains("parameter 'x'"), "{e}");
+}
+
+#[test]
 fn a_kernel_in_a_namespace_is_refused_with_a_reason() {
     refused(
         &format!(
             "#include \"um.cuh\"\nnamespace ns {{\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {WRITES_X}\n}}\n"
         ),
-        "declare kernels at global scope",
+        "the global scope has no \"k\"",
+    );
+    let e = build("#include \"um.cuh\"\nnamespace ns {\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {}\n}\n")
+        .expect_err("namespace");
+    assert!(
+        e.help_text().is_some_and(|h| h.contains("global scope")),
+        "{e}"
     );
 }
 
