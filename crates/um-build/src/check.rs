@@ -193,31 +193,57 @@ pub(crate) fn asserts(source: &Source) -> String {
     out
 }
 
-/// Identifiers of the asserts that are not names from the user's file: `#undef`ed after it, so
-/// that no macro of the file (or of a `-D` flag) changes what the asserts say.
-const OWN_WORDS: &[&str] = &[
-    "static_assert",
-    "decltype",
-    "sizeof",
-    "alignof",
-    "__builtin_offsetof",
-    "extern",
-    "__attribute__",
-    "global",
-    "same",
-    "strip",
-    "elem",
-    "kind",
-    "pointer",
-    "params",
-    "param",
-    "fn",
-    "type",
-    "value",
-    "is",
-    "read_only",
-    "count",
-];
+/// The identifiers of C++ `code` outside string literals and `//` comments, each once: what a
+/// macro could replace. (`defined` cannot be `#undef`ed, and is never one of them.)
+fn identifiers(code: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or_default();
+        let mut in_string = false;
+        let mut word = String::new();
+        for c in line.chars().chain([' ']) {
+            if !in_string && (c.is_ascii_alphanumeric() || c == '_') {
+                word.push(c);
+                continue;
+            }
+            if c == '"' {
+                in_string = !in_string;
+            }
+            if !word.is_empty()
+                && !word.starts_with(|d: char| d.is_ascii_digit())
+                && word != "defined"
+                && !out.contains(&word)
+            {
+                out.push(word.clone());
+            }
+            word.clear();
+        }
+    }
+    out
+}
+
+fn undefs(code: &str) -> String {
+    identifiers(code)
+        .iter()
+        .map(|w| format!("#undef {w}\n"))
+        .collect()
+}
+
+/// `code` with every macro of its identifiers set aside while it is read, and restored after
+/// (`#pragma push_macro`/`pop_macro`): a `-D` flag or forced include cannot reshape it, and the
+/// user's file still sees its macros.
+fn shielded(code: &str) -> String {
+    let words = identifiers(code);
+    let push: String = words
+        .iter()
+        .map(|w| format!("#pragma push_macro(\"{w}\")\n#undef {w}\n"))
+        .collect();
+    let pop: String = words
+        .iter()
+        .map(|w| format!("#pragma pop_macro(\"{w}\")\n"))
+        .collect();
+    format!("{push}{code}{pop}")
+}
 
 /// A namespace name the user's file cannot know: it is drawn at random for each build, so no
 /// code in the file can add specializations to the traits (`pointer<float *>` claiming to be
@@ -234,19 +260,14 @@ fn private_namespace() -> String {
 /// identifier the asserts use, then the asserts.
 pub(crate) fn wrapper(source: &Source, src: &Path) -> String {
     let ns = private_namespace();
-    let mut undef: Vec<&str> = OWN_WORDS.to_vec();
-    for k in &source.kernels {
-        undef.push(&k.name);
-    }
-    for s in &source.structs {
-        undef.push(&s.name);
-        undef.extend(s.fields.iter().map(|f| f.name.as_str()));
-    }
-    let undefs: String = undef.iter().map(|w| format!("#undef {w}\n")).collect();
+    let prelude = PRELUDE.replace("um_build_check", &ns);
+    let asserts = asserts(source).replace("um_build_check", &ns);
+    // No macro of a forced include or `-D` flag reshapes the prelude; none of the file's
+    // reaches the asserts.
     format!(
-        "{}#include \"{}\"\n// um-build: what it read from that file, as the compiler sees it.\n#undef {ns}\n{undefs}{}",
-        PRELUDE.replace("um_build_check", &ns),
+        "{}#include \"{}\"\n// um-build: what it read from that file, as the compiler sees it.\n{}{asserts}",
+        shielded(&prelude),
         src.display().to_string().replace('\\', "/"),
-        asserts(source).replace("um_build_check", &ns)
+        undefs(&asserts),
     )
 }

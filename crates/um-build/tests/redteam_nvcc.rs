@@ -231,3 +231,20 @@ fn two_files_mapping_to_one_module_are_refused() {
     let e = build_with(&[("a-b.cu", src), ("a_b.cu", src)], &[]).expect_err("two files");
     assert!(e.to_string().contains("maps to module `a_b`"), "{e}");
 }
+
+#[test]
+fn user_macros_named_like_the_checks_words_still_work_in_the_file() {
+    // File macros that share names with the check's own identifiers (trait members, template
+    // parameters), and a `-D` flag: the file sees them, the check does not.
+    let code = build_with(
+        &[(
+            "k.cu",
+            "#include \"um.cuh\"\n#define value 2.0f\n#define count 7\n#define read_only 0\n\
+             #define T 1\n#define N 4\n#define type float\n\
+             UM_SAFE_KERNEL void k(float *x, unsigned int n) { for (auto i : um::indices(n)) x[i] = (type)(value * N + T + count + read_only + SCALE); }\n",
+        )],
+        &["-DSCALE=3"],
+    )
+    .expect("builds");
+    assert!(code.contains("x: &mut Managed<[f32]"), "{code}");
+}
