@@ -176,6 +176,18 @@ impl Kernels {
                 );
             }
             let ptx_file = format!("um-ptx/{module}.ptx");
+            // The path goes into the wrapper's `#include "..."` and into generated comments:
+            // a quote or a line break in it would end either early.
+            if src
+                .to_string_lossy()
+                .contains(|c: char| c.is_control() || c == '"' || c == '`')
+            {
+                return Err(
+                    Error::new("the path has a quote, a backquote or a control character")
+                        .in_file(src)
+                        .help("rename the file or folder"),
+                );
+            }
             let text = fs::read_to_string(src)
                 .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
             let source = source::parse(&text).map_err(|e| e.in_file(src))?;
@@ -225,11 +237,13 @@ impl Kernels {
             .iter()
             .map(|(module, ptx_file, source, src)| generate::Unit {
                 module: module.clone(),
+                // Shown in doc comments of the generated code: one line, whatever the name.
                 shown_path: src
                     .strip_prefix(&manifest)
                     .unwrap_or(src)
                     .display()
-                    .to_string(),
+                    .to_string()
+                    .replace(|c: char| c.is_control() || c == '`', "?"),
                 ptx_file: ptx_file.clone(),
                 source,
             })

@@ -248,3 +248,18 @@ fn user_macros_named_like_the_checks_words_still_work_in_the_file() {
     .expect("builds");
     assert!(code.contains("x: &mut Managed<[f32]"), "{code}");
 }
+
+#[test]
+fn a_file_name_with_a_line_break_or_quote_injects_nothing() {
+    // Such a name would end the wrapper's `#include "..."` (the text after it compiled as the
+    // wrapper's own) or a doc comment of the generated Rust (the rest compiled as Rust).
+    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {}\n";
+    for name in [
+        "x\"\n#define static_assert(...) .cu",
+        "y\n pub fn injected() {} .cu",
+        "z`.cu",
+    ] {
+        let e = build_with(&[(name, src)], &[]).expect_err(name);
+        assert!(e.to_string().contains("quote"), "{name:?}: {e}");
+    }
+}
