@@ -147,13 +147,19 @@ fn write_struct(out: &mut String, s: &Struct, file: &str) {
         out,
         "/// `struct {c}` of `{file}` (line {line}), in the same C layout: {size} bytes, aligned to\n\
          /// {align}. um-build checked both against the kernel's PTX parameter.\n\
-         #[repr(C)]\n#[derive(Debug, Clone, Copy, PartialEq, Default)]\n\
+         #[repr(C)]\n#[derive(Debug, Clone, Copy, PartialEq{default})]\n\
          pub struct {name} {{\n{fields}}}\n\
          // SAFETY: plain numbers in C layout, no pointers and no invalid bit patterns: the bytes\n\
          // are copied to the kernel as they are.\n\
          unsafe impl __um::DeviceCopy for {name} {{}}\n\n",
         c = s.name,
         line = s.line,
+        // The standard library implements `Default` for arrays of at most 32 elements.
+        default = if s.fields.iter().all(|f| f.array.unwrap_or(0) <= 32) {
+            ", Default"
+        } else {
+            ""
+        },
     );
 }
 

@@ -255,3 +255,30 @@ fn the_default_launch_covers_the_longest_buffer_and_counts_come_from_buffers() {
         .unwrap();
     assert!(!sig.contains(" n:") && !sig.contains("x_len:"), "{sig}");
 }
+
+#[test]
+fn a_struct_with_a_long_array_still_compiles() {
+    // `[f32; 64]: Default` does not hold, so `#[derive(Default)]` broke the user's build.
+    let k = ptx("k", &[".u64", ".u32"]);
+    let code = um_build::generate_for(
+        "m",
+        "struct Big { float w[64]; };\nstruct Small { float w[32]; };\nUM_SAFE_KERNEL void k(const Big *b, unsigned int n) {}",
+        &k,
+    )
+    .expect("generates");
+    let derive_before = |name: &str| {
+        let at = code.find(&format!("pub struct {name} ")).unwrap();
+        code[..at]
+            .rfind("#[derive(")
+            .map(|d| code[d..at].lines().next().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(
+        derive_before("Big"),
+        "#[derive(Debug, Clone, Copy, PartialEq)]"
+    );
+    assert_eq!(
+        derive_before("Small"),
+        "#[derive(Debug, Clone, Copy, PartialEq, Default)]"
+    );
+}
