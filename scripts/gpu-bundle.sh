@@ -30,7 +30,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
         kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
-        if t["name"] not in ("ui", "out_of_workspace") and (kind == want or (want not in ("example", "bench") and kind == "test")):
+        if t["name"] not in ("ui", "out_of_workspace", "redteam_nvcc") and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
 cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |

@@ -106,6 +106,14 @@ fn shown(list: &[&str]) -> String {
     }
 }
 
+/// Rust's primitive types. A generated struct of one of these names would shadow the primitive
+/// in its module, so that `f64` in a launcher (a `double *` buffer, a `double` value) meant the
+/// struct: a `Managed<[f64]>` of 4-byte elements for a kernel that indexes 8-byte ones.
+const PRIMITIVES: &[&str] = &[
+    "bool", "char", "str", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+    "u32", "u64", "u128", "usize",
+];
+
 /// Names the generated module imports from `um-core`: a struct may not take one.
 const IMPORTED: &[&str] = &[
     "LaunchConfig",
@@ -139,13 +147,19 @@ fn write_struct(out: &mut String, s: &Struct, file: &str) {
         out,
         "/// `struct {c}` of `{file}` (line {line}), in the same C layout: {size} bytes, aligned to\n\
          /// {align}. um-build checked both against the kernel's PTX parameter.\n\
-         #[repr(C)]\n#[derive(Debug, Clone, Copy, PartialEq, Default)]\n\
+         #[repr(C)]\n#[derive(Debug, Clone, Copy, PartialEq{default})]\n\
          pub struct {name} {{\n{fields}}}\n\
          // SAFETY: plain numbers in C layout, no pointers and no invalid bit patterns: the bytes\n\
          // are copied to the kernel as they are.\n\
          unsafe impl __um::DeviceCopy for {name} {{}}\n\n",
         c = s.name,
         line = s.line,
+        // The standard library implements `Default` for arrays of at most 32 elements.
+        default = if s.fields.iter().all(|f| f.array.unwrap_or(0) <= 32) {
+            ", Default"
+        } else {
+            ""
+        },
     );
 }
 
@@ -328,6 +342,15 @@ pub(crate) fn generate(units: &[Unit<'_>], arch: &str) -> Result<String> {
                 return Err(crate::error::Error::new(format!(
                     "struct `{}` has the name of a type of um's that the launchers use",
                     s.name
+                ))
+                .at(s.line)
+                .help("rename the struct"));
+            }
+            if PRIMITIVES.contains(&s.name.as_str()) {
+                return Err(crate::error::Error::new(format!(
+                    "struct `{}` has the name of a Rust primitive type: in the generated module \
+                     it would stand for every `{}` of the launchers",
+                    s.name, s.name
                 ))
                 .at(s.line)
                 .help("rename the struct"));

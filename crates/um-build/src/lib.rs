@@ -1,8 +1,8 @@
 //! # um-build: typed, brand-checked launchers for your own CUDA kernels
 //!
 //! A build-script library. It compiles every `*.cu` file of a folder to PTX with nvcc, reads
-//! each kernel's declaration, checks it against the PTX `.entry` that nvcc produced, and
-//! generates a Rust launcher per kernel, which `um::include_kernels!()` includes:
+//! each kernel's declaration, checks it against the PTX `.entry` that nvcc produced and (through
+//! `static_assert`s compiled with the file) against the types nvcc compiled, and generates a Rust launcher per kernel, which `um::include_kernels!()` includes:
 //!
 //! ```no_run
 //! // build.rs: fn main() {
@@ -31,6 +31,7 @@
 //! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`, then `PATH`. `$UM_CUDA_ARCH` overrides the
 //! architecture set with [`Kernels::arch`].
 
+mod check;
 mod contract;
 mod error;
 mod generate;
@@ -147,7 +148,8 @@ impl Kernels {
             .unwrap_or_else(|| DEFAULT_ARCH.to_owned());
         let include = out_dir.join("um-include");
         let ptx_dir = out_dir.join("um-ptx");
-        for d in [&include, &ptx_dir] {
+        let check_dir = out_dir.join("um-check");
+        for d in [&include, &ptx_dir, &check_dir] {
             fs::create_dir_all(d)
                 .map_err(|e| Error::new(format!("cannot create {}: {e}", d.display())))?;
         }
@@ -174,19 +176,60 @@ impl Kernels {
                 );
             }
             let ptx_file = format!("um-ptx/{module}.ptx");
+            // The path goes into the wrapper's `#include "..."` and into generated comments:
+            // a quote or a line break in it would end either early.
+            if src
+                .to_string_lossy()
+                .contains(|c: char| c.is_control() || c == '"' || c == '`')
+            {
+                return Err(
+                    Error::new("the path has a quote, a backquote or a control character")
+                        .in_file(src)
+                        .help("rename the file or folder"),
+                );
+            }
+            let text = fs::read_to_string(src)
+                .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
+            let source = source::parse(&text).map_err(|e| e.in_file(src))?;
+            // nvcc compiles the file through a wrapper whose static_asserts check what was
+            // read against what the compiler sees (check.rs): macros, typedefs, `#if` branches
+            // and struct attributes cannot make the reading differ from the kernel.
+            let absolute = if src.is_absolute() {
+                src.clone()
+            } else {
+                env::current_dir().map_or_else(|_| src.clone(), |d| d.join(src))
+            };
+            let wrapper = check_dir.join(format!("{module}.cu"));
+            fs::write(&wrapper, check::wrapper(&source, &absolute)).map_err(|e| {
+                Error::new(format!("cannot write {}: {e}", wrapper.display())).in_file(src)
+            })?;
             nvcc::compile(
                 &nvcc,
                 &arch,
                 &include,
                 &self.flags,
-                src,
+                &wrapper,
                 &out_dir.join(&ptx_file),
-            )?;
-            let text = fs::read_to_string(src)
-                .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
+            )
+            .map_err(|e| {
+                Error::new(format!(
+                    "{}\n(nvcc compiled {} through {}, which adds um-build's checks of the \
+                     declarations it read)",
+                    e.message(),
+                    src.display(),
+                    wrapper.display()
+                ))
+                .in_file(src)
+                .help(
+                    "errors at lines of um-check/ are um-build's checks of what it read: each \
+                     names the kernel, the parameter or struct, and what um-build read. Declare \
+                     each kernel at global scope as `UM_SAFE_KERNEL void k(...)` or \
+                     `extern \"C\" __global__ void k(...)`, and structs at global scope, with no \
+                     macro, typedef or #if making the compiled declaration differ from the text",
+                )
+            })?;
             let ptx = fs::read_to_string(out_dir.join(&ptx_file))
                 .map_err(|e| Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src))?;
-            let source = source::parse(&text).map_err(|e| e.in_file(src))?;
             ptx::check(&source, &ptx).map_err(|e| e.in_file(src))?;
             parsed.push((module, ptx_file, source, src.clone()));
         }
@@ -194,11 +237,13 @@ impl Kernels {
             .iter()
             .map(|(module, ptx_file, source, src)| generate::Unit {
                 module: module.clone(),
+                // Shown in doc comments of the generated code: one line, whatever the name.
                 shown_path: src
                     .strip_prefix(&manifest)
                     .unwrap_or(src)
                     .display()
-                    .to_string(),
+                    .to_string()
+                    .replace(|c: char| c.is_control() || c == '`', "?"),
                 ptx_file: ptx_file.clone(),
                 source,
             })

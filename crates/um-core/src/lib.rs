@@ -99,9 +99,9 @@ pub mod state;
 mod stream;
 mod sys;
 
+pub use asynchronous::{SyncAllFuture, SyncFuture};
 #[doc(hidden)]
 pub use asynchronous::{orphans_pending, reap_pending, use_event_thread_for_waits};
-pub use asynchronous::{SyncAllFuture, SyncFuture};
 pub use context::{Context, DeviceInfo};
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;

@@ -51,7 +51,12 @@ impl ModuleCache {
     /// so a miss by address compares the texts before the caller loads the module again; the
     /// new address is remembered.
     fn find_module(&mut self, key: usize, ptx: &'static str) -> Option<Arc<LoadedModule>> {
-        if let Some((_, m)) = self.entries.iter().find(|(k, _)| *k == key) {
+        // The address and the length: a shorter text may start at the same address.
+        if let Some((_, m)) = self
+            .entries
+            .iter()
+            .find(|(k, m)| *k == key && m.text.len() == ptx.len())
+        {
             return Some(Arc::clone(m));
         }
         let m = self
@@ -172,12 +177,28 @@ impl Context {
     }
 }
 
-/// A thread's recent `(context id, PTX address, name address) -> function` lookups, so that a
-/// typed launch finds its kernel without a lock or a reference count. Functions stay valid for
-/// the life of their context (modules are unloaded only when it is dropped), and context ids
-/// are never reused, so a stale entry can never match.
+/// A thread's recent `(context id, PTX address and length, name address and length) ->
+/// function` lookups, so that a typed launch finds its kernel without a lock or a reference
+/// count. Functions stay valid for the life of their context (modules are unloaded only when it
+/// is dropped), and context ids are never reused, so a stale entry can never match.
 struct FunctionCache {
-    entries: Vec<(u64, usize, usize, sys::CUfunction)>,
+    entries: Vec<(FunctionKey, sys::CUfunction)>,
+}
+
+/// What identifies a cached function. Addresses alone do not: the compiler may place one
+/// string literal inside another (`"k"` at the start of `"kernel"`), and the two names would
+/// then find one function, launched with the other's arguments. Equal addresses and equal
+/// lengths are the same text.
+type FunctionKey = (u64, usize, usize, usize, usize);
+
+fn function_key(context: u64, ptx: &'static str, name: &'static str) -> FunctionKey {
+    (
+        context,
+        ptx.as_ptr() as usize,
+        ptx.len(),
+        name.as_ptr() as usize,
+        name.len(),
+    )
 }
 
 impl FunctionCache {
@@ -196,14 +217,8 @@ impl Context {
         ptx: &'static str,
         name: &'static str,
     ) -> Result<sys::CUfunction> {
-        let key = (self.id(), ptx.as_ptr() as usize, name.as_ptr() as usize);
-        let hit = FUNCTIONS.with(|c| {
-            c.borrow()
-                .entries
-                .iter()
-                .find(|e| (e.0, e.1, e.2) == key)
-                .map(|e| e.3)
-        });
+        let key = function_key(self.id(), ptx, name);
+        let hit = FUNCTIONS.with(|c| c.borrow().entries.iter().find(|e| e.0 == key).map(|e| e.1));
         if let Some(f) = hit {
             return Ok(f);
         }
@@ -213,7 +228,7 @@ impl Context {
             if c.entries.len() >= FunctionCache::CAPACITY {
                 c.entries.clear();
             }
-            c.entries.push((key.0, key.1, key.2, raw));
+            c.entries.push((key, raw));
         });
         Ok(raw)
     }
@@ -280,7 +295,23 @@ impl std::fmt::Debug for Module {
 
 #[cfg(test)]
 mod tests {
-    use super::ptx_isa_version;
+    use super::{function_key, ptx_isa_version};
+
+    #[test]
+    fn a_name_inside_another_name_is_another_function() {
+        // One literal, and a name that starts at the same address: the cache must tell them
+        // apart, or `k` would be launched as `kernel` (other parameters).
+        let kernel: &'static str = "kernel";
+        let k: &'static str = &kernel[..1];
+        assert_eq!(k.as_ptr(), kernel.as_ptr());
+        assert_ne!(function_key(1, "ptx", kernel), function_key(1, "ptx", k));
+        let ptx: &'static str = ".version 9.0\n.entry k()";
+        assert_ne!(
+            function_key(1, ptx, kernel),
+            function_key(1, &ptx[..4], kernel)
+        );
+        assert_eq!(function_key(1, ptx, kernel), function_key(1, ptx, kernel));
+    }
 
     #[test]
     fn reads_the_version_directive() {
