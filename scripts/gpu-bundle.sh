@@ -59,10 +59,10 @@ chmod +x "$out/run.sh"
 # um's own streams.ptx for it (the newest release build's; the study rebuilds it from the
 # source where it is missing), and the script: `bash DIR/racecheck/study.sh OUT`.
 mkdir -p "$out/racecheck"
-cp bench/racecheck_repro.cu kernels-ptx/streams.cu "$out/racecheck/"
+cp bench/racecheck_repro.cu kernels-ptx/streams.cu crates/um-build/include/um.cuh "$out/racecheck/"
 cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
 chmod +x "$out/racecheck/study.sh"
-ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/streams.ptx 2>/dev/null | head -n 1 || true)
+ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/um-ptx/streams.ptx 2>/dev/null | head -n 1 || true)
 [ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"

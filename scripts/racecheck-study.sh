@@ -48,7 +48,7 @@ ptx="$here/streams.ptx"
 if [ ! -f "$ptx" ]; then
   # The bundle copies um's own PTX; without it, build the same kernel file the same way.
   ptx="$out/streams.ptx"
-  "$nvcc" --ptx -arch=compute_75 -o "$ptx" "$here/streams.cu" >>"$out/logs/build.log" 2>&1 ||
+  "$nvcc" --ptx -arch=compute_75 -I "$here" -o "$ptx" "$here/streams.cu" >>"$out/logs/build.log" 2>&1 ||
     { say "PTX build FAILED"; exit 1; }
 fi
 
