@@ -112,7 +112,7 @@ fn module_launchers(stem: &str, konst: &str, kernels: &[KernelSig]) -> String {
     writeln!(
         out,
         "/// Typed launchers of the kernels in `kernels-ptx/{stem}.cu`.\npub mod {stem} {{\n\
-         #[allow(unused_imports)]\nuse um_core::{{LaunchConfig, Managed, Result, Stream, StreamKind, StreamOwned}};\n\
+         #[allow(unused_imports)]\nuse um_core::{{LaunchConfig, Managed, Result, Storage, Stream, StreamKind, StreamOwned}};\n\
          /// The PTX of `kernels-ptx/{stem}.cu`.\npub static PTX: &str = crate::ptx::{konst};"
     )
     .expect("writing to a String");
@@ -123,13 +123,17 @@ fn module_launchers(stem: &str, konst: &str, kernels: &[KernelSig]) -> String {
         let mut buffers = Vec::new();
         let mut tuple = Vec::new();
         let mut count_ty = None;
+        // One storage parameter per buffer, so unified and mirrored buffers mix in a launch.
+        let mut storages = String::new();
         for p in &k.params {
             let r = rust_name(&p.name);
             match &p.kind {
                 ParamKind::Pointer { elem, constant } => {
                     let mutability = if *constant { "" } else { "mut " };
+                    let m = format!("M{}", buffers.len());
+                    storages.push_str(&format!(", {m}: Storage"));
                     params.push(format!(
-                        "{r}: &{mutability}Managed<[{}], StreamOwned<'s, K>>",
+                        "{r}: &{mutability}Managed<[{}], StreamOwned<'s, K>, {m}>",
                         elem.rust()
                     ));
                     buffers.push(format!("({:?}, {r}.len())", p.name));
@@ -195,11 +199,11 @@ fn module_launchers(stem: &str, konst: &str, kernels: &[KernelSig]) -> String {
         writeln!(
             out,
             "\n/// Launches `{decl}` on `stream`, with a grid sized for its buffers.\n///\n/// Reads {reads:?}, writes {writes:?}. {count_doc}\n\
-             pub fn {name}<'s, K: StreamKind>(stream: &Stream<'s, K>{params}) -> Result<()> {{\n    \
+             pub fn {name}<'s, K: StreamKind{storages}>(stream: &Stream<'s, K>{params}) -> Result<()> {{\n    \
              {name}_with(stream, {default_config}{args})\n}}\n\n\
              /// [`{name}`] with an explicit launch configuration. Every kernel of `kernels-ptx/` loops\n\
              /// over `n` with a grid stride (kernels-ptx/README.md), so any configuration stays in bounds.\n\
-             pub fn {name}_with<'s, K: StreamKind>(stream: &Stream<'s, K>, config: LaunchConfig{params}) -> Result<()> {{\n    \
+             pub fn {name}_with<'s, K: StreamKind{storages}>(stream: &Stream<'s, K>, config: LaunchConfig{params}) -> Result<()> {{\n    \
              {count}\n    \
              // SAFETY: the argument tuple follows the declaration, which build.rs checked against\n    \
              // the PTX `.entry` (count, widths, pointers); `const` pointers are `&` buffers, the others\n    \

@@ -15,6 +15,7 @@ use crate::managed::Managed;
 use crate::module::Kernel;
 use crate::sealed::Sealed;
 use crate::state::StreamOwned;
+use crate::storage::Storage;
 use crate::stream::{Stream, StreamKind};
 use crate::{driver, sys};
 
@@ -82,8 +83,8 @@ impl<'s, T: DeviceCopy> KernelArg<'s> for ByValue<T> {
     }
 }
 
-impl<T: ?Sized, K: StreamKind> Sealed for &Managed<T, StreamOwned<'_, K>> {}
-impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> Sealed for &Managed<T, StreamOwned<'_, K>, M> {}
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s> for &Managed<T, StreamOwned<'s, K>, M> {
     type Raw = sys::CUdeviceptr;
     fn raw(&self) -> sys::CUdeviceptr {
         self.device_ptr()
@@ -93,10 +94,15 @@ impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s,
     }
 }
 
-impl<T: ?Sized, K: StreamKind> Sealed for &mut Managed<T, StreamOwned<'_, K>> {}
-impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &mut Managed<T, StreamOwned<'s, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> Sealed for &mut Managed<T, StreamOwned<'_, K>, M> {}
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
+    for &mut Managed<T, StreamOwned<'s, K>, M>
+{
     type Raw = sys::CUdeviceptr;
+    /// Called once per launch, just before it: the kernel may write, so a mirror's `sync`
+    /// must copy the device half back.
     fn raw(&self) -> sys::CUdeviceptr {
+        self.mark_device_written();
         self.device_ptr()
     }
     fn owner(&self) -> Option<u64> {

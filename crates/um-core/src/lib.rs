@@ -89,6 +89,7 @@ mod managed;
 mod module;
 mod sealed;
 pub mod state;
+pub mod storage;
 mod stream;
 mod sys;
 
@@ -100,6 +101,7 @@ pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
 pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+pub use storage::{Mirror, Mirrored, Storage, Unified};
 pub use stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };
@@ -109,6 +111,14 @@ pub use stream::{
 #[doc(hidden)]
 pub fn attach_calls_on_this_thread() -> u64 {
     driver::attach_calls_on_this_thread()
+}
+
+/// The host-to-device and device-to-host copies mirrored memory made and skipped on the
+/// calling thread. For tests and benchmarks that check that no needless copy reaches the
+/// driver.
+#[doc(hidden)]
+pub fn mirror_copies_on_this_thread() -> storage::MirrorCopies {
+    storage::MirrorCopies::now()
 }
 
 // The Send/Sync facts the design relies on, checked at compile time.
@@ -137,6 +147,14 @@ mod facts {
     // memory attached to it may leave its thread.
     assert_not_impl_any!(Stream<'static, PerThread>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>>: Send, Sync);
+
+    // Mirrored memory follows the same rules.
+    assert_impl_all!(Managed<[f32], HostOwned, Mirror>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Mirror>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Mirror>: Send, Sync);
+    // Storages are zero-sized markers, and unified memory carries nothing for them.
+    const_assert_eq!(std::mem::size_of::<Unified>(), 0);
+    const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

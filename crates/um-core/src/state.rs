@@ -17,6 +17,11 @@
 //!                          drop: wait for the stream, then cuMemFree
 //! ```
 //!
+//! Mirrored memory (`Managed<T, S, Mirror>`, see [`crate::storage`]) takes the same
+//! transitions: there, `attach` enqueues a host-to-device copy instead of the stream
+//! association (only if the host may have written since the last copy), and `sync` a
+//! device-to-host copy before its wait (only if a launch took the buffer as `&mut`).
+//!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
 //! [`Transfer`] policy acts at the two transitions (prefetch, advice).
@@ -31,6 +36,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
+use crate::storage::{self, Storage};
 use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
 use crate::sys;
 
@@ -67,8 +73,8 @@ impl<K: StreamKind> State for StreamOwned<'_, K> {
     const ON_STREAM: bool = true;
 }
 
-fn check_same_context<T: ?Sized, S: State, K: StreamKind>(
-    memory: &Managed<T, S>,
+fn check_same_context<T: ?Sized, S: State, M: Storage, K: StreamKind>(
+    memory: &Managed<T, S, M>,
     stream: &Stream<'_, K>,
 ) -> Result<()> {
     if memory.context().same_as(stream.context()) {
@@ -78,7 +84,7 @@ fn check_same_context<T: ?Sized, S: State, K: StreamKind>(
     }
 }
 
-impl<T: ?Sized> Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// Hands the memory to `stream`: enqueues `cuStreamAttachMemAsync(stream, ptr, 0,
     /// CU_MEM_ATTACH_SINGLE)`, so that only kernels on that stream may use it and the CPU may
     /// use it again once that stream's work is done.
@@ -86,10 +92,14 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     /// The whole allocation is attached (length 0); a partial attach is not expressible.
     /// Attaching to the stream the memory is still associated with (after a `sync` from it)
     /// makes no driver call. If the driver refuses, the memory is freed and the error returned.
+    ///
+    /// For mirrored memory, `attach` instead enqueues the copy of the host half to the device
+    /// half on `stream` (`cuMemcpyHtoDAsync`), and only if the host may have written since the
+    /// last copy (a `DerefMut`, or a fresh allocation).
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
-    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         // SAFETY: `K: Attachable`, so `stream` is not the NULL stream.
         unsafe { self.hand_to(stream, sys::MEM_ATTACH_SINGLE) }
     }
@@ -104,9 +114,17 @@ impl<T: ?Sized> Managed<T, HostOwned> {
         mut self,
         stream: &Stream<'s, K>,
         flag: std::ffi::c_uint,
-    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         check_same_context(&self, stream)?;
         let target = stream.raw();
+        let (host, bytes) = (self.host_ptr(), self.size_in_bytes());
+        if let Some(mirror) = self.mirror_mut() {
+            stream.context().bind()?;
+            // SAFETY: the two halves of the mirror we own, host-owned until the retype below;
+            // `stream` is alive for the whole of 's and its context is current.
+            unsafe { storage::to_device(mirror, host, bytes, target.handle) }?;
+            return Ok(self.retype(target));
+        }
         if self.stream().id != target.id {
             self.context().bind()?;
             // SAFETY: `self` is the start of a live managed allocation (we own it); `stream` is
@@ -118,7 +136,7 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     }
 }
 
-impl<T: ?Sized> Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// Hands the memory to the legacy default stream: enqueues, on the NULL stream,
     /// `cuStreamAttachMemAsync(NULL, ptr, 0, CU_MEM_ATTACH_GLOBAL)`.
     ///
@@ -127,25 +145,29 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     /// the legacy stream (it carries that scope's brand), and the CPU regains it with `sync`,
     /// which waits for the legacy stream. Use it where kernels run on the legacy stream (the
     /// seed's single-threaded, no-option programs); everywhere else, `attach` to a stream of
-    /// your own.
+    /// your own. Mirrored memory needs no association: its host-to-device copy, if any, is
+    /// enqueued on the legacy stream.
     pub fn attach_global<'s>(
         self,
         stream: &Stream<'s, Legacy>,
-    ) -> Result<Managed<T, StreamOwned<'s, Legacy>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, Legacy>, M>> {
         // SAFETY: GLOBAL is a legal flag on the NULL stream.
         unsafe { self.hand_to(stream, sys::MEM_ATTACH_GLOBAL) }
     }
 }
 
-impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// Waits for the owning stream, then gives the memory back to the CPU.
     ///
     /// On a device without concurrent managed access, the memory is first re-attached to the
     /// host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more
     /// work later. If the wait fails, the memory is dropped (and leaked if the stream may
     /// still use it) and the error returned.
+    ///
+    /// For mirrored memory, the copy of the device half to the host half is enqueued before
+    /// the wait, and only if a launch took the buffer as `&mut` since `attach`.
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
-    pub fn sync(self) -> Result<Managed<T, HostOwned>> {
+    pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
         self.context().bind()?;
         let after = release_to_host(&self)?;
         driver::stream_synchronize(self.stream().handle)?;
@@ -153,9 +175,9 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     }
 }
 
-/// What the stream's [`Transfer`] policy does when memory is handed to it.
-fn apply_transfer_on_attach<T: ?Sized>(
-    m: &mut Managed<T, HostOwned>,
+/// What the stream's [`Transfer`] policy does when unified memory is handed to it.
+fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
+    m: &mut Managed<T, HostOwned, M>,
     target: RawStream,
 ) -> Result<()> {
     if !m.context().info().concurrent_managed_access {
@@ -196,9 +218,24 @@ fn apply_transfer_on_attach<T: ?Sized>(
 
 /// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
 /// the memory stays associated with afterwards.
-fn release_to_host<T: ?Sized, K: StreamKind>(
-    memory: &Managed<T, StreamOwned<'_, K>>,
+fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
+    memory: &Managed<T, StreamOwned<'_, K>, M>,
 ) -> Result<RawStream> {
+    if let Some(mirror) = memory.mirror() {
+        // SAFETY: the two halves of the mirror we own, stream-owned by this live stream (brand
+        // 's), whose context the callers made current; every caller waits for the stream
+        // before the memory becomes host-owned.
+        unsafe {
+            storage::to_host(
+                mirror,
+                memory.host_ptr(),
+                memory.size_in_bytes(),
+                memory.stream().handle,
+            )
+        }?;
+        // A mirror has no association with a stream to keep.
+        return Ok(RawStream::NONE);
+    }
     if memory.context().info().concurrent_managed_access {
         if memory.stream().transfer == Transfer::Prefetch {
             // SAFETY: live allocation of `size_in_bytes`; the owning stream is alive (brand 's).
@@ -227,7 +264,8 @@ fn release_to_host<T: ?Sized, K: StreamKind>(
 }
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
-/// to six `Managed<_, StreamOwned<'s, K>>`, and `Vec`s of one. Sealed.
+/// to six `Managed<_, StreamOwned<'s, K>, _>` (unified and mirrored mixed freely), and `Vec`s
+/// of one. Sealed.
 pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The same buffers in the host state.
     type Host;
@@ -270,12 +308,13 @@ fn check_owner<K: StreamKind>(owners: &[u64], stream: &Stream<'_, K>) -> Result<
 }
 
 macro_rules! sync_group_for_tuples {
-    ($( ($($t:ident $v:ident $after:ident),+) )+) => {$(
-        impl<'s, K: StreamKind, $($t: ?Sized),+> Sealed for ($(Managed<$t, StreamOwned<'s, K>>,)+) {}
-        impl<'s, K: StreamKind, $($t: ?Sized),+> SyncGroup<'s, K>
-            for ($(Managed<$t, StreamOwned<'s, K>>,)+)
+    ($( ($($t:ident $m:ident $v:ident $after:ident),+) )+) => {$(
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> Sealed
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+) {}
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> SyncGroup<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
         {
-            type Host = ($(Managed<$t, HostOwned>,)+);
+            type Host = ($(Managed<$t, HostOwned, $m>,)+);
             fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
                 let ($($v,)+) = self;
                 let owners = [$($v.stream().id),+];
@@ -290,17 +329,19 @@ macro_rules! sync_group_for_tuples {
 }
 
 sync_group_for_tuples! {
-    (A a a2)
-    (A a a2, B b b2)
-    (A a a2, B b b2, C c c2)
-    (A a a2, B b b2, C c c2, D d d2)
-    (A a a2, B b b2, C c c2, D d d2, E e e2)
-    (A a a2, B b b2, C c c2, D d d2, E e e2, F f f2)
+    (A MA a a2)
+    (A MA a a2, B MB b b2)
+    (A MA a a2, B MB b b2, C MC c c2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2, F MF f f2)
 }
 
-impl<'s, K: StreamKind, T: ?Sized> Sealed for Vec<Managed<T, StreamOwned<'s, K>>> {}
-impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwned<'s, K>>> {
-    type Host = Vec<Managed<T, HostOwned>>;
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> Sealed for Vec<Managed<T, StreamOwned<'s, K>, M>> {}
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
+    for Vec<Managed<T, StreamOwned<'s, K>, M>>
+{
+    type Host = Vec<Managed<T, HostOwned, M>>;
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
         let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
         check_owner(&owners, stream)?;
@@ -318,10 +359,11 @@ impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwn
     }
 }
 
-impl<T: ?Sized + fmt::Debug> fmt::Debug for Managed<T, HostOwned> {
+impl<T: ?Sized + fmt::Debug, M: Storage> fmt::Debug for Managed<T, HostOwned, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Managed")
             .field("state", &"HostOwned")
+            .field("storage", &M::NAME)
             .field("value", &&**self)
             .finish()
     }
@@ -329,10 +371,11 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Managed<T, HostOwned> {
 
 /// Shows the size and the owning stream, never the contents: reading them on the CPU while the
 /// stream may run is exactly what this state forbids.
-impl<T: ?Sized, K: StreamKind> fmt::Debug for Managed<T, StreamOwned<'_, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for Managed<T, StreamOwned<'_, K>, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Managed")
             .field("state", &"StreamOwned")
+            .field("storage", &M::NAME)
             .field("stream_kind", &K::NAME)
             .field("stream_id", &self.stream().id)
             .field("bytes", &self.size_in_bytes())
