@@ -16,7 +16,12 @@ use um::{Error, LaunchConfig, Managed, Mirrored, StreamOptions, mirror_copies_on
 /// since `before`.
 fn copies_since(before: um::storage::MirrorCopies) -> (u64, u64, u64, u64) {
     let d = mirror_copies_on_this_thread().since(before);
-    (d.to_device, d.to_device_skipped, d.to_host, d.to_host_skipped)
+    (
+        d.to_device,
+        d.to_device_skipped,
+        d.to_host,
+        d.to_host_skipped,
+    )
 }
 
 #[test]
@@ -212,7 +217,10 @@ fn mirrored_and_unified_buffers_share_a_launch_and_a_sync_all() {
                 owned.push(p.attach(st)?);
             }
             let err = add_scalar(&s[1], &mut owned[0], 1.0).expect_err("another stream's");
-            assert!(matches!(err, Error::StreamMismatch { argument: 0 }), "{err}");
+            assert!(
+                matches!(err, Error::StreamMismatch { argument: 0 }),
+                "{err}"
+            );
             let mut back = Vec::new();
             for (k, (mut p, st)) in owned.into_iter().zip(s).enumerate() {
                 add_scalar(st, &mut p, 10.0 * k as f32)?;

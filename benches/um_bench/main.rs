@@ -83,15 +83,22 @@ fn child(args: &[String]) -> ExitCode {
                 runs::run_task_variant(ctx, imp, variant, mib.parse()?, iters.parse()?)
             }
             [what, variant] if what == "launch" => runs::launch_variant(ctx, variant),
-            [what, imp, mib, threads, iters] if what == "threads" && imp == "mirror" => Ok(vec![
-                runs::mirror_threads_once(ctx, threads.parse()?, mib.parse()?, iters.parse()?)?,
-            ]),
+            [what, imp, mib, threads, iters] if what == "threads" && imp == "mirror" => {
+                Ok(vec![runs::mirror_threads_once(
+                    ctx,
+                    threads.parse()?,
+                    mib.parse()?,
+                    iters.parse()?,
+                )?])
+            }
             [what, lp, mib, iters] if what == "skip" => {
                 runs::skip_variant(ctx, lp, mib.parse()?, iters.parse()?)
             }
-            _ => Err("expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
+            _ => Err(
+                "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS` or `skip LOOP MIB ITERS`"
-                .into()),
+                    .into(),
+            ),
         }
     };
     match Context::new(0)

@@ -322,10 +322,16 @@ fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String,
     );
     for u in &threaded {
         let c = records.iter().find(|r| {
-            r.scenario == "mirror_threads" && r.imp == "cpp" && r.mib == u.mib && r.threads == u.threads
+            r.scenario == "mirror_threads"
+                && r.imp == "cpp"
+                && r.mib == u.mib
+                && r.threads == u.threads
         });
         let (cm, ratio) = c.map_or(("n/a".to_owned(), "".to_owned()), |c| {
-            (format!("{:.3}", c.median), format!("{:.3}x", u.median / c.median))
+            (
+                format!("{:.3}", c.median),
+                format!("{:.3}x", u.median / c.median),
+            )
         });
         let _ = writeln!(
             md,
@@ -353,20 +359,33 @@ fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String,
         for u in &skips {
             let c = find(records, "skip", "cpp", &u.variant, u.mib);
             let (cm, ratio) = c.map_or(("n/a".to_owned(), "".to_owned()), |c| {
-                (format!("{:.3}", c.median), format!("{:.3}x", u.median / c.median))
+                (
+                    format!("{:.3}", c.median),
+                    format!("{:.3}x", u.median / c.median),
+                )
             });
-            let _ = writeln!(md, "| {} | {:.3} | {} | {} |", u.variant, u.median, cm, ratio);
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {} | {} |",
+                u.variant, u.median, cm, ratio
+            );
             if let Some(c) = c {
                 let ratio = u.median / c.median;
                 goals.push((
-                    format!("{} loop, um mirror vs C++ copies both ways: < 1.0x", u.variant),
+                    format!(
+                        "{} loop, um mirror vs C++ copies both ways: < 1.0x",
+                        u.variant
+                    ),
                     format!("{ratio:.3}x"),
                     ratio < 1.0,
                 ));
             }
         }
     }
-    let footprints: Vec<&Record> = records.iter().filter(|r| r.scenario == "footprint").collect();
+    let footprints: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "footprint")
+        .collect();
     if !footprints.is_empty() {
         let _ = writeln!(
             md,
@@ -393,12 +412,18 @@ pub(crate) fn mirror_svg(records: &[Record]) -> String {
         .filter(|r| r.scenario == "mirror_threads" && r.imp == "um")
     {
         if let Some(c) = records.iter().find(|r| {
-            r.scenario == "mirror_threads" && r.imp == "cpp" && r.mib == u.mib && r.threads == u.threads
+            r.scenario == "mirror_threads"
+                && r.imp == "cpp"
+                && r.mib == u.mib
+                && r.threads == u.threads
         }) {
             bars.push((format!("{} MiB x{}", u.mib, u.threads), u.median / c.median));
         }
     }
-    for u in records.iter().filter(|r| r.scenario == "skip" && r.imp == "um") {
+    for u in records
+        .iter()
+        .filter(|r| r.scenario == "skip" && r.imp == "um")
+    {
         if let Some(c) = find(records, "skip", "cpp", &u.variant, u.mib) {
             bars.push((u.variant.clone(), u.median / c.median));
         }
@@ -429,7 +454,11 @@ pub(crate) fn mirror_svg(records: &[Record]) -> String {
     }
     for (i, (label, ratio)) in bars.iter().enumerate() {
         let x = left + i as f64 * bar + 4.0;
-        let color = if label.contains("reads") { "#59a14f" } else { "#4e79a7" };
+        let color = if label.contains("reads") {
+            "#59a14f"
+        } else {
+            "#4e79a7"
+        };
         let _ = writeln!(
             s,
             r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{label}: {ratio:.3}x</title></rect>"#,

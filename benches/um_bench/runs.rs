@@ -869,7 +869,8 @@ pub(crate) fn mirror_threads(
             for round in 0..rounds {
                 for k in 0..2 {
                     if (round + k) % 2 == 0 {
-                        let (ms, _) = in_child(&["threads", "mirror", &args[0], &args[1], &args[2]])?;
+                        let (ms, _) =
+                            in_child(&["threads", "mirror", &args[0], &args[1], &args[2]])?;
                         um_r.add(ms, ms);
                     } else if let Some(cpp) = cpp {
                         let line = cpp.run("threads", &args)?.join("\n");

@@ -84,7 +84,9 @@ impl<'s, T: DeviceCopy> KernelArg<'s> for ByValue<T> {
 }
 
 impl<T: ?Sized, K: StreamKind, M: Storage> Sealed for &Managed<T, StreamOwned<'_, K>, M> {}
-impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s> for &Managed<T, StreamOwned<'s, K>, M> {
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
+    for &Managed<T, StreamOwned<'s, K>, M>
+{
     type Raw = sys::CUdeviceptr;
     fn raw(&self) -> sys::CUdeviceptr {
         self.device_ptr()

@@ -271,7 +271,9 @@ impl MirrorCopies {
     pub fn since(self, earlier: MirrorCopies) -> Self {
         MirrorCopies {
             to_device: self.to_device.saturating_sub(earlier.to_device),
-            to_device_skipped: self.to_device_skipped.saturating_sub(earlier.to_device_skipped),
+            to_device_skipped: self
+                .to_device_skipped
+                .saturating_sub(earlier.to_device_skipped),
             to_host: self.to_host.saturating_sub(earlier.to_host),
             to_host_skipped: self.to_host_skipped.saturating_sub(earlier.to_host_skipped),
         }
