@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -308,27 +309,30 @@ static int threads_bench(const std::string &dir, int mib, int threads, int iters
     unsigned nn = (unsigned)n, grid = grid_for(n);
     struct Work { CUstream s; CUdeviceptr in, data, out; float *h_in, *h_data, *h_out; };
     std::vector<Work> w(threads);
-    for (Work &x : w) {
-        CK(cuStreamCreate(&x.s, CU_STREAM_DEFAULT));
-        CK(cuMemAllocHost((void **)&x.h_in, bytes));
-        CK(cuMemAllocHost((void **)&x.h_data, bytes));
-        CK(cuMemAllocHost((void **)&x.h_out, bytes));
-        CK(cuMemAlloc(&x.in, bytes));
-        CK(cuMemAlloc(&x.data, bytes));
-        CK(cuMemAlloc(&x.out, bytes));
-        for (size_t i = 0; i < n; i++) { x.h_in[i] = (float)(i % 1000) * 0.25f; x.h_data[i] = 0.0f; x.h_out[i] = 0.0f; }
-        CK(cuMemcpyHtoDAsync(x.in, x.h_in, bytes, x.s));
-        CK(cuMemcpyHtoDAsync(x.data, x.h_data, bytes, x.s));
-        CK(cuMemcpyHtoDAsync(x.out, x.h_out, bytes, x.s));
-        CK(cuStreamSynchronize(x.s));
-    }
     CUcontext ctx;
     CK(cuCtxGetCurrent(&ctx));
-    double t0 = now_us();
+    // Each thread allocates and fills its own buffers (as um_bench's threads do), then waits
+    // for the start; the clock runs from the start to the last thread's end.
+    std::atomic<int> ready(0);
+    std::atomic<bool> go(false);
     std::vector<std::thread> pool;
     for (Work &x : w) {
         pool.emplace_back([&, ctx]() {
             CK(cuCtxSetCurrent(ctx));
+            CK(cuStreamCreate(&x.s, CU_STREAM_DEFAULT));
+            CK(cuMemAllocHost((void **)&x.h_in, bytes));
+            CK(cuMemAllocHost((void **)&x.h_data, bytes));
+            CK(cuMemAllocHost((void **)&x.h_out, bytes));
+            CK(cuMemAlloc(&x.in, bytes));
+            CK(cuMemAlloc(&x.data, bytes));
+            CK(cuMemAlloc(&x.out, bytes));
+            for (size_t i = 0; i < n; i++) { x.h_in[i] = (float)(i % 1000) * 0.25f; x.h_data[i] = 0.0f; x.h_out[i] = 0.0f; }
+            CK(cuMemcpyHtoDAsync(x.in, x.h_in, bytes, x.s));
+            CK(cuMemcpyHtoDAsync(x.data, x.h_data, bytes, x.s));
+            CK(cuMemcpyHtoDAsync(x.out, x.h_out, bytes, x.s));
+            CK(cuStreamSynchronize(x.s));
+            ready++;
+            while (!go.load()) std::this_thread::yield();
             void *tparams[] = {&x.in, &x.data, &nn};
             void *cparams[] = {&x.out, &x.data, &nn};
             for (int it = 0; it < iters; it++) {
@@ -343,6 +347,9 @@ static int threads_bench(const std::string &dir, int mib, int threads, int iters
             CK(cuStreamSynchronize(x.s));
         });
     }
+    while (ready.load() < threads) std::this_thread::yield();
+    double t0 = now_us();
+    go = true;
     for (std::thread &t : pool) t.join();
     double ms = (now_us() - t0) / 1000.0 / iters;
     double sum = 0;

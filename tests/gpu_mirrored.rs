@@ -264,7 +264,7 @@ fn copy_counts_are_per_thread() {
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 let ctx = &ctx;
-                scope.spawn(move || {
+                scope.spawn(move || -> um::Result<(u64, u64, u64, u64)> {
                     let before = mirror_copies_on_this_thread();
                     let x = Managed::from_fn_mirrored(ctx, 1 << 16, |_| t as f32)?;
                     let x = ctx.with_stream(StreamOptions::new(), |s| {
@@ -275,10 +275,10 @@ fn copy_counts_are_per_thread() {
                         x.sync()
                     })?;
                     assert!(x.iter().all(|v| *v == 2.0 * t as f32 + 1.0));
-                    um::Result::Ok(copies_since(before))
+                    Ok(copies_since(before))
                 })
             })
-            .collect::<Vec<_>>();
+            .collect();
         for h in handles {
             let counts = h.join().expect("thread").expect("thread's work");
             assert_eq!(counts, (1, 0, 1, 0));
