@@ -20,9 +20,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Buffers are `&Managed<[T], StreamOwned<'s>>` where the kernel reads (`const T *`) and `&mut`
-//! where it writes; the count `n` comes from the buffers; the stream is the one the buffers
-//! belong to. Modules and kernels are loaded once per context.
+//! Buffers are `&Managed<[T], StreamOwned<'s>, M>` where the kernel reads (`const T *`) and
+//! `&mut` where it writes, each of either storage `M` (unified or mirrored, mixed freely); the
+//! count `n` comes from the buffers; the stream is the one the buffers belong to. Modules and
+//! kernels are loaded once per context.
 
 /// The embedded PTX, one constant per `kernels-ptx/*.cu`.
 pub mod ptx {
