@@ -106,7 +106,8 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
 
     /// The transition both `attach` and `attach_global` make: associate the whole allocation
     /// with `stream` using `flag` (no driver call when already associated), apply the stream's
-    /// transfer policy, and retype.
+    /// transfer policy, and retype. A mirror instead enqueues its copy to the device on
+    /// `stream` if the host may have written since the last one, and retypes.
     ///
     /// # Safety
     /// `flag` is `CU_MEM_ATTACH_SINGLE` only if `stream` is not the NULL stream.
