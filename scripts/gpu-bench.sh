@@ -4,7 +4,9 @@
 # repository's files at their own paths under OUT: OUT/docs/performance.md,
 # OUT/docs/performance-results.json, OUT/docs/img/run_task.svg and OUT/docs/img/mirror.svg, so
 # `cp -r OUT/docs .` updates them all (see docs/performance.md). OUT is taken relative to the
-# directory the script is called from. About 7 minutes on an H200.
+# directory the script is called from. The page is rewritten after every scenario, so a run
+# cut short keeps what it measured. Mirrored memory (section 6) adds an estimated 2 to 2.5
+# minutes to the run (estimated from iteration counts and allocation sizes, not yet timed).
 set -euo pipefail
 out=${1:?usage: bench.sh OUT_DIR}
 mkdir -p "$out"

@@ -150,6 +150,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes the files as they lie in the repository, so that the run's output replaces them
+/// whole: OUT/docs/performance.md, OUT/docs/performance-results.json, OUT/docs/img/*.svg.
+fn write_docs(
+    ctx: &Context,
+    opts: &Options,
+    records: &[Record],
+    notes: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let docs = opts.out.join("docs");
+    std::fs::create_dir_all(docs.join("img"))?;
+    std::fs::write(
+        docs.join("performance-results.json"),
+        report::json(ctx.info(), records),
+    )?;
+    std::fs::write(
+        docs.join("performance.md"),
+        report::markdown(ctx.info(), records, notes),
+    )?;
+    std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
+    std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
+    Ok(())
+}
+
 fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&opts.out)?;
     // The PTX the C++ baseline loads: the very text um embeds.
@@ -172,8 +195,16 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         free as f64 / (1u64 << 30) as f64,
         total as f64 / (1u64 << 30) as f64
     );
+    let notes = match &opts.notes {
+        Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+        None => String::new(),
+    };
+    // The page is rewritten after every scenario, so that a run cut short (a time limit on the
+    // GPU machine) still leaves every figure measured so far.
+    let save = |records: &[Record]| write_docs(ctx, opts, records, &notes);
     let mut records = Vec::new();
     records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
+    save(&records)?;
     for &mib in &opts.sizes_mib {
         // Three buffers per variant; never ask for more managed memory than the GPU has free.
         let need = 3 * mib * (1 << 20);
@@ -184,11 +215,8 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
             continue;
         }
         records.extend(runs::run_task(ctx, cpp.as_ref(), mib, opts.rounds)?);
+        save(&records)?;
     }
-    records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
-    records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
-    records.extend(runs::overlap(ctx, opts.rounds)?);
-    records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
     // Mirrored memory: fewer rounds (device time is scarce), each in a fresh process.
     let mirror_rounds = opts.rounds.min(3);
     records.extend(runs::mirror_threads(
@@ -201,27 +229,13 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     )?);
     records.extend(runs::skip(cpp.as_ref(), 64, mirror_rounds)?);
     records.extend(runs::footprint(ctx)?);
-    let notes = match &opts.notes {
-        Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-        None => String::new(),
-    };
-    // The files as they lie in the repository, so that the run's output replaces them whole:
-    // OUT/docs/performance.md, OUT/docs/performance-results.json, OUT/docs/img/*.svg.
-    let docs = opts.out.join("docs");
-    std::fs::create_dir_all(docs.join("img"))?;
-    std::fs::write(
-        docs.join("performance-results.json"),
-        report::json(ctx.info(), &records),
-    )?;
-    std::fs::write(
-        docs.join("performance.md"),
-        report::markdown(ctx.info(), &records, &notes),
-    )?;
-    std::fs::write(
-        docs.join("img/run_task.svg"),
-        report::run_task_svg(&records),
-    )?;
-    std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(&records))?;
+    save(&records)?;
+    records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
+    records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
+    save(&records)?;
+    records.extend(runs::overlap(ctx, opts.rounds)?);
+    records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
+    save(&records)?;
     println!(
         "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
         opts.out.display()
