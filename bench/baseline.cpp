@@ -7,11 +7,16 @@
 //                           MODE: naive | attach | prefetch | host_resident | explicit
 //   um_baseline transitions PTX_DIR REPS
 //   um_baseline bandwidth   PTX_DIR MIB                 how fast bytes move, by each mechanism
+//   um_baseline threads     PTX_DIR MIB THREADS ITERS   run_task with explicit copies, one
+//                                                       stream per thread, wall time
+//   um_baseline skip        PTX_DIR LOOP MIB ITERS      LOOP: host_reads | kernel_reads, with
+//                                                       explicit copies both ways every time
 //
 // Each prints one JSON object per line. Times are host wall-clock (steady_clock).
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +24,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define CK(call)                                                                    \
@@ -291,6 +297,126 @@ static int transitions_bench(int reps) {
     return 0;
 }
 
+// One thread's run_task loop with explicit copies (the `explicit` policy above), on its own
+// stream, for `threads` threads at once: wall time per iteration of all of them together.
+// Buffers are allocated and filled before the clock starts, as um_bench's threads scenario does.
+static int threads_bench(const std::string &dir, int mib, int threads, int iters) {
+    CUmodule m = load(dir, "run_task.ptx");
+    CUfunction transform, convert;
+    CK(cuModuleGetFunction(&transform, m, "transform"));
+    CK(cuModuleGetFunction(&convert, m, "convert"));
+    size_t n = (size_t)mib * 1024 * 1024 / sizeof(float), bytes = n * sizeof(float);
+    unsigned nn = (unsigned)n, grid = grid_for(n);
+    struct Work { CUstream s; CUdeviceptr in, data, out; float *h_in, *h_data, *h_out; };
+    std::vector<Work> w(threads);
+    CUcontext ctx;
+    CK(cuCtxGetCurrent(&ctx));
+    // Each thread allocates and fills its own buffers (as um_bench's threads do), then waits
+    // for the start; the clock runs from the start to the last thread's end.
+    std::atomic<int> ready(0);
+    std::atomic<bool> go(false);
+    std::vector<std::thread> pool;
+    for (Work &x : w) {
+        pool.emplace_back([&, ctx]() {
+            CK(cuCtxSetCurrent(ctx));
+            CK(cuStreamCreate(&x.s, CU_STREAM_DEFAULT));
+            CK(cuMemAllocHost((void **)&x.h_in, bytes));
+            CK(cuMemAllocHost((void **)&x.h_data, bytes));
+            CK(cuMemAllocHost((void **)&x.h_out, bytes));
+            CK(cuMemAlloc(&x.in, bytes));
+            CK(cuMemAlloc(&x.data, bytes));
+            CK(cuMemAlloc(&x.out, bytes));
+            for (size_t i = 0; i < n; i++) { x.h_in[i] = (float)(i % 1000) * 0.25f; x.h_data[i] = 0.0f; x.h_out[i] = 0.0f; }
+            CK(cuMemcpyHtoDAsync(x.in, x.h_in, bytes, x.s));
+            CK(cuMemcpyHtoDAsync(x.data, x.h_data, bytes, x.s));
+            CK(cuMemcpyHtoDAsync(x.out, x.h_out, bytes, x.s));
+            CK(cuStreamSynchronize(x.s));
+            ready++;
+            while (!go.load()) std::this_thread::yield();
+            void *tparams[] = {&x.in, &x.data, &nn};
+            void *cparams[] = {&x.out, &x.data, &nn};
+            for (int it = 0; it < iters; it++) {
+                CK(cuLaunchKernel(transform, grid, 1, 1, 256, 1, 1, 0, x.s, tparams, nullptr));
+                CK(cuMemcpyDtoHAsync(x.h_data, x.data, bytes, x.s));
+                CK(cuStreamSynchronize(x.s));
+                host_process(x.h_data, n);
+                CK(cuMemcpyHtoDAsync(x.data, x.h_data, bytes, x.s));
+                CK(cuLaunchKernel(convert, grid, 1, 1, 256, 1, 1, 0, x.s, cparams, nullptr));
+            }
+            CK(cuMemcpyDtoHAsync(x.h_out, x.out, bytes, x.s));
+            CK(cuStreamSynchronize(x.s));
+        });
+    }
+    while (ready.load() < threads) std::this_thread::yield();
+    double t0 = now_us();
+    go = true;
+    for (std::thread &t : pool) t.join();
+    double ms = (now_us() - t0) / 1000.0 / iters;
+    double sum = 0;
+    for (Work &x : w) for (size_t i = 0; i < n; i += 4097) sum += x.h_out[i];
+    printf("{\"scenario\":\"threads\",\"impl\":\"cpp\",\"mib\":%d,\"threads\":%d,\"ms\":%.4f,\"checksum\":%.6e}\n",
+           mib, threads, ms, sum);
+    for (Work &x : w) {
+        CK(cuMemFreeHost(x.h_in)); CK(cuMemFreeHost(x.h_data)); CK(cuMemFreeHost(x.h_out));
+        CK(cuMemFree(x.in)); CK(cuMemFree(x.data)); CK(cuMemFree(x.out));
+        CK(cuStreamDestroy(x.s));
+    }
+    return 0;
+}
+
+// Loops where a copy could be skipped, written the way code that does not track writes is:
+// every buffer the kernel uses goes to the device before it and comes back after it.
+//   host_reads:   data += 2 * in (transform); the host only reads data (a sum) between kernels.
+//   kernel_reads: out = 0.5 * in (convert) over a large `in` the host set once; the host reads
+//                 out (a sum) between kernels.
+static int skip_bench(const std::string &dir, const std::string &loop, int mib, int iters) {
+    CUmodule m = load(dir, "run_task.ptx");
+    CUfunction transform, convert;
+    CK(cuModuleGetFunction(&transform, m, "transform"));
+    CK(cuModuleGetFunction(&convert, m, "convert"));
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    size_t n = (size_t)mib * 1024 * 1024 / sizeof(float), bytes = n * sizeof(float);
+    unsigned nn = (unsigned)n, grid = grid_for(n);
+    const int warmup = 2;
+    bool host_reads = loop == "host_reads";
+    float *h_in, *h_x;   // x: data (host_reads) or out (kernel_reads)
+    CUdeviceptr in, x;
+    CK(cuMemAllocHost((void **)&h_in, bytes));
+    CK(cuMemAllocHost((void **)&h_x, bytes));
+    CK(cuMemAlloc(&in, bytes));
+    CK(cuMemAlloc(&x, bytes));
+    for (size_t i = 0; i < n; i++) { h_in[i] = (float)(i % 1000) * 0.25f; h_x[i] = 0.0f; }
+    void *tparams[] = {&in, &x, &nn};
+    void *cparams[] = {&x, &in, &nn};
+    std::vector<double> starts;
+    double sum = 0;
+    for (int it = 0; it < iters + warmup + 1; it++) {
+        starts.push_back(now_us());
+        CK(cuMemcpyHtoDAsync(in, h_in, bytes, s));
+        CK(cuMemcpyHtoDAsync(x, h_x, bytes, s));
+        if (host_reads) CK(cuLaunchKernel(transform, grid, 1, 1, 256, 1, 1, 0, s, tparams, nullptr));
+        else CK(cuLaunchKernel(convert, grid, 1, 1, 256, 1, 1, 0, s, cparams, nullptr));
+        CK(cuMemcpyDtoHAsync(h_in, in, bytes, s));
+        CK(cuMemcpyDtoHAsync(h_x, x, bytes, s));
+        CK(cuStreamSynchronize(s));
+        double part = 0;
+        for (size_t i = 0; i < n; i++) part += h_x[i];
+        sum += part;
+    }
+    std::vector<double> per_iter;
+    for (size_t i = warmup; i + 1 < starts.size(); i++) per_iter.push_back((starts[i + 1] - starts[i]) / 1000.0);
+    double med, mn;
+    stats(per_iter, &med, &mn);
+    printf("{\"scenario\":\"skip\",\"impl\":\"cpp\",\"loop\":\"%s\",\"mib\":%d,\"iters\":%d,"
+           "\"median_ms\":%.4f,\"min_ms\":%.4f,\"checksum\":%.6e}\n",
+           loop.c_str(), mib, iters, med, mn, sum);
+    CK(cuMemFreeHost(h_in)); CK(cuMemFreeHost(h_x));
+    CK(cuMemFree(in)); CK(cuMemFree(x));
+    CK(cuStreamDestroy(s));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: see the header of baseline.cpp\n"); return 2; }
     CK(cuInit(0));
@@ -304,6 +430,8 @@ int main(int argc, char **argv) {
     if (what == "run_task" && argc == 6) return run_task_bench(dir, argv[3], atoi(argv[4]), atoi(argv[5]));
     if (what == "transitions" && argc == 4) return transitions_bench(atoi(argv[3]));
     if (what == "bandwidth" && argc == 4) return bandwidth_bench(atoi(argv[3]));
+    if (what == "threads" && argc == 6) return threads_bench(dir, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+    if (what == "skip" && argc == 6) return skip_bench(dir, argv[3], atoi(argv[4]), atoi(argv[5]));
     fprintf(stderr, "usage: see the header of baseline.cpp\n");
     return 2;
 }

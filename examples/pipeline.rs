@@ -226,7 +226,11 @@ fn main() -> ExitCode {
         // failure: the example fails only on a wrong batch.
         println!(
             "stage overlap with handoffs {overlap:.2}x: {}",
-            if overlap >= 1.8 { "both stages busy together" } else { "stages mostly serialized (see docs/examples.md)" }
+            if overlap >= 1.8 {
+                "both stages busy together"
+            } else {
+                "stages mostly serialized (see docs/examples.md)"
+            }
         );
         Ok(all_ok && timeline_ok)
     })();

@@ -1,4 +1,4 @@
-//! Section 6 of the report, handing memory from one stream to another (issue 11): the host
+//! Section 7 of the report, handing memory from one stream to another (issue 11): the host
 //! cost of `hand_off` against `sync` + `attach`, against cudarc's automatic per-launch events,
 //! and the throughput of a two-stage pipeline built both ways.
 
@@ -247,12 +247,12 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         .collect())
 }
 
-/// Section 6 of performance.md.
+/// Section 7 of performance.md.
 pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n## 6. Handing memory from stream A to stream B (issue 11)\n\n\
+        "\n## 7. Handing memory from stream A to stream B (issue 11)\n\n\
          Host time of one transition (µs), per launch when each launch is on the other stream \
          than the last, and the throughput ratio of a two-stage pipeline (each stage \
          `spin_then_add` on a 1024-float batch).\n\n\

@@ -4,8 +4,9 @@
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
-//! the ratios compare runs side by side. Writes DIR/results.json, DIR/performance.md and
-//! DIR/run_task.svg.
+//! the ratios compare runs side by side. Writes DIR/docs/performance.md,
+//! DIR/docs/performance-results.json and DIR/docs/img/{run_task,mirror}.svg: the repository's
+//! own paths, so `cp -r DIR/docs .` (or DIR = the repository root) updates them all.
 
 mod cpp;
 mod handoff;
@@ -73,8 +74,9 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-/// `um_bench --child run_task IMPL VARIANT MIB ITERS` or `--child launch VARIANT`: one Rust
-/// variant in this fresh process; prints `{"median":..,"min":..}` of its samples.
+/// `um_bench --child run_task IMPL VARIANT MIB ITERS`, `--child launch VARIANT`,
+/// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
+/// in this fresh process; prints `{"median":..,"min":..}` of its samples.
 fn child(args: &[String]) -> ExitCode {
     let run = |ctx: &Context| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
         match args {
@@ -82,7 +84,22 @@ fn child(args: &[String]) -> ExitCode {
                 runs::run_task_variant(ctx, imp, variant, mib.parse()?, iters.parse()?)
             }
             [what, variant] if what == "launch" => runs::launch_variant(ctx, variant),
-            _ => Err("expected `run_task IMPL VARIANT MIB ITERS` or `launch VARIANT`".into()),
+            [what, imp, mib, threads, iters] if what == "threads" && imp == "mirror" => {
+                Ok(vec![runs::mirror_threads_once(
+                    ctx,
+                    threads.parse()?,
+                    mib.parse()?,
+                    iters.parse()?,
+                )?])
+            }
+            [what, lp, mib, iters] if what == "skip" => {
+                runs::skip_variant(ctx, lp, mib.parse()?, iters.parse()?)
+            }
+            _ => Err(
+                "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
+                      `threads mirror MIB THREADS ITERS` or `skip LOOP MIB ITERS`"
+                    .into(),
+            ),
         }
     };
     match Context::new(0)
@@ -134,6 +151,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes the files as they lie in the repository, so that the run's output replaces them
+/// whole: OUT/docs/performance.md, OUT/docs/performance-results.json, OUT/docs/img/*.svg.
+fn write_docs(
+    ctx: &Context,
+    opts: &Options,
+    records: &[Record],
+    notes: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let docs = opts.out.join("docs");
+    std::fs::create_dir_all(docs.join("img"))?;
+    std::fs::write(
+        docs.join("performance-results.json"),
+        report::json(ctx.info(), records),
+    )?;
+    let mut md = report::markdown(ctx.info(), records, notes);
+    // Section 7 (handoff.rs) goes before the goals table.
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(at, &handoff::markdown(records));
+    std::fs::write(docs.join("performance.md"), md)?;
+    std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
+    std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
+    Ok(())
+}
+
 fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&opts.out)?;
     // The PTX the C++ baseline loads: the very text um embeds.
@@ -156,8 +197,16 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         free as f64 / (1u64 << 30) as f64,
         total as f64 / (1u64 << 30) as f64
     );
+    let notes = match &opts.notes {
+        Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+        None => String::new(),
+    };
+    // The page is rewritten after every scenario, so that a run cut short (a time limit on the
+    // GPU machine) still leaves every figure measured so far.
+    let save = |records: &[Record]| write_docs(ctx, opts, records, &notes);
     let mut records = Vec::new();
     records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
+    save(&records)?;
     for &mib in &opts.sizes_mib {
         // Three buffers per variant; never ask for more managed memory than the GPU has free.
         let need = 3 * mib * (1 << 20);
@@ -168,28 +217,30 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
             continue;
         }
         records.extend(runs::run_task(ctx, cpp.as_ref(), mib, opts.rounds)?);
+        save(&records)?;
     }
+    // Mirrored memory: fewer rounds (device time is scarce), each in a fresh process.
+    let mirror_rounds = opts.rounds.min(3);
+    records.extend(runs::mirror_threads(
+        cpp.as_ref(),
+        &opts.sizes_mib,
+        // One thread is section 2's run_task (um mirror against C++ explicit, 5 rounds).
+        &[4, 8, 16],
+        mirror_rounds,
+        free,
+    )?);
+    records.extend(runs::skip(cpp.as_ref(), 64, mirror_rounds)?);
+    records.extend(runs::footprint(ctx)?);
+    save(&records)?;
     records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
     records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
+    save(&records)?;
     records.extend(runs::overlap(ctx, opts.rounds)?);
     records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
     records.extend(handoff::handoff(ctx, opts.rounds)?);
-    let notes = match &opts.notes {
-        Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-        None => String::new(),
-    };
-    std::fs::write(opts.out.join("results.json"), report::json(ctx, &records))?;
-    let mut md = report::markdown(ctx, &records, &notes);
-    // Section 6 (handoff.rs) goes before the goals table.
-    let at = md.find("\n## Goals").unwrap_or(md.len());
-    md.insert_str(at, &handoff::markdown(&records));
-    std::fs::write(opts.out.join("performance.md"), md)?;
-    std::fs::write(
-        opts.out.join("run_task.svg"),
-        report::run_task_svg(&records),
-    )?;
+    save(&records)?;
     println!(
-        "wrote {}/results.json, performance.md, run_task.svg",
+        "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
         opts.out.display()
     );
     Ok(())

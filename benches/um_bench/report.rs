@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use um::Context;
+use um::DeviceInfo;
 
 use crate::Record;
 
@@ -33,8 +33,7 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-pub(crate) fn json(ctx: &Context, records: &[Record]) -> String {
-    let info = ctx.info();
+pub(crate) fn json(info: &DeviceInfo, records: &[Record]) -> String {
     let mut s = format!(
         "{{\n  \"device\": \"{}\",\n  \"driver\": \"{}.{}\",\n  \"date\": \"{}\",\n  \"records\": [\n",
         esc(&info.name),
@@ -69,8 +68,7 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "**not met**" }
 }
 
-pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String {
-    let info = ctx.info();
+pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> String {
     let mut md = String::new();
     let mut goals: Vec<(String, String, bool)> = Vec::new();
     let _ = writeln!(
@@ -117,7 +115,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
     // 2. run_task
     let _ = writeln!(
         md,
-        "\n## 2. The run_task loop, one thread\n\nSeed 000's loop: `transform` kernel, wait, host pass over all of `data`, `convert` kernel. Milliseconds per iteration. Policies: `naive` (C++ only: managed memory attached globally, no stream attach), `attach` (attach to the stream, pages migrate on demand: um's default `Transfer::OnDemand`), `prefetch` (um `Transfer::Prefetch`: to the GPU at attach, to the host before the wait), `host_resident` (um `Transfer::HostResident`: the data stays in host memory, the GPU maps it), `explicit` (C++ only: pinned host buffer, device buffer, async copies). \"vs C++\" compares with the C++ program using the same policy; \"vs explicit\" with explicit copies. Every implementation runs each measurement in a fresh process, as the C++ program does; the `um, in-process` rows are the same loops run inside the long-lived benchmark process, after the other scenarios.\n"
+        "\n## 2. The run_task loop, one thread\n\nSeed 000's loop: `transform` kernel, wait, host pass over all of `data`, `convert` kernel. Milliseconds per iteration. Policies: `naive` (C++ only: managed memory attached globally, no stream attach), `attach` (attach to the stream, pages migrate on demand: um's default `Transfer::OnDemand`), `prefetch` (um `Transfer::Prefetch`: to the GPU at attach, to the host before the wait), `host_resident` (um `Transfer::HostResident`: the data stays in host memory, the GPU maps it), `explicit` (C++ only: pinned host buffer, device buffer, async copies), `mirror` (um only: `Managed<_, _, Mirror>`, pinned host and device memory with the copies made by `sync` and `attach`; its \"same policy\" is C++ `explicit`). \"vs C++\" compares with the C++ program using the same policy; \"vs explicit\" with explicit copies. Every implementation runs each measurement in a fresh process, as the C++ program does; the `um, in-process` rows are the same loops run inside the long-lived benchmark process, after the other scenarios.\n"
     );
     let sizes = distinct(records, "run_task", |r| r.mib);
     for &mib in &sizes {
@@ -133,7 +131,7 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
             let same = if r.imp == "cpp" {
                 None
             } else {
-                find(records, "run_task", "cpp", &r.variant, mib)
+                find(records, "run_task", "cpp", same_policy(&r.variant), mib)
             };
             let vs_same = same.map_or("".to_owned(), |c| format!("{:.3}x", r.median / c.median));
             let vs_exp = explicit.map_or("".to_owned(), |e| format!("{:.2}x", r.median / e));
@@ -157,6 +155,17 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
                 ));
             }
         }
+        if let (Some(u), Some(e)) = (
+            find(records, "run_task", "um", "mirror", mib),
+            find(records, "run_task", "cpp", "explicit", mib),
+        ) {
+            let ratio = u.median / e.median;
+            goals.push((
+                format!("run_task {mib} MiB, um mirror vs C++ explicit copies: ≤ 1.05x"),
+                format!("{ratio:.3}x"),
+                ratio <= 1.05,
+            ));
+        }
         if let (Some(u), Some(naive)) = (
             find(records, "run_task", "um", "attach", mib),
             find(records, "run_task", "cpp", "naive", mib),
@@ -170,9 +179,11 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
         }
         if mib >= 16 {
             if let Some(e) = explicit {
+                // Managed memory's policies (mirrored memory has its own goal above).
                 let best = records
                     .iter()
                     .filter(|r| r.scenario == "run_task" && r.imp == "um" && r.mib == mib)
+                    .filter(|r| r.variant != "mirror")
                     .min_by(|a, b| a.median.total_cmp(&b.median));
                 if let Some(b) = best {
                     let ratio = b.median / e;
@@ -267,6 +278,8 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
         );
     }
 
+    mirror_sections(&mut md, records, &mut goals);
+
     let _ = writeln!(
         md,
         "\n## Goals\n\n| goal | measured | |\n| --- | ---: | --- |"
@@ -276,6 +289,210 @@ pub(crate) fn markdown(ctx: &Context, records: &[Record], notes: &str) -> String
     }
     let _ = writeln!(md, "\n{}", notes.trim_end());
     md
+}
+
+/// The C++ policy a um variant is compared with: mirrored memory does what explicit copies do.
+fn same_policy(variant: &str) -> &str {
+    if variant == "mirror" {
+        "explicit"
+    } else {
+        variant
+    }
+}
+
+/// Section 6: mirrored memory on several threads, the loops where it skips copies, and the
+/// memory each storage holds.
+fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String, String, bool)>) {
+    let threaded: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "mirror_threads" && r.imp == "um")
+        .collect();
+    let skips: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "skip" && r.imp == "um")
+        .collect();
+    if threaded.is_empty() && skips.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## 6. Mirrored memory\n\n`Managed<_, _, Mirror>`: page-locked host memory for the host state, device memory for the stream state. `attach` enqueues the copy to the device only if the host may have written since the last copy (a `DerefMut`, or a fresh allocation); `sync` enqueues the copy back before its wait only if a launch took the buffer as `&mut`. Every measurement runs in a fresh process, um and C++ alternating.\n\n### run_task on several threads, against C++ explicit copies\n\nSeed 000's loop on every thread, each with its own stream and its own three buffers; wall time per iteration of all threads together (median of rounds; one sample per round). C++: `um_baseline threads`, the `explicit` policy of section 2 on `std::thread`s. The one-thread rows are section 2's figures (ms per iteration, one thread).\n\n| MiB per buffer | threads | um mirror, ms | C++ explicit, ms | um / C++ |\n| ---: | ---: | ---: | ---: | ---: |"
+    );
+    // Per size: one thread (the run_task rows of section 2), then the threaded rows.
+    let mut sizes = distinct(records, "run_task", |r| r.mib);
+    for m in distinct(records, "mirror_threads", |r| r.mib) {
+        if !sizes.contains(&m) {
+            sizes.push(m);
+        }
+    }
+    for &mib in &sizes {
+        if let (Some(u), Some(c)) = (
+            find(records, "run_task", "um", "mirror", mib),
+            find(records, "run_task", "cpp", "explicit", mib),
+        ) {
+            let _ = writeln!(
+                md,
+                "| {mib} | 1 (section 2) | {:.3} | {:.3} | {:.3}x |",
+                u.median,
+                c.median,
+                u.median / c.median
+            );
+        }
+        for u in threaded.iter().filter(|u| u.mib == mib) {
+            let c = records.iter().find(|r| {
+                r.scenario == "mirror_threads"
+                    && r.imp == "cpp"
+                    && r.mib == u.mib
+                    && r.threads == u.threads
+            });
+            let (cm, ratio) = c.map_or(("n/a".to_owned(), "".to_owned()), |c| {
+                (
+                    format!("{:.3}", c.median),
+                    format!("{:.3}x", u.median / c.median),
+                )
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.3} | {} | {} |",
+                u.mib, u.threads, u.median, cm, ratio
+            );
+            if let Some(c) = c {
+                let ratio = u.median / c.median;
+                goals.push((
+                    format!(
+                        "run_task {} MiB on {} threads, um mirror vs C++ explicit copies: ≤ 1.05x",
+                        u.mib, u.threads
+                    ),
+                    format!("{ratio:.3}x"),
+                    ratio <= 1.05,
+                ));
+            }
+        }
+    }
+    if !skips.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### Loops where copies can be skipped\n\nTwo buffers, `input` and `x`, of {} MiB each; both are attached and synced every iteration. `host_reads`: the kernel computes `x += 2 * input`, and the host only reads `x` (a sum) before the next kernel, so um copies `x` back and skips the three other copies. `kernel_reads`: the kernel computes `x = 0.5 * input` from an `input` the host set once, and the host reads `x` (a sum), so um copies only `x` back. The C++ program is written the way code that does not track writes is: every buffer to the device before the kernel and back after it, four copies an iteration.\n\n| loop | um mirror, ms | C++ copies both ways, ms | um / C++ |\n| --- | ---: | ---: | ---: |",
+            skips[0].mib
+        );
+        for u in &skips {
+            let c = find(records, "skip", "cpp", &u.variant, u.mib);
+            let (cm, ratio) = c.map_or(("n/a".to_owned(), "".to_owned()), |c| {
+                (
+                    format!("{:.3}", c.median),
+                    format!("{:.3}x", u.median / c.median),
+                )
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {} | {} |",
+                u.variant, u.median, cm, ratio
+            );
+            if let Some(c) = c {
+                let ratio = u.median / c.median;
+                goals.push((
+                    format!(
+                        "{} loop, um mirror vs C++ copies both ways: < 1.0x",
+                        u.variant
+                    ),
+                    format!("{ratio:.3}x"),
+                    ratio < 1.0,
+                ));
+            }
+        }
+    }
+    let footprints: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "footprint")
+        .collect();
+    if !footprints.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### Memory each storage holds\n\nFor a buffer of 1 MiB, as `footprint_in_bytes` reports it for real allocations of this run. Unified memory is one allocation that the driver migrates between host and device; a mirror holds a pinned host copy and a device copy at all times, as C++ explicit copies do.\n\n| storage | MiB held per MiB of buffer | where |\n| --- | ---: | --- |"
+        );
+        for r in footprints {
+            let place = if r.variant == "mirror" {
+                "page-locked host memory + device memory"
+            } else {
+                "managed memory (host or device, as pages migrate)"
+            };
+            let _ = writeln!(md, "| {} | {:.1} | {place} |", r.variant, r.median);
+        }
+    }
+    md.push_str("\n![mirrored memory, time relative to C++ explicit copies](img/mirror.svg)\n");
+}
+
+/// Bars of um mirror / C++ for each threaded configuration and each skip loop; the 1.0x line
+/// marks parity, the 1.05x line the goal of the threaded rows.
+pub(crate) fn mirror_svg(records: &[Record]) -> String {
+    let mut bars: Vec<(String, f64)> = Vec::new();
+    for u in records
+        .iter()
+        .filter(|r| r.scenario == "mirror_threads" && r.imp == "um")
+    {
+        if let Some(c) = records.iter().find(|r| {
+            r.scenario == "mirror_threads"
+                && r.imp == "cpp"
+                && r.mib == u.mib
+                && r.threads == u.threads
+        }) {
+            bars.push((format!("{} MiB x{}", u.mib, u.threads), u.median / c.median));
+        }
+    }
+    for u in records
+        .iter()
+        .filter(|r| r.scenario == "skip" && r.imp == "um")
+    {
+        if let Some(c) = find(records, "skip", "cpp", &u.variant, u.mib) {
+            bars.push((u.variant.clone(), u.median / c.median));
+        }
+    }
+    let (left, top, bar, height) = (60.0, 40.0, 34.0, 220.0);
+    let max_ratio = bars.iter().map(|b| b.1).fold(1.2, f64::max).ceil().max(2.0);
+    let y = |ratio: f64| top + height - ratio / max_ratio * height;
+    let width = left + bars.len() as f64 * bar + 40.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{}" font-family="sans-serif" font-size="11">"#,
+        top + height + 90.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="20" font-size="14" font-weight="bold">um mirror / C++ explicit copies (lower is better)</text>"#
+    );
+    for (ratio, color) in [(1.0, "#888"), (1.05, "#e15759")] {
+        let yy = y(ratio);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="{color}" stroke-dasharray="4 3"/><text x="{}" y="{:.1}" text-anchor="end">{ratio:.2}x</text>"#,
+            left + bars.len() as f64 * bar,
+            left - 6.0,
+            yy + 4.0
+        );
+    }
+    for (i, (label, ratio)) in bars.iter().enumerate() {
+        let x = left + i as f64 * bar + 4.0;
+        let color = if label.contains("reads") {
+            "#59a14f"
+        } else {
+            "#4e79a7"
+        };
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{label}: {ratio:.3}x</title></rect>"#,
+            y(*ratio),
+            bar - 8.0,
+            top + height - y(*ratio)
+        );
+        let (lx, ly) = (x + (bar - 8.0) / 2.0, top + height + 8.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{lx:.1}" y="{ly:.1}" transform="rotate(60 {lx:.1} {ly:.1})">{label}</text>"#
+        );
+    }
+    s.push_str("</svg>\n");
+    s
 }
 
 /// Grouped bars: each implementation and policy relative to explicit copies, per size.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cust::sys as cs;
 use um::kernels::{run_task as rt, streams, testing};
-use um::{Context, LaunchConfig, Managed, StreamOptions, Transfer};
+use um::{Context, LaunchConfig, Managed, Mirrored, StreamOptions, Transfer};
 
 use crate::Record;
 use crate::cpp::{self, Baseline};
@@ -291,6 +291,32 @@ fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res
     )
 }
 
+/// The loop of `run_task_um` on mirrored memory: `sync` copies `data` back (the kernel wrote
+/// it), `attach` copies it to the device (the host wrote it); `input` and `out` stay on the
+/// device. The same copies as the C++ `explicit` policy.
+fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    let input = Managed::from_fn_mirrored(ctx, n, input_value)?;
+    let data = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let out = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+        let input = input.attach(s)?;
+        let mut out = out.attach(s)?;
+        let mut data = data.attach(s)?;
+        s.synchronize()?;
+        let mut starts = Vec::new();
+        for _ in 0..iters + WARMUP + 1 {
+            starts.push(Instant::now());
+            rt::transform(s, &input, &mut data)?;
+            let mut host = data.sync()?;
+            host_process(&mut host);
+            data = host.attach(s)?;
+            rt::convert(s, &mut out, &data)?;
+        }
+        s.sync_all((data, out, input))?;
+        Ok(per_iteration(&starts))
+    })?)
+}
+
 fn grid_for(ctx: &Context, n: usize) -> u32 {
     let cap = ctx.info().multiprocessors * 32;
     (n.div_ceil(256) as u32).clamp(1, cap)
@@ -411,6 +437,7 @@ pub(crate) fn run_task_variant(
         ("um", "attach") => run_task_um(ctx, n, iters, Transfer::OnDemand),
         ("um", "prefetch") => run_task_um(ctx, n, iters, Transfer::Prefetch),
         ("um", "host_resident") => run_task_um(ctx, n, iters, Transfer::HostResident),
+        ("um", "mirror") => run_task_mirror(ctx, n, iters),
         ("cust", "attach") => run_task_cust(ctx, n, iters),
         ("cudarc", "attach") => run_task_cudarc(ctx, n, iters),
         _ => Err(format!("no run_task variant {imp} {variant}").into()),
@@ -459,12 +486,13 @@ pub(crate) fn run_task(
     let mut c: Vec<Rounds> = cpp_modes.iter().map(|_| Rounds::default()).collect();
     // Rust variants, each measured in a fresh process like the C++ ones; um's also in this
     // long-lived process, to show what process state costs.
-    let rust: [(&str, &str); 5] = [
+    let rust: [(&str, &str); 6] = [
         ("um", "attach"),
         ("um", "prefetch"),
         ("um", "host_resident"),
         ("cust", "attach"),
         ("cudarc", "attach"),
+        ("um", "mirror"),
     ];
     let mut fresh: Vec<Rounds> = rust.iter().map(|_| Rounds::default()).collect();
     let mut in_process: Vec<Rounds> = rust[..3].iter().map(|_| Rounds::default()).collect();
@@ -750,4 +778,202 @@ pub(crate) fn transitions(
         out.push(c_sync.record("transition", "cpp", "sync, idle stream", 1, 1, "us"));
     }
     Ok(out)
+}
+
+// ------------------------------------------------------------------ 6. mirrored memory
+
+/// Iterations of the threaded loop per measurement, by size: enough for a stable wall time,
+/// few enough that 16 threads at 256 MiB stay around a second.
+fn mirror_thread_iters(mib: usize) -> usize {
+    match mib {
+        0..=4 => 100,
+        5..=64 => 20,
+        _ => 4,
+    }
+}
+
+/// Wall time (ms) per iteration of `threads` threads, each running the run_task loop on
+/// mirrored memory on its own stream (what the C++ `threads` mode does with explicit copies).
+/// Allocation and the first copies happen before the clock starts.
+pub(crate) fn mirror_threads_once(
+    ctx: &Context,
+    threads: usize,
+    mib: usize,
+    iters: usize,
+) -> Res<f64> {
+    let n = mib * (1 << 20) / 4;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    std::thread::scope(|scope| -> Res<f64> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                scope.spawn(move || -> um::Result<()> {
+                    let input = Managed::from_fn_mirrored(ctx, n, input_value);
+                    let data = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
+                    let out = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
+                    let (input, data, out) = match (input, data, out) {
+                        (Ok(i), Ok(d), Ok(o)) => (i, d, o),
+                        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                            barrier.wait(); // never leave the others waiting
+                            return Err(e);
+                        }
+                    };
+                    ctx.with_stream(StreamOptions::new(), |s| {
+                        let input = input.attach(s)?;
+                        let mut out = out.attach(s)?;
+                        let mut data = data.attach(s)?;
+                        s.synchronize()?;
+                        barrier.wait();
+                        for _ in 0..iters {
+                            rt::transform(s, &input, &mut data)?;
+                            let mut host = data.sync()?;
+                            host_process(&mut host);
+                            data = host.attach(s)?;
+                            rt::convert(s, &mut out, &data)?;
+                        }
+                        s.sync_all((data, out, input)).map(drop)
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().map_err(|_| "a benchmark thread panicked")??;
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e3 / iters as f64)
+    })
+}
+
+/// Mirrored memory against C++ explicit copies, run_task on several threads at each size;
+/// each measurement in a fresh process.
+pub(crate) fn mirror_threads(
+    cpp: Option<&Baseline>,
+    sizes_mib: &[usize],
+    counts: &[usize],
+    rounds: usize,
+    free: usize,
+) -> Res<Vec<Record>> {
+    println!("mirror threads: {sizes_mib:?} MiB x {counts:?} threads, {rounds} rounds");
+    let mut out = Vec::new();
+    for &mib in sizes_mib {
+        let iters = mirror_thread_iters(mib);
+        for &t in counts {
+            // Three buffers per thread, each on the device (and as much pinned on the host).
+            if 3 * mib * (1 << 20) * t > free / 2 {
+                println!("skipping {t} threads at {mib} MiB: more than half the free memory");
+                continue;
+            }
+            let (mut um_r, mut cpp_r) = (Rounds::default(), Rounds::default());
+            let args = [mib.to_string(), t.to_string(), iters.to_string()];
+            for round in 0..rounds {
+                for k in 0..2 {
+                    if (round + k) % 2 == 0 {
+                        let (ms, _) =
+                            in_child(&["threads", "mirror", &args[0], &args[1], &args[2]])?;
+                        um_r.add(ms, ms);
+                    } else if let Some(cpp) = cpp {
+                        let line = cpp.run("threads", &args)?.join("\n");
+                        let ms = cpp::number(&line, "ms")?;
+                        cpp_r.add(ms, ms);
+                    }
+                }
+            }
+            out.push(um_r.record("mirror_threads", "um", "mirror", mib, t, "ms"));
+            if cpp.is_some() {
+                out.push(cpp_r.record("mirror_threads", "cpp", "explicit", mib, t, "ms"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The loops where mirrored memory skips copies, in this process: per-iteration samples (ms).
+/// `host_reads`: data += 2 * input, the host sums data. `kernel_reads`: out = 0.5 * input over
+/// an input the host set once, the host sums out. Both buffers go through attach and sync
+/// every iteration, as they would in a program that hands them back and forth.
+pub(crate) fn skip_variant(ctx: &Context, lp: &str, mib: usize, iters: usize) -> Res<Vec<f64>> {
+    let n = mib * (1 << 20) / 4;
+    let host_reads = match lp {
+        "host_reads" => true,
+        "kernel_reads" => false,
+        _ => return Err(format!("no skip loop {lp}").into()),
+    };
+    let input: Mirrored<[f32]> = Managed::from_fn_mirrored(ctx, n, input_value)?;
+    let x: Mirrored<[f32]> = Managed::zeroed_slice_mirrored(ctx, n)?;
+    let (starts, sum) = ctx.with_stream(StreamOptions::new(), |s| {
+        let (mut input, mut x) = (input, x);
+        let mut starts = Vec::new();
+        let mut sum = 0.0f64;
+        for _ in 0..iters + WARMUP + 1 {
+            starts.push(Instant::now());
+            let (i, mut d) = (input.attach(s)?, x.attach(s)?);
+            if host_reads {
+                rt::transform(s, &i, &mut d)?;
+            } else {
+                rt::convert(s, &mut d, &i)?;
+            }
+            let (i, d) = s.sync_all((i, d))?;
+            sum += d.iter().map(|v| f64::from(*v)).sum::<f64>();
+            (input, x) = (i, d);
+        }
+        Ok((starts, sum))
+    })?;
+    std::hint::black_box(sum);
+    Ok(per_iteration(&starts))
+}
+
+const SKIP_ITERS: usize = 20;
+
+/// Mirrored memory against C++ explicit copies made both ways every iteration, in the two
+/// loops where copies can be skipped; each measurement in a fresh process.
+pub(crate) fn skip(cpp: Option<&Baseline>, mib: usize, rounds: usize) -> Res<Vec<Record>> {
+    println!("skip loops: {mib} MiB, {SKIP_ITERS} iterations, {rounds} rounds");
+    let mut out = Vec::new();
+    for lp in ["host_reads", "kernel_reads"] {
+        let (mut um_r, mut cpp_r) = (Rounds::default(), Rounds::default());
+        let args = [lp.to_owned(), mib.to_string(), SKIP_ITERS.to_string()];
+        for round in 0..rounds {
+            for k in 0..2 {
+                if (round + k) % 2 == 0 {
+                    let (median, min) = in_child(&["skip", lp, &args[1], &args[2]])?;
+                    um_r.add(median, min);
+                } else if let Some(cpp) = cpp {
+                    let line = cpp.run("skip", &args)?.join("\n");
+                    cpp_r.add(
+                        cpp::number(&line, "median_ms")?,
+                        cpp::number(&line, "min_ms")?,
+                    );
+                }
+            }
+        }
+        out.push(um_r.record("skip", "um", lp, mib, 1, "ms"));
+        if cpp.is_some() {
+            out.push(cpp_r.record("skip", "cpp", lp, mib, 1, "ms"));
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes of memory one buffer of 1 MiB holds, by storage, as `footprint_in_bytes` reports it
+/// for real allocations.
+pub(crate) fn footprint(ctx: &Context) -> Res<Vec<Record>> {
+    let len = (1 << 20) / 4;
+    let unified = Managed::<[f32]>::zeroed_slice(ctx, len)?;
+    let mirrored = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, len)?;
+    let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
+    let record = |variant: &str, bytes: usize| Record {
+        scenario: "footprint",
+        imp: "um".to_owned(),
+        variant: variant.to_owned(),
+        mib: 1,
+        threads: 1,
+        median: mib(bytes),
+        min: mib(bytes),
+        unit: "MiB",
+    };
+    Ok(vec![
+        record("unified", unified.footprint_in_bytes()),
+        record("mirror", mirrored.footprint_in_bytes()),
+    ])
 }

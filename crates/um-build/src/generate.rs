@@ -64,18 +64,40 @@ fn elem_rust(e: &Elem) -> String {
 }
 
 /// The Rust parameter for a C parameter, or `None` for a count the launcher fills in.
-fn rust_param(p: &crate::source::Param, counts: &[Count]) -> Option<String> {
+fn rust_param(k: &Kernel, p: &crate::source::Param, counts: &[Count]) -> Option<String> {
     let r = rust_name(&p.name);
     match &p.ty {
         _ if counts.iter().any(|c| c.name == p.name) => None,
         Type::Pointer { elem, constant } => Some(format!(
-            "{r}: &{}Managed<[{}], StreamOwned<'s, K>>",
+            "{r}: &{}Managed<[{}], StreamOwned<'s, K>, M{}>",
             if *constant { "" } else { "mut " },
-            elem_rust(elem)
+            elem_rust(elem),
+            storage_index(k, &p.name)
         )),
         Type::Scalar(s) => Some(format!("{r}: {}", s.rust())),
         Type::Struct(name) => Some(format!("{r}: {}", rust_name(name))),
     }
+}
+
+/// The position of buffer `name` among the kernel's buffers: its storage parameter is `M{i}`.
+fn storage_index(k: &Kernel, name: &str) -> usize {
+    k.params
+        .iter()
+        .filter(|p| matches!(p.ty, Type::Pointer { .. }))
+        .position(|p| p.name == name)
+        .unwrap_or(0)
+}
+
+/// The generic parameters of a launcher: the stream's brand and kind, and a storage (unified or
+/// mirrored) per buffer, so that storages mix freely in one launch.
+fn generics(k: &Kernel) -> String {
+    let buffers = k
+        .params
+        .iter()
+        .filter(|p| matches!(p.ty, Type::Pointer { .. }))
+        .count();
+    let storages: String = (0..buffers).map(|i| format!(", M{i}: Storage")).collect();
+    format!("<'s, K: StreamKind{storages}>")
 }
 
 /// The value the launch passes for a parameter.
@@ -168,7 +190,7 @@ fn write_safe(out: &mut String, k: &Kernel, counts: &[Count]) {
     let params: Vec<String> = k
         .params
         .iter()
-        .filter_map(|p| rust_param(p, counts))
+        .filter_map(|p| rust_param(k, p, counts))
         .collect();
     let args: String = params
         .iter()
@@ -238,7 +260,7 @@ fn write_safe(out: &mut String, k: &Kernel, counts: &[Count]) {
          /// its longest buffer.\n///\n\
          /// Reads {reads}; writes {writes}.{count_doc} See [`{name}_with`] for the errors.\n\
          #[allow(clippy::too_many_arguments)]\n\
-         pub fn {name}<'s, K: StreamKind>(stream: &Stream<'s, K>{params}) -> Result<()> {{\n\
+         pub fn {name}{generics}(stream: &Stream<'s, K>{params}) -> Result<()> {{\n\
          \x20   let config = {default_config};\n\
          \x20   {name}_with(stream, config{args})\n}}\n\n\
          /// [`{name}`] with an explicit one-dimensional launch. `{kname}` keeps the contract of\n\
@@ -250,7 +272,7 @@ fn write_safe(out: &mut String, k: &Kernel, counts: &[Count]) {
          /// grid's threads, does not fit a count's type; the driver's refusal as\n\
          /// [`Driver`](__um::Error::Driver).\n\
          #[allow(clippy::too_many_arguments)]\n\
-         pub fn {name}_with<'s, K: StreamKind>(stream: &Stream<'s, K>, config: Linear{params}) -> Result<()> {{\n\
+         pub fn {name}_with{generics}(stream: &Stream<'s, K>, config: Linear{params}) -> Result<()> {{\n\
          \x20   const KERNEL: &str = {kname:?};\n\
          {threads_let}{count_lets}\
          \x20   // SAFETY: the tuple follows the declaration, which um-build checked against the PTX\n\
@@ -260,6 +282,7 @@ fn write_safe(out: &mut String, k: &Kernel, counts: &[Count]) {
          \x20   // of the `UM_SAFE_KERNEL` body promised the rest (docs/kernels.md).\n\
          \x20   unsafe {{ stream.launch_ptx(PTX, KERNEL, config.into(), ({tuple})) }}\n}}\n\n",
         decl = k.decl,
+        generics = generics(k),
         kname = k.name,
         reads = shown(&reads),
         writes = shown(&writes),
@@ -271,7 +294,7 @@ fn write_unsafe(out: &mut String, k: &Kernel) {
     let params: String = k
         .params
         .iter()
-        .filter_map(|p| rust_param(p, &[]))
+        .filter_map(|p| rust_param(k, p, &[]))
         .map(|p| format!(", {p}"))
         .collect();
     let tuple: String = k
@@ -306,12 +329,13 @@ fn write_unsafe(out: &mut String, k: &Kernel) {
          /// * reach every `__syncthreads()` from all threads of a block, or from none;\n\
          /// * have no other undefined behaviour for these scalar values.\n\
          #[allow(clippy::too_many_arguments)]\n\
-         pub unsafe fn {name}<'s, K: StreamKind>(stream: &Stream<'s, K>, config: LaunchConfig{params}) -> Result<()> {{\n\
+         pub unsafe fn {name}{generics}(stream: &Stream<'s, K>, config: LaunchConfig{params}) -> Result<()> {{\n\
          \x20   // SAFETY: the tuple follows the declaration, which um-build checked against the PTX\n\
          \x20   // `.entry`; `const` buffers are `&`, the others `&mut`, all owned by `stream`; the\n\
          \x20   // caller guarantees what the body does (# Safety).\n\
          \x20   unsafe {{ stream.launch_ptx(PTX, {kname:?}, config, ({tuple})) }}\n}}\n\n",
         decl = k.decl,
+        generics = generics(k),
         kname = k.name,
         reads = shown(&reads),
         writes = shown(&writes),
@@ -329,7 +353,7 @@ pub(crate) fn generate(units: &[Unit<'_>], arch: &str) -> Result<String> {
             "/// Kernels of `{path}`: its PTX, its by-value structs, and a launcher per kernel.\n\
              #[allow(unused_imports, clippy::all)]\n\
              pub mod {module} {{\n\
-             use super::__um::{{self, LaunchConfig, Linear, Managed, Result, Stream, StreamKind, StreamOwned}};\n\n\
+             use super::__um::{{self, LaunchConfig, Linear, Managed, Result, Storage, Stream, StreamKind, StreamOwned}};\n\n\
              /// The PTX of `{path}`, built for `{arch}`. A `static`: one address for every user,\n\
              /// which is what the per-context module cache looks up first.\n\
              pub static PTX: &str = include_str!(concat!(env!(\"OUT_DIR\"), \"/{ptx}\"));\n\n",

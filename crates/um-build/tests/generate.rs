@@ -42,11 +42,11 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
     // A safe launcher, and a `_with` that takes only a one-dimensional launch; counts are not
     // parameters: they come from the buffers.
     assert!(code.contains(
-        "pub fn hist<'s, K: StreamKind>(stream: &Stream<'s, K>, values: &Managed<[f32], StreamOwned<'s, K>>, counts: &mut Managed<[u32], StreamOwned<'s, K>>, b: Binning) -> Result<()>"
+        "pub fn hist<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, values: &Managed<[f32], StreamOwned<'s, K>, M0>, counts: &mut Managed<[u32], StreamOwned<'s, K>, M1>, b: Binning) -> Result<()>"
     ), "{code}");
     assert!(
         code.contains(
-            "pub fn hist_with<'s, K: StreamKind>(stream: &Stream<'s, K>, config: Linear,"
+            "pub fn hist_with<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, config: Linear,"
         )
     );
     assert!(code.contains("let n: u32 = __um::codegen::count(KERNEL, \"n\""));
@@ -54,7 +54,7 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
     assert!(code.contains("__um::ByValue(b)"));
     // The other kernel: an `unsafe fn` with a full LaunchConfig and every scalar explicit.
     assert!(code.contains(
-        "pub unsafe fn scatter<'s, K: StreamKind>(stream: &Stream<'s, K>, config: LaunchConfig, x: &mut Managed<[f32], StreamOwned<'s, K>>, idx: &Managed<[u32], StreamOwned<'s, K>>, value: f32, n: u32)"
+        "pub unsafe fn scatter<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, config: LaunchConfig, x: &mut Managed<[f32], StreamOwned<'s, K>, M0>, idx: &Managed<[u32], StreamOwned<'s, K>, M1>, value: f32, n: u32)"
     ), "{code}");
     assert!(code.contains("/// # Safety"));
     assert!(!code.contains("pub fn scatter"));

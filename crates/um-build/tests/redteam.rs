@@ -27,14 +27,19 @@ fn launcher_param(code: &str, kernel: &str, param: &str) -> String {
         .find(&format!(" {param}: "))
         .unwrap_or_else(|| panic!("no parameter {param} in {sig}"));
     let rest = &sig[at + param.len() + 3..];
-    let end = rest
-        .find(">>")
-        .map_or_else(|| rest.find([',', ')']).unwrap(), |i| i + 2);
+    // A buffer's type ends with its storage parameter: `..., StreamOwned<'s, K>, M0>`.
+    let end = match rest.find("StreamOwned<'s, K>, M") {
+        Some(at) => {
+            let storage = at + "StreamOwned<'s, K>, M".len();
+            storage + rest[storage..].find('>').unwrap() + 1
+        }
+        None => rest.find([',', ')']).unwrap(),
+    };
     rest[..end].to_owned()
 }
 
-const WRITE: &str = "&mut Managed<[f32], StreamOwned<'s, K>>";
-const READ: &str = "&Managed<[f32], StreamOwned<'s, K>>";
+const WRITE: &str = "&mut Managed<[f32], StreamOwned<'s, K>, M0>";
+const READ: &str = "&Managed<[f32], StreamOwned<'s, K>, M0>";
 
 #[test]
 fn const_placements_are_read_as_what_the_kernel_may_write() {
@@ -134,7 +139,7 @@ fn names_that_are_rust_keywords_or_the_launchers_own_are_renamed() {
     .expect("generates");
     assert!(code.contains("pub mod fn_ {"), "{code}");
     assert!(
-        code.contains("pub fn type_<'s, K: StreamKind>(stream: &Stream<'s, K>, stream_: &mut"),
+        code.contains("pub fn type_<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, stream_: &mut"),
         "{code}"
     );
     assert!(code.contains("config_: &Managed<[f32]"), "{code}");

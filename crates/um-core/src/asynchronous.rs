@@ -43,6 +43,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
 use crate::state::{HostOwned, StreamOwned, SyncGroup};
+use crate::storage::{Storage, Unified};
 use crate::stream::{Owned, PerThread, RawStream, Stream, StreamKind, StreamOptions};
 use crate::sys;
 
@@ -50,17 +51,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One allocation given up before its stream was done with it: its address and context.
-/// Dropping an `Orphan` leaks the memory (it only releases the context reference); only
-/// [`Orphan::free`] frees it.
+/// One allocation given up before its stream was done with it: its address and context (and,
+/// for a mirror, the address of its pinned host half). Dropping an `Orphan` leaks the memory
+/// (it only releases the context reference); only [`Orphan::free`] frees it.
 pub struct Orphan {
     ptr: sys::CUdeviceptr,
+    /// The pinned host half of a mirror, as an address (so that `Orphan` stays `Send`).
+    pinned: Option<usize>,
     ctx: Context,
 }
 
 impl Orphan {
     pub(crate) fn new(ptr: sys::CUdeviceptr, ctx: Context) -> Self {
-        Orphan { ptr, ctx }
+        Orphan {
+            ptr,
+            pinned: None,
+            ctx,
+        }
+    }
+
+    /// The orphan of a mirror: `ptr` is its device half, `host` its pinned half.
+    pub(crate) fn with_pinned(mut self, host: std::ptr::NonNull<u8>) -> Self {
+        self.pinned = Some(host.as_ptr() as usize);
+        self
     }
 
     /// Frees the allocation; leaks it if the context cannot be made current.
@@ -72,6 +85,10 @@ impl Orphan {
             // SAFETY: the allocation came from `Managed` (`into_orphan` gave up ownership
             // without freeing), so this is the one free; no work uses it (the caller).
             let _ = unsafe { driver::mem_free(self.ptr) };
+            if let Some(host) = self.pinned {
+                // SAFETY: the pinned half of the same mirror, given up with it, freed once.
+                let _ = unsafe { driver::mem_free_pinned(host as *mut std::ffi::c_void) };
+            }
         }
     }
 }
@@ -644,12 +661,15 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> fmt::Debug for SyncAllFuture<'s, K,
 /// stream has reached the point where the future was made. Cancellation as for
 /// [`SyncAllFuture`].
 #[must_use = "futures do nothing unless awaited; dropping this one frees the buffer once the stream is done"]
-pub struct SyncFuture<'s, T: ?Sized, K: StreamKind = Owned> {
-    inner: SyncAllFuture<'s, K, (Managed<T, StreamOwned<'s, K>>,)>,
+pub struct SyncFuture<'s, T: ?Sized, K: StreamKind = Owned, M: Storage = Unified> {
+    inner: SyncAllFuture<'s, K, (Managed<T, StreamOwned<'s, K>, M>,)>,
 }
 
-impl<'s, T: ?Sized, K: StreamKind> SyncFuture<'s, T, K> {
-    pub(crate) fn new(memory: Managed<T, StreamOwned<'s, K>>, released: Result<Released>) -> Self {
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> SyncFuture<'s, T, K, M> {
+    pub(crate) fn new(
+        memory: Managed<T, StreamOwned<'s, K>, M>,
+        released: Result<Released>,
+    ) -> Self {
         // The owner's context: the callback (or event) goes on the owning stream.
         let (ctx, stream) = (
             crate::state::owner_context(&memory).clone(),
@@ -661,8 +681,8 @@ impl<'s, T: ?Sized, K: StreamKind> SyncFuture<'s, T, K> {
     }
 }
 
-impl<'s, T: ?Sized, K: StreamKind> Future for SyncFuture<'s, T, K> {
-    type Output = Result<Managed<T, HostOwned>>;
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Future for SyncFuture<'s, T, K, M> {
+    type Output = Result<Managed<T, HostOwned, M>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.get_mut().inner)
@@ -671,7 +691,7 @@ impl<'s, T: ?Sized, K: StreamKind> Future for SyncFuture<'s, T, K> {
     }
 }
 
-impl<T: ?Sized, K: StreamKind> fmt::Debug for SyncFuture<'_, T, K> {
+impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for SyncFuture<'_, T, K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)
     }

@@ -162,13 +162,78 @@ pub(crate) fn mem_alloc_managed_host(bytes: usize) -> Result<sys::CUdeviceptr> {
     Ok(p)
 }
 
-/// Frees managed memory.
+/// Frees managed or device memory.
 ///
 /// # Safety
-/// `p` came from [`mem_alloc_managed_host`], is freed once, and no kernel can still use it.
+/// `p` came from [`mem_alloc_managed_host`] or [`mem_alloc_device`], is freed once, and no
+/// kernel or copy can still use it.
 pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
     // SAFETY: guaranteed by the caller.
     check("cuMemFree", unsafe { sys::cuMemFree_v2(p) })
+}
+
+/// Allocates `bytes` (> 0) of device memory (`cuMemAlloc`).
+pub(crate) fn mem_alloc_device(bytes: usize) -> Result<sys::CUdeviceptr> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: `p` is a valid out-pointer; `bytes` > 0 was checked by the caller.
+    check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut p, bytes) })?;
+    Ok(p)
+}
+
+/// Allocates `bytes` (> 0) of page-locked host memory (`cuMemAllocHost`), which the device
+/// copies to and from at full speed.
+pub(crate) fn mem_alloc_pinned(bytes: usize) -> Result<*mut c_void> {
+    let mut p: *mut c_void = ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer; `bytes` > 0 was checked by the caller.
+    check("cuMemAllocHost", unsafe {
+        sys::cuMemAllocHost_v2(&mut p, bytes)
+    })?;
+    Ok(p)
+}
+
+/// Frees page-locked host memory.
+///
+/// # Safety
+/// `p` came from [`mem_alloc_pinned`], is freed once, and no copy can still use it.
+pub(crate) unsafe fn mem_free_pinned(p: *mut c_void) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) })
+}
+
+/// Enqueues a copy of `bytes` from host `src` to device `dst` on `s`.
+///
+/// # Safety
+/// `src..src + bytes` is live page-locked host memory that nothing writes, and
+/// `dst..dst + bytes` live device memory that nothing else uses, until `s` has run the copy;
+/// `s` is a live stream of the current context.
+pub(crate) unsafe fn memcpy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src, bytes, s)
+    })
+}
+
+/// Enqueues a copy of `bytes` from device `src` to host `dst` on `s`.
+///
+/// # Safety
+/// `dst..dst + bytes` is live page-locked host memory that nothing reads or writes, and
+/// `src..src + bytes` live device memory, until `s` has run the copy; `s` is a live stream of
+/// the current context.
+pub(crate) unsafe fn memcpy_dtoh_async(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoHAsync", unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s)
+    })
 }
 
 /// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.

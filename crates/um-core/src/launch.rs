@@ -5,6 +5,8 @@
 //! writes, and plain scalars. Memory attached to another stream carries another brand and does
 //! not type-check; host-owned memory is not a `KernelArg` at all. The borrow checker then gives
 //! the kernel the same aliasing rules as Rust code: one writer or many readers per buffer.
+//! Either storage (unified or mirrored) is an argument; a `&mut` argument marks a mirror
+//! written on the device, so that its `sync` copies it back.
 
 use std::ffi::c_void;
 
@@ -15,6 +17,7 @@ use crate::managed::Managed;
 use crate::module::Kernel;
 use crate::sealed::Sealed;
 use crate::state::StreamOwned;
+use crate::storage::Storage;
 use crate::stream::{Stream, StreamKind};
 use crate::{driver, sys};
 
@@ -82,8 +85,10 @@ impl<'s, T: DeviceCopy> KernelArg<'s> for ByValue<T> {
     }
 }
 
-impl<T: ?Sized, K: StreamKind> Sealed for &Managed<T, StreamOwned<'_, K>> {}
-impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> Sealed for &Managed<T, StreamOwned<'_, K>, M> {}
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
+    for &Managed<T, StreamOwned<'s, K>, M>
+{
     type Raw = sys::CUdeviceptr;
     fn raw(&self) -> sys::CUdeviceptr {
         self.device_ptr()
@@ -93,10 +98,15 @@ impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &Managed<T, StreamOwned<'s,
     }
 }
 
-impl<T: ?Sized, K: StreamKind> Sealed for &mut Managed<T, StreamOwned<'_, K>> {}
-impl<'s, T: ?Sized, K: StreamKind> KernelArg<'s> for &mut Managed<T, StreamOwned<'s, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> Sealed for &mut Managed<T, StreamOwned<'_, K>, M> {}
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
+    for &mut Managed<T, StreamOwned<'s, K>, M>
+{
     type Raw = sys::CUdeviceptr;
+    /// Called once per launch, just before it: the kernel may write, so a mirror's `sync`
+    /// must copy the device half back.
     fn raw(&self) -> sys::CUdeviceptr {
+        self.mark_device_written();
         self.device_ptr()
     }
     fn owner(&self) -> Option<u64> {

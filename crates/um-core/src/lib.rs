@@ -96,6 +96,7 @@ mod module;
 mod options;
 mod sealed;
 pub mod state;
+pub mod storage;
 mod stream;
 mod sys;
 
@@ -112,6 +113,7 @@ pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
 pub use options::ContextOptions;
 pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+pub use storage::{Mirror, Mirrored, Storage, Unified};
 pub use stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };
@@ -164,6 +166,14 @@ pub fn transfer_calls_on_this_thread() -> u64 {
     driver::transfer_calls_on_this_thread()
 }
 
+/// The host-to-device and device-to-host copies mirrored memory made and skipped on the
+/// calling thread. For tests and benchmarks that check that no needless copy reaches the
+/// driver.
+#[doc(hidden)]
+pub fn mirror_copies_on_this_thread() -> storage::MirrorCopies {
+    storage::MirrorCopies::now()
+}
+
 // The Send/Sync facts the design relies on, checked at compile time.
 mod facts {
     use super::*;
@@ -196,6 +206,13 @@ mod facts {
     assert_impl_all!(SyncFuture<'static, [f32], Owned>: Send, Sync);
     assert_impl_all!(SyncAllFuture<'static, Owned, Vec<Managed<[f32], StreamOwned<'static>>>>: Send);
     assert_not_impl_any!(SyncFuture<'static, [f32], PerThread>: Send, Sync);
+    // Mirrored memory follows the same rules.
+    assert_impl_all!(Managed<[f32], HostOwned, Mirror>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Mirror>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Mirror>: Send, Sync);
+    // Storages are zero-sized markers, and unified memory carries nothing for them.
+    const_assert_eq!(std::mem::size_of::<Unified>(), 0);
+    const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

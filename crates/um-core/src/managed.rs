@@ -1,7 +1,7 @@
-//! `Managed<T, S>`: one managed allocation, in state `S`.
+//! `Managed<T, S, M>`: one allocation, in state `S`, with storage `M`.
 //!
 //! This file holds allocation, host access and freeing; the states and the transitions between
-//! them are in [`crate::state`].
+//! them are in [`crate::state`], and what differs between the storages in [`crate::storage`].
 
 use std::marker::PhantomData;
 use std::mem::{self, ManuallyDrop};
@@ -16,6 +16,7 @@ use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::state::{HostOwned, State};
+use crate::storage::{self, Mirror, Storage, Unified};
 use crate::stream::RawStream;
 use crate::sys;
 
@@ -28,7 +29,13 @@ use crate::sys;
 /// The state changes only through [`attach`](Managed::attach), [`sync`](Managed::sync) and
 /// [`hand_off`](Managed::hand_off), which consume the value and return it in its new state (see
 /// [`crate::state`]).
-pub struct Managed<T: ?Sized, S: State = HostOwned> {
+///
+/// The storage `M` is [`Unified`] (managed memory, the default) or [`Mirror`] (pinned host
+/// memory and device memory, copied at the transitions only when needed; see
+/// [`crate::storage`]). States, transitions and launches are the same for both.
+pub struct Managed<T: ?Sized, S: State = HostOwned, M: Storage = Unified> {
+    /// The host address: of the managed allocation (which is also the device address), or of
+    /// the pinned half of a mirror.
     ptr: NonNull<T>,
     bytes: usize,
     ctx: Context,
@@ -37,6 +44,8 @@ pub struct Managed<T: ?Sized, S: State = HostOwned> {
     stream: RawStream,
     /// The allocation carries the advice of [`Transfer::HostResident`](crate::Transfer).
     host_resident: bool,
+    /// The storage's own part: nothing for unified memory, the device half for a mirror.
+    parts: <M as storage::parts::HasParts>::Parts,
     _state: PhantomData<S>,
 }
 
@@ -44,10 +53,11 @@ pub struct Managed<T: ?Sized, S: State = HostOwned> {
 // thread moves the `T` with it; the driver calls it makes are thread-safe and bind the context
 // first. Where the state is tied to a thread (memory attached to the per-thread default
 // stream), `S` is `!Send` and so is the `Managed`.
-unsafe impl<T: ?Sized + Send, S: State + Send> Send for Managed<T, S> {}
+unsafe impl<T: ?Sized + Send, S: State + Send, M: Storage> Send for Managed<T, S, M> {}
 // SAFETY: `&Managed` gives `&T` (host state) or a kernel argument for the owning stream, whose
 // `Stream` is itself `Sync` exactly when `S` is.
-unsafe impl<T: ?Sized + Sync, S: State + Sync> Sync for Managed<T, S> {}
+// The storage part is `Send + Sync` (its one shared mutation is an atomic flag).
+unsafe impl<T: ?Sized + Sync, S: State + Sync, M: Storage> Sync for Managed<T, S, M> {}
 
 /// Checked byte size of `len` elements of `T`, refusing zero.
 pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
@@ -79,23 +89,80 @@ fn alloc_host_attached(ctx: &Context, bytes: usize) -> Result<NonNull<u8>> {
     let dptr = driver::mem_alloc_managed_host(bytes)?;
     // Managed memory has one address for host and device; the driver never returns 0 on
     // success, but a null check costs nothing.
-    NonNull::new(dptr as usize as *mut u8).ok_or(Error::Driver {
-        call: "cuMemAllocManaged",
-        code: 0,
-        name: "CUDA_SUCCESS".to_owned(),
-        description: "returned a null pointer".to_owned(),
-    })
+    NonNull::new(dptr as usize as *mut u8).ok_or_else(|| storage::null_pointer("cuMemAllocManaged"))
+}
+
+/// Where a constructor writes: a fresh, host-accessible allocation and its storage part.
+struct Fresh<M: Storage> {
+    base: NonNull<u8>,
+    parts: <M as storage::parts::HasParts>::Parts,
+}
+
+impl Fresh<Unified> {
+    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
+        Ok(Fresh {
+            base: alloc_host_attached(ctx, bytes)?,
+            parts: (),
+        })
+    }
+}
+
+impl Fresh<Mirror> {
+    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
+        let (base, parts) = storage::alloc_mirror(ctx, bytes)?;
+        Ok(Fresh { base, parts })
+    }
+}
+
+impl<M: Storage> Fresh<M> {
+    /// The allocation holding `value`.
+    fn value<T: DeviceCopy>(self, ctx: &Context, value: T) -> Managed<T, HostOwned, M> {
+        let ptr = self.base.cast::<T>();
+        // SAFETY: `ptr` is a fresh host-accessible allocation of `size_of::<T>()` bytes, aligned
+        // for any type (the driver aligns managed, pinned and device allocations to at least
+        // 256 bytes).
+        unsafe { ptr.as_ptr().write(value) };
+        Managed::from_parts(ptr, mem::size_of::<T>(), ctx.clone(), self.parts)
+    }
+
+    /// The allocation of `bytes` holding zero bytes, as a `T` or a slice of `len` `T`s.
+    fn zeroed<T: ?Sized>(
+        self,
+        ctx: &Context,
+        bytes: usize,
+        ptr: impl FnOnce(NonNull<u8>) -> NonNull<T>,
+    ) -> Managed<T, HostOwned, M> {
+        // SAFETY: fresh host-accessible allocation of `bytes`; the callers only ask for types
+        // for which all-zero is a valid value (`Zeroable`).
+        unsafe { self.base.as_ptr().write_bytes(0, bytes) };
+        Managed::from_parts(ptr(self.base), bytes, ctx.clone(), self.parts)
+    }
+
+    /// The allocation of `len` elements, element `i` set to `f(i)`. If `f` panics, the
+    /// allocation leaks (it is never read uninitialised).
+    fn filled<T: DeviceCopy>(
+        self,
+        ctx: &Context,
+        len: usize,
+        bytes: usize,
+        mut f: impl FnMut(usize) -> T,
+    ) -> Managed<[T], HostOwned, M> {
+        let base = self.base.cast::<T>();
+        for i in 0..len {
+            // SAFETY: `i < len`, inside the fresh allocation of `len` elements, each written
+            // once before the slice is ever read.
+            unsafe { base.as_ptr().add(i).write(f(i)) };
+        }
+        let ptr = NonNull::slice_from_raw_parts(base, len);
+        Managed::from_parts(ptr, bytes, ctx.clone(), self.parts)
+    }
 }
 
 impl<T: DeviceCopy> Managed<T, HostOwned> {
     /// Allocates managed memory attached to the host and moves `value` into it.
     pub fn new(ctx: &Context, value: T) -> Result<Self> {
         let bytes = byte_size::<T>(1)?;
-        let ptr = alloc_host_attached(ctx, bytes)?.cast::<T>();
-        // SAFETY: `ptr` is a fresh host-accessible allocation of `size_of::<T>()` bytes, aligned
-        // for any type (the driver aligns managed allocations to at least 256 bytes).
-        unsafe { ptr.as_ptr().write(value) };
-        Ok(Self::from_parts(ptr, bytes, ctx.clone()))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.value(ctx, value))
     }
 
     /// Allocates managed memory attached to the host, filled with zero bytes.
@@ -104,11 +171,7 @@ impl<T: DeviceCopy> Managed<T, HostOwned> {
         T: Zeroable,
     {
         let bytes = byte_size::<T>(1)?;
-        let ptr = alloc_host_attached(ctx, bytes)?;
-        // SAFETY: fresh host-accessible allocation of `bytes`; all-zero is a valid `T`
-        // (`Zeroable`).
-        unsafe { ptr.as_ptr().write_bytes(0, bytes) };
-        Ok(Self::from_parts(ptr.cast(), bytes, ctx.clone()))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
     }
 }
 
@@ -116,16 +179,9 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     /// Allocates `len` elements attached to the host, element `i` set to `f(i)`.
     ///
     /// If `f` panics, the allocation leaks (it is never read uninitialised).
-    pub fn from_fn(ctx: &Context, len: usize, mut f: impl FnMut(usize) -> T) -> Result<Self> {
+    pub fn from_fn(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
         let bytes = byte_size::<T>(len)?;
-        let base = alloc_host_attached(ctx, bytes)?.cast::<T>();
-        for i in 0..len {
-            // SAFETY: `i < len`, inside the fresh allocation of `len` elements, each written
-            // once before the slice is ever read.
-            unsafe { base.as_ptr().add(i).write(f(i)) };
-        }
-        let ptr = NonNull::slice_from_raw_parts(base, len);
-        Ok(Self::from_parts(ptr, bytes, ctx.clone()))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
     }
 
     /// Allocates a copy of `data`, attached to the host.
@@ -145,29 +201,94 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
         T: Zeroable,
     {
         let bytes = byte_size::<T>(len)?;
-        let base = alloc_host_attached(ctx, bytes)?;
-        // SAFETY: fresh host-accessible allocation of `bytes`; all-zero is a valid `T`.
-        unsafe { base.as_ptr().write_bytes(0, bytes) };
-        let ptr = NonNull::slice_from_raw_parts(base.cast::<T>(), len);
-        Ok(Self::from_parts(ptr, bytes, ctx.clone()))
+        let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
+        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
     }
 }
 
-impl<T: ?Sized> Managed<T, HostOwned> {
-    fn from_parts(ptr: NonNull<T>, bytes: usize, ctx: Context) -> Self {
+/// The constructors of mirrored memory ([`Mirror`]): page-locked host memory holding the value,
+/// and device memory of the same size, allocated after checking that the GPU has it free. The
+/// first `attach` copies the host half to the device.
+///
+/// They have their own names because `Managed::from_slice` must keep meaning unified memory
+/// (a name shared by two storages would make every existing call ambiguous).
+impl<T: DeviceCopy> Managed<T, HostOwned, Mirror> {
+    /// A mirrored allocation holding `value`.
+    pub fn new_mirrored(ctx: &Context, value: T) -> Result<Self> {
+        let bytes = byte_size::<T>(1)?;
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.value(ctx, value))
+    }
+
+    /// A mirrored allocation filled with zero bytes.
+    pub fn zeroed_mirrored(ctx: &Context) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        let bytes = byte_size::<T>(1)?;
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
+    }
+}
+
+impl<T: DeviceCopy> Managed<[T], HostOwned, Mirror> {
+    /// A mirrored allocation of `len` elements, element `i` set to `f(i)`.
+    ///
+    /// If `f` panics, the allocation leaks (it is never read uninitialised).
+    pub fn from_fn_mirrored(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
+        let bytes = byte_size::<T>(len)?;
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
+    }
+
+    /// A mirrored copy of `data`.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// use um_core::{Context, Managed, Mirrored, StreamOptions};
+    /// let ctx = Context::new(0)?;
+    /// let data: Mirrored<[f32]> = Managed::from_slice_mirrored(&ctx, &[1.0, 2.0, 3.0])?;
+    /// let data = ctx.with_stream(StreamOptions::new(), |stream| {
+    ///     let data = data.attach(stream)?; // copies to the device: the host wrote it
+    ///     // ... launch kernels on `stream` with `&data` / `&mut data` ...
+    ///     data.sync() // copies back only if a launch took `&mut data`
+    /// })?;
+    /// assert_eq!(data[0], 1.0);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_slice_mirrored(ctx: &Context, data: &[T]) -> Result<Self> {
+        Self::from_fn_mirrored(ctx, data.len(), |i| data[i])
+    }
+
+    /// A mirrored allocation of `len` zeroed elements.
+    pub fn zeroed_slice_mirrored(ctx: &Context, len: usize) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        let bytes = byte_size::<T>(len)?;
+        let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+    }
+}
+
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
+    fn from_parts(
+        ptr: NonNull<T>,
+        bytes: usize,
+        ctx: Context,
+        parts: <M as storage::parts::HasParts>::Parts,
+    ) -> Self {
         Managed {
             ptr,
             bytes,
             ctx,
             stream: RawStream::NONE,
             host_resident: false,
+            parts,
             _state: PhantomData,
         }
     }
 }
 
-impl<T: ?Sized, S: State> Managed<T, S> {
-    /// Size of the allocation in bytes.
+impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
+    /// Size of the allocation in bytes (of each half, for a mirror).
     pub fn size_in_bytes(&self) -> usize {
         self.bytes
     }
@@ -177,9 +298,44 @@ impl<T: ?Sized, S: State> Managed<T, S> {
         &self.ctx
     }
 
-    /// The address kernels use (managed memory has one address for host and device).
+    /// Bytes of memory the allocation holds: its size for unified memory, twice its size
+    /// (host and device halves) for a mirror.
+    pub fn footprint_in_bytes(&self) -> usize {
+        match self.mirror() {
+            Some(_) => 2 * self.bytes,
+            None => self.bytes,
+        }
+    }
+
+    /// The address kernels use: the managed address (one for host and device), or a mirror's
+    /// device half.
     pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.ptr.as_ptr().cast::<u8>() as usize as sys::CUdeviceptr
+        match self.mirror() {
+            Some(m) => m.device,
+            None => self.host_ptr().as_ptr() as usize as sys::CUdeviceptr,
+        }
+    }
+
+    /// The host address (for unified memory, also the device address).
+    pub(crate) fn host_ptr(&self) -> NonNull<u8> {
+        self.ptr.cast::<u8>()
+    }
+
+    /// The mirror's state, or `None` for unified memory.
+    pub(crate) fn mirror(&self) -> Option<&storage::MirrorParts> {
+        <M as storage::parts::HasParts>::mirror(&self.parts)
+    }
+
+    /// A launch takes the buffer as `&mut`: a mirror's `sync` copies the device half back.
+    pub(crate) fn mark_device_written(&self) {
+        if let Some(m) = self.mirror() {
+            m.device_dirty
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn mirror_mut(&mut self) -> Option<&mut storage::MirrorParts> {
+        <M as storage::parts::HasParts>::mirror_mut(&mut self.parts)
     }
 
     pub(crate) fn is_host_resident(&self) -> bool {
@@ -201,28 +357,40 @@ impl<T: ?Sized, S: State> Managed<T, S> {
         // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is
         // read out exactly once.
         let ctx = unsafe { ptr::read(&this.ctx) };
-        Orphan::new(this.device_ptr(), ctx)
+        this.orphan_parts(ctx)
+    }
+
+    /// What an [`Orphan`] of this allocation must free: the managed allocation, or both halves
+    /// of a mirror.
+    fn orphan_parts(&self, ctx: Context) -> Orphan {
+        let orphan = Orphan::new(self.device_ptr(), ctx);
+        match self.mirror() {
+            Some(_) => orphan.with_pinned(self.host_ptr()),
+            None => orphan,
+        }
     }
 
     /// The same allocation in state `S2`, associated with `stream`. Only `state.rs` calls this,
     /// once the driver calls that justify the new state have been made.
-    pub(crate) fn retype<S2: State>(self, stream: RawStream) -> Managed<T, S2> {
+    pub(crate) fn retype<S2: State>(self, stream: RawStream) -> Managed<T, S2, M> {
         let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the context is read out exactly once,
-        // so ownership of the allocation and the context passes to the new value.
-        let ctx = unsafe { ptr::read(&this.ctx) };
+        // SAFETY: `this` is never used or dropped again; the context and the storage part are
+        // read out exactly once, so ownership of the allocation, the context and the part
+        // passes to the new value.
+        let (ctx, parts) = unsafe { (ptr::read(&this.ctx), ptr::read(&this.parts)) };
         Managed {
             ptr: this.ptr,
             bytes: this.bytes,
             ctx,
             stream,
             host_resident: this.host_resident,
+            parts,
             _state: PhantomData,
         }
     }
 }
 
-impl<T, S: State> Managed<[T], S> {
+impl<T, S: State, M: Storage> Managed<[T], S, M> {
     /// Number of elements (metadata: readable in every state).
     pub fn len(&self) -> usize {
         self.ptr.len()
@@ -234,26 +402,32 @@ impl<T, S: State> Managed<[T], S> {
     }
 }
 
-impl<T: ?Sized> Deref for Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> Deref for Managed<T, HostOwned, M> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: in the host state no kernel can touch the allocation: only stream-owned
-        // memory is passed to kernels, and it becomes host-owned only after its stream was
-        // synchronized (and, where the device lacks concurrent managed access, re-attached to
-        // the host). The memory is host-accessible, initialised by every constructor, and
-        // owned exclusively by `self`.
+        // SAFETY: in the host state no kernel or copy can touch the allocation: only
+        // stream-owned memory is passed to kernels, copies are enqueued only by `attach` (which
+        // makes the memory stream-owned) and by `sync` (which waits for them), and memory
+        // becomes host-owned only after its stream was synchronized (and, where the device
+        // lacks concurrent managed access, re-attached to the host). The memory is
+        // host-accessible (managed or pinned), initialised by every constructor, and owned
+        // exclusively by `self`.
         unsafe { self.ptr.as_ref() }
     }
 }
 
-impl<T: ?Sized> DerefMut for Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> DerefMut for Managed<T, HostOwned, M> {
     fn deref_mut(&mut self) -> &mut T {
+        // The host may write: a mirror's next `attach` copies to the device.
+        if let Some(m) = self.mirror_mut() {
+            m.host_dirty = true;
+        }
         // SAFETY: as in `deref`; `&mut self` makes the access exclusive.
         unsafe { self.ptr.as_mut() }
     }
 }
 
-impl<T: ?Sized, S: State> Drop for Managed<T, S> {
+impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
     fn drop(&mut self) {
         if S::ON_STREAM {
             // The owner's context: after a `hand_off` to another device it is not the
@@ -265,7 +439,7 @@ impl<T: ?Sized, S: State> Drop for Managed<T, S> {
                 && crate::asynchronous::defer_free(
                     owner,
                     self.stream,
-                    Orphan::new(self.device_ptr(), self.ctx.clone()),
+                    self.orphan_parts(self.ctx.clone()),
                 )
                 .is_ok()
             {
@@ -282,10 +456,18 @@ impl<T: ?Sized, S: State> Drop for Managed<T, S> {
         if self.ctx.bind().is_err() {
             return;
         }
-        // SAFETY: the allocation came from `alloc_host_attached`, `retype` hands ownership on
-        // without dropping, so this is the one free; no kernel can use it any more (host state,
-        // or its stream just completed).
-        let _ = unsafe { driver::mem_free(self.device_ptr()) };
+        match self.mirror() {
+            // SAFETY: both halves came from `alloc_mirror`; `retype` hands ownership on without
+            // dropping, so this is the one free; no kernel or copy can use them any more (host
+            // state, or their stream just completed).
+            Some(m) => unsafe { storage::free_mirror(self.host_ptr(), m) },
+            None => {
+                // SAFETY: the allocation came from `alloc_host_attached`, `retype` hands
+                // ownership on without dropping, so this is the one free; no kernel can use it
+                // any more (host state, or its stream just completed).
+                let _ = unsafe { driver::mem_free(self.device_ptr()) };
+            }
+        }
     }
 }
 

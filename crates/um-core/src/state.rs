@@ -28,6 +28,12 @@
 //! waits. The memory then carries B's brand, so no launch on A can name it. Across devices it
 //! needs concurrent managed access on every device involved ([`Error::HandOffAcrossDevices`]).
 //!
+//! Mirrored memory (`Managed<T, S, Mirror>`, see [`crate::storage`]) takes the same
+//! transitions: there, `attach` enqueues a host-to-device copy instead of the stream
+//! association (only if the host may have written since the last copy), `sync` a
+//! device-to-host copy before its wait (only if a launch took the buffer as `&mut`), and
+//! `hand_off` only orders the two streams (device memory has no association to move).
+//!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
 //! [`Transfer`] policy acts at the two transitions (prefetch, advice).
@@ -45,6 +51,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, StreamEvent};
 use crate::managed::Managed;
 use crate::sealed::Sealed;
+use crate::storage::{self, Storage};
 use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
 use crate::sys;
 
@@ -81,8 +88,8 @@ impl<K: StreamKind> State for StreamOwned<'_, K> {
     const ON_STREAM: bool = true;
 }
 
-fn check_same_context<T: ?Sized, S: State, K: StreamKind>(
-    memory: &Managed<T, S>,
+fn check_same_context<T: ?Sized, S: State, M: Storage, K: StreamKind>(
+    memory: &Managed<T, S, M>,
     stream: &Stream<'_, K>,
 ) -> Result<()> {
     if memory.context().same_as(stream.context()) {
@@ -92,7 +99,7 @@ fn check_same_context<T: ?Sized, S: State, K: StreamKind>(
     }
 }
 
-impl<T: ?Sized> Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// Hands the memory to `stream`: enqueues `cuStreamAttachMemAsync(stream, ptr, 0,
     /// CU_MEM_ATTACH_SINGLE)`, so that only kernels on that stream may use it and the CPU may
     /// use it again once that stream's work is done.
@@ -100,10 +107,14 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     /// The whole allocation is attached (length 0); a partial attach is not expressible.
     /// Attaching to the stream the memory is still associated with (after a `sync` from it)
     /// makes no driver call. If the driver refuses, the memory is freed and the error returned.
+    ///
+    /// For mirrored memory, `attach` instead enqueues the copy of the host half to the device
+    /// half on `stream` (`cuMemcpyHtoDAsync`), and only if the host may have written since the
+    /// last copy (a `DerefMut`, or a fresh allocation).
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
-    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         // SAFETY: `K: Attachable`, so `stream` is not the NULL stream.
         unsafe { self.hand_to(stream, sys::MEM_ATTACH_SINGLE) }
     }
@@ -118,9 +129,17 @@ impl<T: ?Sized> Managed<T, HostOwned> {
         mut self,
         stream: &Stream<'s, K>,
         flag: std::ffi::c_uint,
-    ) -> Result<Managed<T, StreamOwned<'s, K>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         check_same_context(&self, stream)?;
         let target = stream.raw();
+        let (host, bytes) = (self.host_ptr(), self.size_in_bytes());
+        if let Some(mirror) = self.mirror_mut() {
+            stream.context().bind()?;
+            // SAFETY: the two halves of the mirror we own, host-owned until the retype below;
+            // `stream` is alive for the whole of 's and its context is current.
+            unsafe { storage::to_device(mirror, host, bytes, target.handle) }?;
+            return Ok(self.retype(target));
+        }
         if self.stream().id != target.id {
             self.context().bind()?;
             // SAFETY: `self` is the start of a live managed allocation (we own it); `stream` is
@@ -132,7 +151,7 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     }
 }
 
-impl<T: ?Sized> Managed<T, HostOwned> {
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// Hands the memory to the legacy default stream: enqueues, on the NULL stream,
     /// `cuStreamAttachMemAsync(NULL, ptr, 0, CU_MEM_ATTACH_GLOBAL)`.
     ///
@@ -145,21 +164,24 @@ impl<T: ?Sized> Managed<T, HostOwned> {
     pub fn attach_global<'s>(
         self,
         stream: &Stream<'s, Legacy>,
-    ) -> Result<Managed<T, StreamOwned<'s, Legacy>>> {
+    ) -> Result<Managed<T, StreamOwned<'s, Legacy>, M>> {
         // SAFETY: GLOBAL is a legal flag on the NULL stream.
         unsafe { self.hand_to(stream, sys::MEM_ATTACH_GLOBAL) }
     }
 }
 
-impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// Waits for the owning stream, then gives the memory back to the CPU.
     ///
     /// On a device without concurrent managed access, the memory is first re-attached to the
     /// host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more
     /// work later. If the wait fails, the memory is dropped (and leaked if the stream may
     /// still use it) and the error returned.
+    ///
+    /// For mirrored memory, the copy of the device half to the host half is enqueued before
+    /// the wait, and only if a launch took the buffer as `&mut` since `attach`.
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
-    pub fn sync(self) -> Result<Managed<T, HostOwned>> {
+    pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
         bind_owner_context(&self)?;
         let after = release_to_host(&self)?;
         driver::stream_synchronize(self.stream().handle)?;
@@ -167,7 +189,7 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     }
 }
 
-impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
+impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
     /// Hands the memory from the stream that owns it (A) to `to` (B) without waiting on the
     /// host: the second form of `attach`, for memory that is still in use on A.
     ///
@@ -213,7 +235,7 @@ impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
     pub fn hand_off<'b, K2: Attachable>(
         self,
         to: &Stream<'b, K2>,
-    ) -> Result<Managed<T, StreamOwned<'b, K2>>> {
+    ) -> Result<Managed<T, StreamOwned<'b, K2>, M>> {
         let from = self.stream();
         let target = to.raw();
         if from.id == target.id {
@@ -224,6 +246,13 @@ impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
         // is alive for this call.
         let owner = unsafe { from.events() };
         let from_ctx = owner.map_or(self.context(), StreamEvent::context);
+        if self.mirror().is_some()
+            && !(from_ctx.same_as(to.context()) && self.context().same_as(to.context()))
+        {
+            // The device half is plain device memory of the allocation's device: another
+            // device's kernels could reach it only through peer access, which um does not set up.
+            return Err(Error::ContextMismatch);
+        }
         check_devices(self.context(), from_ctx, to.context())?;
         let temporary;
         let event: &Event = match owner {
@@ -238,13 +267,18 @@ impl<'a, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'a, K>> {
         // SAFETY: `from.handle` is the owning stream of `from_ctx` (alive for 'a), `target` a
         // live stream of `to`'s context (alive for 'b, as `to` is borrowed).
         unsafe { event.order(from.handle, to.context(), target.handle) }?;
+        if self.mirror().is_some() {
+            // Device memory has no stream association and mirrors no transfer policy: ordering
+            // B after A is the whole handoff.
+            return Ok(self.retype(target));
+        }
         // `to`'s context is current (`order` left it so).
         // SAFETY: `self` is the start of a live managed allocation we own; `target` is alive for
         // 'b and is not the NULL stream (`K2: Attachable`). B waits for A before the attach
         // takes effect, so the association changes only once A's kernels are done.
         unsafe { driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE) }?;
         // From here B owns it: should the policy fail, the drop waits for B (and so for A).
-        let mut handed: Managed<T, StreamOwned<'b, K2>> = self.retype(target);
+        let mut handed: Managed<T, StreamOwned<'b, K2>, M> = self.retype(target);
         apply_transfer_on_hand_off(&mut handed, to)?;
         Ok(handed)
     }
@@ -272,8 +306,8 @@ fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
 /// What the receiving stream's [`Transfer`] policy does at a handoff (the stream's context is
 /// current). `HostResident` advice names the allocation's device; on a stream of another
 /// device it is removed instead, and the policy acts as `OnDemand`.
-fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind>(
-    m: &mut Managed<T, StreamOwned<'_, K>>,
+fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind, M: Storage>(
+    m: &mut Managed<T, StreamOwned<'_, K>, M>,
     to: &Stream<'_, K>,
 ) -> Result<()> {
     let target = to.raw();
@@ -322,7 +356,9 @@ fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind>(
 /// The context of the stream that owns `memory`: the allocation's own, except after a
 /// handoff to another device. Every stream-ordered call on the owner needs it current (and
 /// the per-thread handle names a stream of the current context).
-pub(crate) fn owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> &Context {
+pub(crate) fn owner_context<T: ?Sized, S: State, M: Storage>(
+    memory: &Managed<T, S, M>,
+) -> &Context {
     if S::ON_STREAM {
         // SAFETY: in a stream-owned state the owning stream is alive while the memory is: its
         // brand is in `S`.
@@ -334,11 +370,13 @@ pub(crate) fn owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> &Con
 }
 
 /// Makes [`owner_context`] current.
-pub(crate) fn bind_owner_context<T: ?Sized, S: State>(memory: &Managed<T, S>) -> Result<()> {
+pub(crate) fn bind_owner_context<T: ?Sized, S: State, M: Storage>(
+    memory: &Managed<T, S, M>,
+) -> Result<()> {
     owner_context(memory).bind()
 }
 
-impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
     /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
     /// up to that point. No thread blocks while the GPU works.
@@ -347,15 +385,15 @@ impl<'s, T: ?Sized, K: StreamKind> Managed<T, StreamOwned<'s, K>> {
     /// an earlier kernel comes back as `Err` (and the memory is leaked, as with `sync`).
     /// Dropping the future unfinished never waits: the memory is freed once the stream is done
     /// (see [`SyncFuture`]).
-    pub fn sync_async(self) -> SyncFuture<'s, T, K> {
+    pub fn sync_async(self) -> SyncFuture<'s, T, K, M> {
         let released = bind_owner_context(&self).and_then(|()| release_to_host(&self));
         SyncFuture::new(self, released.map(Released))
     }
 }
 
-/// What the stream's [`Transfer`] policy does when memory is handed to it.
-fn apply_transfer_on_attach<T: ?Sized>(
-    m: &mut Managed<T, HostOwned>,
+/// What the stream's [`Transfer`] policy does when unified memory is handed to it.
+fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
+    m: &mut Managed<T, HostOwned, M>,
     target: RawStream,
 ) -> Result<()> {
     if !m.context().info().concurrent_managed_access {
@@ -396,9 +434,24 @@ fn apply_transfer_on_attach<T: ?Sized>(
 
 /// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
 /// the memory stays associated with afterwards.
-fn release_to_host<T: ?Sized, K: StreamKind>(
-    memory: &Managed<T, StreamOwned<'_, K>>,
+fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
+    memory: &Managed<T, StreamOwned<'_, K>, M>,
 ) -> Result<RawStream> {
+    if let Some(mirror) = memory.mirror() {
+        // SAFETY: the two halves of the mirror we own, stream-owned by this live stream (brand
+        // 's), whose context the callers made current; every caller waits for the stream
+        // before the memory becomes host-owned.
+        unsafe {
+            storage::to_host(
+                mirror,
+                memory.host_ptr(),
+                memory.size_in_bytes(),
+                memory.stream().handle,
+            )
+        }?;
+        // A mirror has no association with a stream to keep.
+        return Ok(RawStream::NONE);
+    }
     if memory.context().info().concurrent_managed_access {
         if memory.stream().transfer == Transfer::Prefetch {
             // SAFETY: live allocation of `size_in_bytes`; the owning stream is alive (brand 's).
@@ -427,7 +480,8 @@ fn release_to_host<T: ?Sized, K: StreamKind>(
 }
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
-/// to six `Managed<_, StreamOwned<'s, K>>`, and `Vec`s of one. Sealed.
+/// to six `Managed<_, StreamOwned<'s, K>, _>` (unified and mirrored mixed freely), and `Vec`s
+/// of one. Sealed.
 pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The same buffers in the host state.
     type Host;
@@ -494,12 +548,13 @@ fn check_owner<K: StreamKind>(owners: &[u64], stream: &Stream<'_, K>) -> Result<
 }
 
 macro_rules! sync_group_for_tuples {
-    ($( ($($t:ident $v:ident $after:ident),+) )+) => {$(
-        impl<'s, K: StreamKind, $($t: ?Sized),+> Sealed for ($(Managed<$t, StreamOwned<'s, K>>,)+) {}
-        impl<'s, K: StreamKind, $($t: ?Sized),+> SyncGroup<'s, K>
-            for ($(Managed<$t, StreamOwned<'s, K>>,)+)
+    ($( ($($t:ident $m:ident $v:ident $after:ident),+) )+) => {$(
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> Sealed
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+) {}
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> SyncGroup<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
         {
-            type Host = ($(Managed<$t, HostOwned>,)+);
+            type Host = ($(Managed<$t, HostOwned, $m>,)+);
             fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
                 let ($($v,)+) = self;
                 let owners = [$($v.stream().id),+];
@@ -529,17 +584,19 @@ macro_rules! sync_group_for_tuples {
 }
 
 sync_group_for_tuples! {
-    (A a a2)
-    (A a a2, B b b2)
-    (A a a2, B b b2, C c c2)
-    (A a a2, B b b2, C c c2, D d d2)
-    (A a a2, B b b2, C c c2, D d d2, E e e2)
-    (A a a2, B b b2, C c c2, D d d2, E e e2, F f f2)
+    (A MA a a2)
+    (A MA a a2, B MB b b2)
+    (A MA a a2, B MB b b2, C MC c c2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2, F MF f f2)
 }
 
-impl<'s, K: StreamKind, T: ?Sized> Sealed for Vec<Managed<T, StreamOwned<'s, K>>> {}
-impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwned<'s, K>>> {
-    type Host = Vec<Managed<T, HostOwned>>;
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> Sealed for Vec<Managed<T, StreamOwned<'s, K>, M>> {}
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
+    for Vec<Managed<T, StreamOwned<'s, K>, M>>
+{
+    type Host = Vec<Managed<T, HostOwned, M>>;
     fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
         let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
         check_owner(&owners, stream)?;
@@ -574,10 +631,11 @@ impl<'s, K: StreamKind, T: ?Sized> SyncGroup<'s, K> for Vec<Managed<T, StreamOwn
     }
 }
 
-impl<T: ?Sized + fmt::Debug> fmt::Debug for Managed<T, HostOwned> {
+impl<T: ?Sized + fmt::Debug, M: Storage> fmt::Debug for Managed<T, HostOwned, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Managed")
             .field("state", &"HostOwned")
+            .field("storage", &M::NAME)
             .field("value", &&**self)
             .finish()
     }
@@ -585,10 +643,11 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Managed<T, HostOwned> {
 
 /// Shows the size and the owning stream, never the contents: reading them on the CPU while the
 /// stream may run is exactly what this state forbids.
-impl<T: ?Sized, K: StreamKind> fmt::Debug for Managed<T, StreamOwned<'_, K>> {
+impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for Managed<T, StreamOwned<'_, K>, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Managed")
             .field("state", &"StreamOwned")
+            .field("storage", &M::NAME)
             .field("stream_kind", &K::NAME)
             .field("stream_id", &self.stream().id)
             .field("bytes", &self.size_in_bytes())

@@ -230,7 +230,8 @@ impl<K: StreamKind> std::fmt::Debug for Stream<'_, K> {
 
 /// What `um` moves between host and device at the ownership transitions of memory attached
 /// to a stream. The types know who touches the memory next: the stream after `attach`, the CPU
-/// after `sync`.
+/// after `sync`. Policies act on unified memory; mirrored memory
+/// ([`Mirror`](crate::Mirror)) always copies what changed, whatever the policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Transfer {
     /// Nothing: pages migrate on demand, when the GPU or the CPU first touches them.

@@ -122,6 +122,21 @@ unsafe extern "C" {
     pub(crate) fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> i32;
     pub(crate) fn cuMemAllocManaged(ptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> i32;
     pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> i32;
+    pub(crate) fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> i32;
+    pub(crate) fn cuMemAllocHost_v2(ptr: *mut *mut c_void, bytes: usize) -> i32;
+    pub(crate) fn cuMemFreeHost(ptr: *mut c_void) -> i32;
+    pub(crate) fn cuMemcpyHtoDAsync_v2(
+        dst: CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+        stream: CUstream,
+    ) -> i32;
+    pub(crate) fn cuMemcpyDtoHAsync_v2(
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> i32;
     // The CUDA 12.2+ form, which CUDA 13's header maps `cuMemAdvise` to.
     pub(crate) fn cuMemAdvise_v2(
         ptr: CUdeviceptr,
