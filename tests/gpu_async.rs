@@ -381,3 +381,53 @@ fn fault_sticky_error_is_surfaced_through_the_event_thread() {
     }
     run_fault_child("fault_sticky_error_is_surfaced_through_the_event_thread");
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn mirrored_memory_syncs_asynchronously_and_cancels_without_a_leak() {
+    let _serial = serial();
+    let ctx = gpu();
+    // Results: the future's release enqueues the device-to-host copy of a written mirror.
+    let data = um::Mirrored::<[f32]>::from_slice_mirrored(&ctx, &[1.0f32; 4097]).expect("alloc");
+    let data = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
+        let mut d = data.attach(s)?;
+        add_scalar(s, &mut d, 2.0)?;
+        d.sync_async().await
+    }))
+    .expect("stream work");
+    assert!(
+        data.iter().all(|v| *v == 3.0),
+        "the copy back ran before the wake-up"
+    );
+
+    // Cancellation: a mirror's future dropped with a kernel in flight goes to the reaper,
+    // which frees both halves once the stream is done.
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("busy");
+    let x = um::Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("alloc");
+    block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
+        let mut busy = busy.attach(s)?;
+        spin_then_add(s, &mut busy, 1.0, BUSY_NS)?;
+        let mut x = x.attach(s)?;
+        add_scalar(s, &mut x, 1.0)?;
+        let mut fut = x.sync_async();
+        assert!(
+            poll_once(&mut fut).is_pending(),
+            "the spinning kernel holds the stream"
+        );
+        let before = um::orphans_pending();
+        drop(fut);
+        assert!(
+            !s.is_idle()?,
+            "the drop returned only once the stream was done: it waited"
+        );
+        assert!(
+            um::orphans_pending() > before,
+            "the mirror went to the reaper"
+        );
+        busy.sync_async().await.map(drop)
+    }))
+    .expect("cancel");
+    um::reap_pending();
+    assert_eq!(um::orphans_pending(), 0);
+    ctx.synchronize_device().expect("no fault");
+}

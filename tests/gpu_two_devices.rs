@@ -185,3 +185,32 @@ fn the_per_thread_stream_of_device_1_receives_and_drops_memory_of_device_0() {
     let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 3.0);
     assert_eq!(bad, None);
 }
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn memory_handed_to_device_1_is_awaited_there() {
+    let (a, b) = two_contexts();
+    if !cross_device_handoff_allowed(&a, &b) {
+        println!("skipped: a device lacks concurrent managed access");
+        return;
+    }
+    let n = 1 << 16;
+    let x = Managed::from_fn(&a, n, |i| i as f32).expect("alloc on device 0");
+    // The future's callback goes on device 1's stream, with device 1's context current.
+    let x = pollster::block_on(a.with_stream_async(
+        StreamOptions::new().non_blocking(),
+        async |s0| {
+            b.with_stream_async(StreamOptions::new().non_blocking(), async |s1| {
+                let mut x = x.attach(s0)?;
+                testing::spin_then_add(s0, &mut x, 1.0, 10_000_000)?;
+                let mut x = x.hand_off(s1)?;
+                testing::add_scalar(s1, &mut x, 2.0)?;
+                x.sync_async().await
+            })
+            .await
+        },
+    ))
+    .expect("await on device 1");
+    let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 3.0);
+    assert_eq!(bad, None, "device 1's result after device 0's write");
+}
