@@ -164,11 +164,19 @@ fn per_thread_and_stream_set_scopes() {
 /// the stream is certainly still running when a drop that does not wait returns.
 const BUSY_NS: u64 = 2_000_000_000;
 
-/// One round of cancellation: a kernel queued behind a shut gate (so it is certainly still to
-/// run), the future polled once and dropped. Asserts that the drop returned while the
-/// gate was still shut (it did not wait for the stream) and that the buffer went to the reaper.
+/// One round of cancellation: a kernel queued behind one that spins for [`BUSY_NS`] (so it is
+/// certainly still to run), the future polled once and dropped. Asserts that the stream was
+/// still busy when the drop returned (it did not wait for the stream) and that the buffer went
+/// to the reaper.
 fn cancel_with_kernel_in_flight(ctx: &um::Context, n: usize) -> um::Result<()> {
-    let x = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    cancel_buffer_with_kernel_in_flight(ctx, Managed::<[f32]>::zeroed_slice(ctx, n)?)
+}
+
+/// [`cancel_with_kernel_in_flight`] for a buffer of either storage.
+fn cancel_buffer_with_kernel_in_flight<M: um::Storage>(
+    ctx: &um::Context,
+    x: Managed<[f32], um::HostOwned, M>,
+) -> um::Result<()> {
     let busy = Managed::<[f32]>::zeroed_slice(ctx, 1)?;
     block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
         let mut busy = busy.attach(s)?;
@@ -402,31 +410,8 @@ fn mirrored_memory_syncs_asynchronously_and_cancels_without_a_leak() {
 
     // Cancellation: a mirror's future dropped with a kernel in flight goes to the reaper,
     // which frees both halves once the stream is done.
-    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("busy");
     let x = um::Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("alloc");
-    block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
-        let mut busy = busy.attach(s)?;
-        spin_then_add(s, &mut busy, 1.0, BUSY_NS)?;
-        let mut x = x.attach(s)?;
-        add_scalar(s, &mut x, 1.0)?;
-        let mut fut = x.sync_async();
-        assert!(
-            poll_once(&mut fut).is_pending(),
-            "the spinning kernel holds the stream"
-        );
-        let before = um::orphans_pending();
-        drop(fut);
-        assert!(
-            !s.is_idle()?,
-            "the drop returned only once the stream was done: it waited"
-        );
-        assert!(
-            um::orphans_pending() > before,
-            "the mirror went to the reaper"
-        );
-        busy.sync_async().await.map(drop)
-    }))
-    .expect("cancel");
+    cancel_buffer_with_kernel_in_flight(&ctx, x).expect("cancel");
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
     ctx.synchronize_device().expect("no fault");
