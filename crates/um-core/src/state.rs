@@ -315,28 +315,11 @@ fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind, M: Storage>(
         return Ok(());
     }
     let (ptr, bytes) = (m.device_ptr(), m.size_in_bytes());
-    let own_device = m.context().device();
     let want_resident =
         target.transfer == Transfer::HostResident && to.context().same_as(m.context());
     if want_resident != m.is_host_resident() {
-        let (preferred, accessed) = if want_resident {
-            (
-                sys::ADVISE_SET_PREFERRED_LOCATION,
-                sys::ADVISE_SET_ACCESSED_BY,
-            )
-        } else {
-            (
-                sys::ADVISE_UNSET_PREFERRED_LOCATION,
-                sys::ADVISE_UNSET_ACCESSED_BY,
-            )
-        };
-        // SAFETY: live allocation of `bytes`; advice changes placement, never contents, so it
-        // may be given while A's kernels still run.
-        unsafe {
-            driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
-            driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(own_device))?;
-        }
-        m.set_host_resident(want_resident);
+        // Advice changes placement, never contents, so it may be given while A's kernels run.
+        set_host_resident_advice(m, want_resident)?;
     }
     if target.transfer == Transfer::Prefetch {
         // SAFETY: live allocation of `bytes`; the stream is alive ('b); enqueued on B after the
@@ -391,6 +374,36 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
     }
 }
 
+/// Sets (or removes) the advice of [`Transfer::HostResident`] on the whole allocation: preferred
+/// location the host, accessed by the allocation's own device. Both transitions that apply a
+/// policy (`attach` and `hand_off`) call it when the stream's policy and the memory's advice
+/// differ.
+fn set_host_resident_advice<T: ?Sized, S: State, M: Storage>(
+    m: &mut Managed<T, S, M>,
+    resident: bool,
+) -> Result<()> {
+    let (ptr, bytes, device) = (m.device_ptr(), m.size_in_bytes(), m.context().device());
+    let (preferred, accessed) = if resident {
+        (
+            sys::ADVISE_SET_PREFERRED_LOCATION,
+            sys::ADVISE_SET_ACCESSED_BY,
+        )
+    } else {
+        (
+            sys::ADVISE_UNSET_PREFERRED_LOCATION,
+            sys::ADVISE_UNSET_ACCESSED_BY,
+        )
+    };
+    // SAFETY: `m` is a live managed allocation of `bytes` that we own; advice changes where
+    // pages are placed, never their contents.
+    unsafe {
+        driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
+        driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(device))?;
+    }
+    m.set_host_resident(resident);
+    Ok(())
+}
+
 /// What the stream's [`Transfer`] policy does when unified memory is handed to it.
 fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
     m: &mut Managed<T, HostOwned, M>,
@@ -403,23 +416,7 @@ fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
     let want_resident = target.transfer == Transfer::HostResident;
     if want_resident != m.is_host_resident() {
         m.context().bind()?;
-        let (preferred, accessed) = if want_resident {
-            (
-                sys::ADVISE_SET_PREFERRED_LOCATION,
-                sys::ADVISE_SET_ACCESSED_BY,
-            )
-        } else {
-            (
-                sys::ADVISE_UNSET_PREFERRED_LOCATION,
-                sys::ADVISE_UNSET_ACCESSED_BY,
-            )
-        };
-        // SAFETY: live allocation of `bytes` that no kernel uses (host-owned).
-        unsafe {
-            driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
-            driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(device))?;
-        }
-        m.set_host_resident(want_resident);
+        set_host_resident_advice(m, want_resident)?;
     }
     if target.transfer == Transfer::Prefetch {
         m.context().bind()?;
