@@ -64,6 +64,12 @@ cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
 chmod +x "$out/racecheck/study.sh"
 ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/um-ptx/streams.ptx 2>/dev/null | head -n 1 || true)
 [ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
+# The pipeline probe (issue 11): CUDA C++ without um, built by nvcc on the GPU machine:
+# `bash DIR/pipeline-probe/probe.sh OUT`.
+mkdir -p "$out/pipeline-probe"
+cp bench/pipeline_probe.cu "$out/pipeline-probe/"
+cp scripts/pipeline-probe.sh "$out/pipeline-probe/probe.sh"
+chmod +x "$out/pipeline-probe/probe.sh"
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"
 [ "$size" -lt 60 ] || { echo "bundle: larger than 60 MiB" >&2; exit 1; }

@@ -1,6 +1,10 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick]`
+//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick] [--only LIST]`
+//!
+//! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`, `run_task`,
+//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`): for an
+//! investigation. The pages in the repository come from full runs.
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -45,7 +49,28 @@ pub(crate) struct Options {
     pub(crate) notes: Option<PathBuf>,
     pub(crate) rounds: usize,
     pub(crate) sizes_mib: Vec<usize>,
+    /// The scenarios to run; all when `None`.
+    pub(crate) only: Option<Vec<String>>,
 }
+
+impl Options {
+    fn wants(&self, scenario: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|s| s == scenario))
+    }
+}
+
+const SCENARIOS: [&str; 8] = [
+    "launch",
+    "run_task",
+    "mirror",
+    "bandwidth",
+    "threads",
+    "overlap",
+    "transitions",
+    "handoff",
+];
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
@@ -54,6 +79,7 @@ fn parse_args() -> Result<Options, String> {
         notes: None,
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -62,6 +88,13 @@ fn parse_args() -> Result<Options, String> {
             "--out" => o.out = PathBuf::from(value()?),
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
+            "--only" => {
+                let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
+                if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+                    return Err(format!("no scenario {bad:?}: expected some of {SCENARIOS:?}"));
+                }
+                o.only = Some(list);
+            }
             "--quick" => {
                 o.rounds = 1;
                 o.sizes_mib = vec![1, 16];
@@ -205,9 +238,11 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     // GPU machine) still leaves every figure measured so far.
     let save = |records: &[Record]| write_docs(ctx, opts, records, &notes);
     let mut records = Vec::new();
-    records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
-    save(&records)?;
-    for &mib in &opts.sizes_mib {
+    if opts.wants("launch") {
+        records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
+        save(&records)?;
+    }
+    for &mib in opts.sizes_mib.iter().filter(|_| opts.wants("run_task")) {
         // Three buffers per variant; never ask for more managed memory than the GPU has free.
         let need = 3 * mib * (1 << 20);
         if need > free / 2 {
@@ -219,25 +254,37 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         records.extend(runs::run_task(ctx, cpp.as_ref(), mib, opts.rounds)?);
         save(&records)?;
     }
-    // Mirrored memory: fewer rounds (device time is scarce), each in a fresh process.
-    let mirror_rounds = opts.rounds.min(3);
-    records.extend(runs::mirror_threads(
-        cpp.as_ref(),
-        &opts.sizes_mib,
-        // One thread is section 2's run_task (um mirror against C++ explicit, 5 rounds).
-        &[4, 8, 16],
-        mirror_rounds,
-        free,
-    )?);
-    records.extend(runs::skip(cpp.as_ref(), 64, mirror_rounds)?);
-    records.extend(runs::footprint(ctx)?);
+    if opts.wants("mirror") {
+        // Mirrored memory: fewer rounds (device time is scarce), each in a fresh process.
+        let mirror_rounds = opts.rounds.min(3);
+        records.extend(runs::mirror_threads(
+            cpp.as_ref(),
+            &opts.sizes_mib,
+            // One thread is section 2's run_task (um mirror against C++ explicit, 5 rounds).
+            &[4, 8, 16],
+            mirror_rounds,
+            free,
+        )?);
+        records.extend(runs::skip(cpp.as_ref(), 64, mirror_rounds)?);
+        records.extend(runs::footprint(ctx)?);
+        save(&records)?;
+    }
+    if opts.wants("bandwidth") {
+        records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
+    }
+    if opts.wants("threads") {
+        records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
+    }
     save(&records)?;
-    records.extend(runs::bandwidth(cpp.as_ref(), 256)?);
-    records.extend(runs::threads(ctx, &[1, 4, 8, 16], 16, opts.rounds)?);
-    save(&records)?;
-    records.extend(runs::overlap(ctx, opts.rounds)?);
-    records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
-    records.extend(handoff::handoff(ctx, opts.rounds)?);
+    if opts.wants("overlap") {
+        records.extend(runs::overlap(ctx, opts.rounds)?);
+    }
+    if opts.wants("transitions") {
+        records.extend(runs::transitions(ctx, cpp.as_ref(), opts.rounds)?);
+    }
+    if opts.wants("handoff") {
+        records.extend(handoff::handoff(ctx, opts.rounds)?);
+    }
     save(&records)?;
     println!(
         "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",

@@ -316,7 +316,7 @@ fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String,
     }
     let _ = writeln!(
         md,
-        "\n## 6. Mirrored memory\n\n`Managed<_, _, Mirror>`: page-locked host memory for the host state, device memory for the stream state. `attach` enqueues the copy to the device only if the host may have written since the last copy (a `DerefMut`, or a fresh allocation); `sync` enqueues the copy back before its wait only if a launch took the buffer as `&mut`. Every measurement runs in a fresh process, um and C++ alternating.\n\n### run_task on several threads, against C++ explicit copies\n\nSeed 000's loop on every thread, each with its own stream and its own three buffers; wall time per iteration of all threads together (median of rounds; one sample per round). C++: `um_baseline threads`, the `explicit` policy of section 2 on `std::thread`s. The one-thread rows are section 2's figures (ms per iteration, one thread).\n\n| MiB per buffer | threads | um mirror, ms | C++ explicit, ms | um / C++ |\n| ---: | ---: | ---: | ---: | ---: |"
+        "\n## 6. Mirrored memory\n\n`Managed<_, _, Mirror>`: page-locked host memory for the host state, device memory for the stream state. `attach` enqueues the copy to the device only if the host may have written since the last copy (a `DerefMut`, or a fresh allocation); `sync` enqueues the copy back before its wait only if a launch took the buffer as `&mut`. Every measurement runs in a fresh process, um and C++ alternating.\n\n### run_task on several threads, against C++ explicit copies\n\nSeed 000's loop on every thread, each with its own stream and its own three buffers; wall time per iteration of all threads together, from the start to the last thread's buffers back on the host (median of rounds; one sample per round). C++: `um_baseline threads`, the `explicit` policy of section 2 on `std::thread`s. The one-thread rows are section 2's figures (ms per iteration, one thread). Freeing the buffers (pinned host and device memory) is timed apart, after the clock, in both programs: the last two columns, ms for all threads' buffers together.\n\n| MiB per buffer | threads | um mirror, ms | C++ explicit, ms | um / C++ | um free, ms | C++ free, ms |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     // Per size: one thread (the run_task rows of section 2), then the threaded rows.
     let mut sizes = distinct(records, "run_task", |r| r.mib);
@@ -332,7 +332,7 @@ fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String,
         ) {
             let _ = writeln!(
                 md,
-                "| {mib} | 1 (section 2) | {:.3} | {:.3} | {:.3}x |",
+                "| {mib} | 1 (section 2) | {:.3} | {:.3} | {:.3}x | | |",
                 u.median,
                 c.median,
                 u.median / c.median
@@ -351,10 +351,27 @@ fn mirror_sections(md: &mut String, records: &[Record], goals: &mut Vec<(String,
                     format!("{:.3}x", u.median / c.median),
                 )
             });
+            let free = |imp: &str| {
+                records
+                    .iter()
+                    .find(|r| {
+                        r.scenario == "mirror_free"
+                            && r.imp == imp
+                            && r.mib == u.mib
+                            && r.threads == u.threads
+                    })
+                    .map_or("n/a".to_owned(), |r| format!("{:.1}", r.median))
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.3} | {} | {} |",
-                u.mib, u.threads, u.median, cm, ratio
+                "| {} | {} | {:.3} | {} | {} | {} | {} |",
+                u.mib,
+                u.threads,
+                u.median,
+                cm,
+                ratio,
+                free("um"),
+                free("cpp")
             );
             if let Some(c) = c {
                 let ratio = u.median / c.median;

@@ -447,6 +447,12 @@ pub(crate) fn run_task_variant(
 /// One measurement in a fresh process (this binary, `--child ARGS`), as the C++ baseline
 /// runs: `(median, min)` of its samples.
 fn in_child(args: &[&str]) -> Res<(f64, f64)> {
+    let text = child_output(args)?;
+    Ok((cpp::number(&text, "median")?, cpp::number(&text, "min")?))
+}
+
+/// What `um_bench --child ARGS` printed, or an error with its output if it failed.
+fn child_output(args: &[&str]) -> Res<String> {
     let out = std::process::Command::new(std::env::current_exe()?)
         .arg("--child")
         .args(args)
@@ -460,7 +466,7 @@ fn in_child(args: &[&str]) -> Res<(f64, f64)> {
         )
         .into());
     }
-    Ok((cpp::number(&text, "median")?, cpp::number(&text, "min")?))
+    Ok(text)
 }
 
 /// One launch variant in this process: per-launch host time samples (µs).
@@ -794,20 +800,24 @@ fn mirror_thread_iters(mib: usize) -> usize {
 
 /// Wall time (ms) per iteration of `threads` threads, each running the run_task loop on
 /// mirrored memory on its own stream (what the C++ `threads` mode does with explicit copies).
-/// Allocation and the first copies happen before the clock starts.
+/// Allocation and the first copies happen before the clock starts; the clock stops when the
+/// last thread has its buffers back on the host, and the buffers are freed after it, as the
+/// C++ program frees its own. Also prints `{"free_ms":..}`: how long freeing every thread's
+/// buffers took (pinned host memory and device memory), measured apart.
 pub(crate) fn mirror_threads_once(
     ctx: &Context,
     threads: usize,
     mib: usize,
     iters: usize,
 ) -> Res<f64> {
+    type Back = (Mirrored<[f32]>, Mirrored<[f32]>, Mirrored<[f32]>);
     let n = mib * (1 << 20) / 4;
     let barrier = Arc::new(Barrier::new(threads + 1));
-    std::thread::scope(|scope| -> Res<f64> {
+    let (ms, buffers) = std::thread::scope(|scope| -> Res<(f64, Vec<Back>)> {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let barrier = Arc::clone(&barrier);
-                scope.spawn(move || -> um::Result<()> {
+                scope.spawn(move || -> um::Result<(Instant, Back)> {
                     let input = Managed::from_fn_mirrored(ctx, n, input_value);
                     let data = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
                     let out = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
@@ -831,18 +841,33 @@ pub(crate) fn mirror_threads_once(
                             data = host.attach(s)?;
                             rt::convert(s, &mut out, &data)?;
                         }
-                        s.sync_all((data, out, input)).map(drop)
+                        let back = s.sync_all((data, out, input))?;
+                        Ok((Instant::now(), back))
                     })
                 })
             })
             .collect();
         barrier.wait();
         let t0 = Instant::now();
+        let mut end = t0;
+        let mut buffers = Vec::with_capacity(threads);
         for h in handles {
-            h.join().map_err(|_| "a benchmark thread panicked")??;
+            let (done, back) = h.join().map_err(|_| "a benchmark thread panicked")??;
+            end = end.max(done);
+            buffers.push(back);
         }
-        Ok(t0.elapsed().as_secs_f64() * 1e3 / iters as f64)
-    })
+        Ok((
+            end.duration_since(t0).as_secs_f64() * 1e3 / iters as f64,
+            buffers,
+        ))
+    })?;
+    let t0 = Instant::now();
+    drop(buffers);
+    println!(
+        "{{\"free_ms\":{:.4}}}",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(ms)
 }
 
 /// Mirrored memory against C++ explicit copies, run_task on several threads at each size;
@@ -865,23 +890,31 @@ pub(crate) fn mirror_threads(
                 continue;
             }
             let (mut um_r, mut cpp_r) = (Rounds::default(), Rounds::default());
+            let (mut um_free, mut cpp_free) = (Rounds::default(), Rounds::default());
             let args = [mib.to_string(), t.to_string(), iters.to_string()];
             for round in 0..rounds {
                 for k in 0..2 {
                     if (round + k) % 2 == 0 {
-                        let (ms, _) =
-                            in_child(&["threads", "mirror", &args[0], &args[1], &args[2]])?;
+                        let text =
+                            child_output(&["threads", "mirror", &args[0], &args[1], &args[2]])?;
+                        let ms = cpp::number(&text, "median")?;
                         um_r.add(ms, ms);
+                        let free = cpp::number(&text, "free_ms")?;
+                        um_free.add(free, free);
                     } else if let Some(cpp) = cpp {
                         let line = cpp.run("threads", &args)?.join("\n");
                         let ms = cpp::number(&line, "ms")?;
                         cpp_r.add(ms, ms);
+                        let free = cpp::number(&line, "free_ms")?;
+                        cpp_free.add(free, free);
                     }
                 }
             }
             out.push(um_r.record("mirror_threads", "um", "mirror", mib, t, "ms"));
+            out.push(um_free.record("mirror_free", "um", "mirror", mib, t, "ms"));
             if cpp.is_some() {
                 out.push(cpp_r.record("mirror_threads", "cpp", "explicit", mib, t, "ms"));
+                out.push(cpp_free.record("mirror_free", "cpp", "explicit", mib, t, "ms"));
             }
         }
     }

@@ -151,13 +151,19 @@ pub(crate) fn mem_info() -> Result<(usize, usize)> {
     Ok((free, total))
 }
 
-/// Allocates `bytes` (> 0) of managed memory attached to the host.
-pub(crate) fn mem_alloc_managed_host(bytes: usize) -> Result<sys::CUdeviceptr> {
+/// Allocates `bytes` (> 0) of managed memory attached to the host (`global` false) or
+/// globally (`global` true).
+pub(crate) fn mem_alloc_managed(bytes: usize, global: bool) -> Result<sys::CUdeviceptr> {
     let mut p: sys::CUdeviceptr = 0;
+    let flag = if global {
+        sys::MEM_ATTACH_GLOBAL
+    } else {
+        sys::MEM_ATTACH_HOST
+    };
     // SAFETY: `p` is a valid out-pointer; `bytes` > 0 was checked by the caller; the flag is a
-    // valid CUmemAttach_flags value.
+    // valid CUmemAttach_flags value for cuMemAllocManaged.
     check("cuMemAllocManaged", unsafe {
-        sys::cuMemAllocManaged(&mut p, bytes, sys::MEM_ATTACH_HOST)
+        sys::cuMemAllocManaged(&mut p, bytes, flag)
     })?;
     Ok(p)
 }
@@ -165,7 +171,7 @@ pub(crate) fn mem_alloc_managed_host(bytes: usize) -> Result<sys::CUdeviceptr> {
 /// Frees managed or device memory.
 ///
 /// # Safety
-/// `p` came from [`mem_alloc_managed_host`] or [`mem_alloc_device`], is freed once, and no
+/// `p` came from [`mem_alloc_managed`] or [`mem_alloc_device`], is freed once, and no
 /// kernel or copy can still use it.
 pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
     // SAFETY: guaranteed by the caller.

@@ -101,6 +101,18 @@ pub enum Error {
         /// receiver's).
         lacking: usize,
     },
+    /// A [`Coherent`](crate::Coherent) allocation on a device without concurrent managed access:
+    /// there the CPU may not touch globally attached memory while any kernel runs, which the
+    /// per-stream states cannot promise.
+    #[error(
+        "coherent memory needs concurrent managed access, which device {device} lacks \
+         (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 0): use unified memory \
+         (`Managed::from_slice` and its siblings), whose transitions move the stream association"
+    )]
+    NeedsConcurrentManagedAccess {
+        /// Ordinal of the device.
+        device: usize,
+    },
     /// A buffer of a stream set (`Context::with_streams`) was used on another stream of the set.
     /// Streams of one set share a brand, so this is checked at run time.
     #[error("argument {argument} is owned by another stream of the set than the one used")]

@@ -85,6 +85,7 @@
 mod asynchronous;
 #[doc(hidden)]
 pub mod codegen;
+mod coherent;
 mod context;
 mod driver;
 mod error;
@@ -113,7 +114,7 @@ pub use managed::Managed;
 pub use module::{Kernel, Module, ptx_isa_version};
 pub use options::ContextOptions;
 pub use state::{HostOwned, State, StreamOwned, SyncGroup};
-pub use storage::{Mirror, Mirrored, Storage, Unified};
+pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
 pub use stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };

@@ -80,28 +80,29 @@ pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<(
     Ok(())
 }
 
-/// Allocates `bytes` (> 0) of managed memory attached to the host, after checking that the GPU
-/// has that much free: oversubscribed managed memory can hang a shared GPU.
-fn alloc_host_attached(ctx: &Context, bytes: usize) -> Result<NonNull<u8>> {
+/// Allocates `bytes` (> 0) of managed memory attached to the host (or globally, for
+/// [`Coherent`](crate::Coherent) memory), after checking that the GPU has that much free:
+/// oversubscribed managed memory can hang a shared GPU.
+pub(crate) fn alloc_managed(ctx: &Context, bytes: usize, global: bool) -> Result<NonNull<u8>> {
     ctx.bind()?;
     let (free, _) = driver::mem_info()?;
     check_capacity(bytes, free, ctx.oversubscription_allowed())?;
-    let dptr = driver::mem_alloc_managed_host(bytes)?;
+    let dptr = driver::mem_alloc_managed(bytes, global)?;
     // Managed memory has one address for host and device; the driver never returns 0 on
     // success, but a null check costs nothing.
     NonNull::new(dptr as usize as *mut u8).ok_or_else(|| storage::null_pointer("cuMemAllocManaged"))
 }
 
 /// Where a constructor writes: a fresh, host-accessible allocation and its storage part.
-struct Fresh<M: Storage> {
-    base: NonNull<u8>,
-    parts: <M as storage::parts::HasParts>::Parts,
+pub(crate) struct Fresh<M: Storage> {
+    pub(crate) base: NonNull<u8>,
+    pub(crate) parts: <M as storage::parts::HasParts>::Parts,
 }
 
 impl Fresh<Unified> {
     fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
         Ok(Fresh {
-            base: alloc_host_attached(ctx, bytes)?,
+            base: alloc_managed(ctx, bytes, false)?,
             parts: (),
         })
     }
@@ -116,7 +117,7 @@ impl Fresh<Mirror> {
 
 impl<M: Storage> Fresh<M> {
     /// The allocation holding `value`.
-    fn value<T: DeviceCopy>(self, ctx: &Context, value: T) -> Managed<T, HostOwned, M> {
+    pub(crate) fn value<T: DeviceCopy>(self, ctx: &Context, value: T) -> Managed<T, HostOwned, M> {
         let ptr = self.base.cast::<T>();
         // SAFETY: `ptr` is a fresh host-accessible allocation of `size_of::<T>()` bytes, aligned
         // for any type (the driver aligns managed, pinned and device allocations to at least
@@ -126,7 +127,7 @@ impl<M: Storage> Fresh<M> {
     }
 
     /// The allocation of `bytes` holding zero bytes, as a `T` or a slice of `len` `T`s.
-    fn zeroed<T: ?Sized>(
+    pub(crate) fn zeroed<T: ?Sized>(
         self,
         ctx: &Context,
         bytes: usize,
@@ -140,7 +141,7 @@ impl<M: Storage> Fresh<M> {
 
     /// The allocation of `len` elements, element `i` set to `f(i)`. If `f` panics, the
     /// allocation leaks (it is never read uninitialised).
-    fn filled<T: DeviceCopy>(
+    pub(crate) fn filled<T: DeviceCopy>(
         self,
         ctx: &Context,
         len: usize,
@@ -322,6 +323,11 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     }
 
     /// The mirror's state, or `None` for unified memory.
+    /// Whether the transitions move the driver's stream association: unified memory only.
+    pub(crate) fn associated(&self) -> bool {
+        <M as storage::parts::HasParts>::ASSOCIATED
+    }
+
     pub(crate) fn mirror(&self) -> Option<&storage::MirrorParts> {
         <M as storage::parts::HasParts>::mirror(&self.parts)
     }
@@ -462,7 +468,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // state, or their stream just completed).
             Some(m) => unsafe { storage::free_mirror(self.host_ptr(), m) },
             None => {
-                // SAFETY: the allocation came from `alloc_host_attached`, `retype` hands
+                // SAFETY: the allocation came from `alloc_managed`, `retype` hands
                 // ownership on without dropping, so this is the one free; no kernel can use it
                 // any more (host state, or its stream just completed).
                 let _ = unsafe { driver::mem_free(self.device_ptr()) };

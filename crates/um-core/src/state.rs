@@ -140,7 +140,8 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
             unsafe { storage::to_device(mirror, host, bytes, target.handle) }?;
             return Ok(self.retype(target));
         }
-        if self.stream().id != target.id {
+        // Coherent memory keeps its global association: no driver call.
+        if self.associated() && self.stream().id != target.id {
             self.context().bind()?;
             // SAFETY: `self` is the start of a live managed allocation (we own it); `stream` is
             // alive for the whole of 's; the flag suits the stream (the caller's guarantee).
@@ -272,11 +273,17 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
             // B after A is the whole handoff.
             return Ok(self.retype(target));
         }
-        // `to`'s context is current (`order` left it so).
-        // SAFETY: `self` is the start of a live managed allocation we own; `target` is alive for
-        // 'b and is not the NULL stream (`K2: Attachable`). B waits for A before the attach
-        // takes effect, so the association changes only once A's kernels are done.
-        unsafe { driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE) }?;
+        if self.associated() {
+            // `to`'s context is current (`order` left it so).
+            // SAFETY: `self` is the start of a live managed allocation we own; `target` is alive
+            // for 'b and is not the NULL stream (`K2: Attachable`). B waits for A before the
+            // attach takes effect, so the association changes only once A's kernels are done.
+            unsafe {
+                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE)
+            }?;
+        }
+        // Coherent memory stays attached globally: the event is the whole handoff, and B's
+        // policy follows.
         // From here B owns it: should the policy fail, the drop waits for B (and so for A).
         let mut handed: Managed<T, StreamOwned<'b, K2>, M> = self.retype(target);
         apply_transfer_on_hand_off(&mut handed, to)?;
@@ -449,7 +456,8 @@ fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
         // A mirror has no association with a stream to keep.
         return Ok(RawStream::NONE);
     }
-    if memory.context().info().concurrent_managed_access {
+    // Coherent memory exists only where the device has concurrent managed access.
+    if !memory.associated() || memory.context().info().concurrent_managed_access {
         if memory.stream().transfer == Transfer::Prefetch {
             // SAFETY: live allocation of `size_in_bytes`; the owning stream is alive (brand 's).
             unsafe {

@@ -2,6 +2,10 @@
 //!
 //! * [`Unified`] (the default): one managed allocation (`cuMemAllocManaged`), one address for
 //!   host and device; the driver migrates pages.
+//! * [`Coherent`]: one managed allocation attached globally (`CU_MEM_ATTACH_GLOBAL`), on devices
+//!   with concurrent managed access only. The transitions make no association call: `attach`
+//!   applies the stream's transfer policy, `sync` waits, `hand_off` orders the two streams with
+//!   an event. What a stream association would promise the driver, the types already enforce.
 //! * [`Mirror`]: two allocations, page-locked host memory (`cuMemAllocHost`) for the host state
 //!   and device memory (`cuMemAlloc`) for the stream state. `um` copies between them at the
 //!   transitions, and only when the side that takes over may hold stale bytes:
@@ -27,7 +31,7 @@ use crate::sealed::Sealed;
 use crate::state::HostOwned;
 use crate::sys;
 
-/// The storages of a [`Managed`] allocation: [`Unified`] and [`Mirror`]. Sealed.
+/// The storages of a [`Managed`] allocation: [`Unified`], [`Coherent`] and [`Mirror`]. Sealed.
 pub trait Storage: Sealed + parts::HasParts + 'static {
     /// What the storage is called in messages.
     #[doc(hidden)]
@@ -40,6 +44,34 @@ pub trait Storage: Sealed + parts::HasParts + 'static {
 pub struct Unified {
     _private: (),
 }
+
+/// Storage: CUDA managed memory attached globally (`CU_MEM_ATTACH_GLOBAL`), for devices with
+/// concurrent managed access (every Pascal-or-later GPU on Linux); its constructors refuse
+/// other devices with [`Error::NeedsConcurrentManagedAccess`].
+///
+/// The states and the rules are those of [`Unified`]: a stream-owned buffer is reachable only
+/// by launches on its stream, the CPU only in the host state. What differs is that `um` never
+/// changes the driver's stream association. `cuStreamAttachMemAsync` is stream-ordered, and
+/// each one held both streams of a two-stage pipeline for 40 to 50 µs on an H200 (the C++
+/// probe `bench/pipeline_probe.cu`, docs/performance.md). Without it:
+/// * `attach` makes no driver call besides the stream's [`Transfer`](crate::Transfer) policy;
+/// * `sync` waits for the owning stream (the CPU may touch globally attached memory while
+///   other streams run kernels, because the device has concurrent managed access);
+/// * `hand_off` is an event recorded on A and waited for on B, on one device or across devices.
+///
+/// The association's promise to the driver ("only kernels of this stream touch it") is the
+/// promise the brands already keep, so dropping the association loses no check. It loses the
+/// driver's freedom to let the CPU use the memory while the owning stream is busy on devices
+/// *without* concurrent access, which is why those devices are refused.
+///
+/// Allocate with [`Managed::from_slice_coherent`] and its siblings.
+#[derive(Debug)]
+pub struct Coherent {
+    _private: (),
+}
+
+/// A coherent allocation: `CoherentManaged<[f32]>` is `Managed<[f32], HostOwned, Coherent>`.
+pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
 
 /// Storage: page-locked host memory for the host state, device memory for the stream state,
 /// with the copies between them made by `attach` and `sync`, and only when needed.
@@ -58,9 +90,13 @@ pub struct Mirror {
 pub type Mirrored<T, S = HostOwned> = Managed<T, S, Mirror>;
 
 impl Sealed for Unified {}
+impl Sealed for Coherent {}
 impl Sealed for Mirror {}
 impl Storage for Unified {
     const NAME: &'static str = "unified";
+}
+impl Storage for Coherent {
+    const NAME: &'static str = "coherent";
 }
 impl Storage for Mirror {
     const NAME: &'static str = "mirror";
@@ -76,6 +112,9 @@ pub(crate) mod parts {
     pub trait HasParts {
         /// What the storage keeps besides the host pointer: nothing for unified memory.
         type Parts: Send + Sync + 'static;
+        /// Whether the transitions move the driver's stream association
+        /// (`cuStreamAttachMemAsync`): only [`Unified`] memory has one to move.
+        const ASSOCIATED: bool;
         /// The mirror's state, or `None` for unified memory.
         fn mirror(parts: &Self::Parts) -> Option<&MirrorParts>;
         /// As `mirror`, mutable.
@@ -99,6 +138,18 @@ pub(crate) mod parts {
 
     impl HasParts for Unified {
         type Parts = ();
+        const ASSOCIATED: bool = true;
+        fn mirror(_: &()) -> Option<&MirrorParts> {
+            None
+        }
+        fn mirror_mut(_: &mut ()) -> Option<&mut MirrorParts> {
+            None
+        }
+    }
+
+    impl HasParts for Coherent {
+        type Parts = ();
+        const ASSOCIATED: bool = false;
         fn mirror(_: &()) -> Option<&MirrorParts> {
             None
         }
@@ -109,6 +160,7 @@ pub(crate) mod parts {
 
     impl HasParts for Mirror {
         type Parts = MirrorParts;
+        const ASSOCIATED: bool = false;
         fn mirror(parts: &MirrorParts) -> Option<&MirrorParts> {
             Some(parts)
         }

@@ -1,0 +1,92 @@
+//! The constructors of [`Coherent`] memory: managed memory attached globally, on devices with
+//! concurrent managed access only. What the transitions do with it is in `crate::state`; what
+//! the storage is, in `crate::storage`.
+//!
+//! They have their own names for the reason mirrored memory's do: `Managed::from_slice` keeps
+//! meaning unified memory.
+
+use std::ptr::NonNull;
+
+use cust::memory::DeviceCopy;
+use cust::memory::bytemuck::Zeroable;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::managed::{Fresh, Managed, alloc_managed, byte_size};
+use crate::state::HostOwned;
+use crate::storage::Coherent;
+
+impl Fresh<Coherent> {
+    /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
+    /// access (as `ctx` reports it: the emulated mode of `ContextOptions` reports none).
+    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
+        let info = ctx.info();
+        if !info.concurrent_managed_access {
+            return Err(Error::NeedsConcurrentManagedAccess {
+                device: info.ordinal,
+            });
+        }
+        Ok(Fresh {
+            base: alloc_managed(ctx, bytes, true)?,
+            parts: (),
+        })
+    }
+}
+
+impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
+    /// A coherent allocation holding `value`.
+    pub fn new_coherent(ctx: &Context, value: T) -> Result<Self> {
+        let bytes = byte_size::<T>(1)?;
+        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.value(ctx, value))
+    }
+
+    /// A coherent allocation filled with zero bytes.
+    pub fn zeroed_coherent(ctx: &Context) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        let bytes = byte_size::<T>(1)?;
+        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
+    }
+}
+
+impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
+    /// A coherent allocation of `len` elements, element `i` set to `f(i)`.
+    ///
+    /// If `f` panics, the allocation leaks (it is never read uninitialised).
+    pub fn from_fn_coherent(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
+        let bytes = byte_size::<T>(len)?;
+        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
+    }
+
+    /// A coherent copy of `data`.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// use um_core::{CoherentManaged, Context, Managed, StreamOptions};
+    /// let ctx = Context::new(0)?;
+    /// let data: CoherentManaged<[f32]> = Managed::from_slice_coherent(&ctx, &[1.0, 2.0])?;
+    /// let data = ctx.with_streams(2, StreamOptions::new(), |s| {
+    ///     let data = data.attach(&s[0])?; // no driver call
+    ///     // ... launches on s[0] ...
+    ///     let data = data.hand_off(&s[1])?; // an event: s[1] waits for s[0] on the GPU
+    ///     // ... launches on s[1] ...
+    ///     data.sync()
+    /// })?;
+    /// assert_eq!(data[1], 2.0);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_slice_coherent(ctx: &Context, data: &[T]) -> Result<Self> {
+        Self::from_fn_coherent(ctx, data.len(), |i| data[i])
+    }
+
+    /// A coherent allocation of `len` zeroed elements.
+    pub fn zeroed_slice_coherent(ctx: &Context, len: usize) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        let bytes = byte_size::<T>(len)?;
+        let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
+        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+    }
+}
