@@ -1,6 +1,7 @@
 // The CUDA C++ side of um's benchmarks: the same work as benches/um_bench.rs, written straight
 // against the driver API, launching the same PTX (written out by the Rust side). Compiled on the
-// GPU machine by the bundle's bench.sh: nvcc -O2 -cudart none -o um_baseline baseline.cpp -lcuda
+// GPU machine by the bundle's bench.sh: nvcc -O3 -cudart none -o um_baseline baseline.cpp -lcuda
+// (-O3 for the host code, as Rust's release profile uses opt-level 3; the kernels are um's PTX)
 //
 //   um_baseline launch      PTX_DIR BATCHES PER_BATCH
 //   um_baseline run_task    PTX_DIR MODE MIB ITERS

@@ -14,5 +14,5 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 baseline=$(mktemp -d)/um_baseline
-"$nvcc" -O2 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
+"$nvcc" -O3 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
 UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --notes bench/notes.md "${@:2}"

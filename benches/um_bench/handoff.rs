@@ -6,13 +6,19 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use um::kernels::testing;
-use um::{Context, Managed, StreamOptions};
+use um::{Context, HostOwned, Managed, Storage, StreamOptions};
 
 use crate::Record;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const REPS: usize = 2000;
+
+/// How a storage's buffers are made: unified (`Managed::zeroed_slice`) or coherent
+/// (`Managed::zeroed_slice_coherent`).
+type Alloc<M> = fn(&Context, usize) -> um::Result<Managed<[f32], HostOwned, M>>;
+const UNIFIED: Alloc<um::Unified> = |ctx, n| Managed::zeroed_slice(ctx, n);
+const COHERENT: Alloc<um::Coherent> = |ctx, n| Managed::zeroed_slice_coherent(ctx, n);
 /// GPU time of the kernel before a transition, in the "after a kernel" rows.
 const KERNEL_NS: u64 = 20_000;
 
@@ -43,8 +49,13 @@ fn record(imp: &str, variant: &str, rounds: &[Vec<f64>], unit: &'static str) -> 
 
 /// Host µs of one A -> B transition, by `hand_off` or by `sync` + `attach`, with A idle or
 /// after a `KERNEL_NS` kernel on A (whose wait `sync` pays and `hand_off` does not).
-fn transition_once(ctx: &Context, handoff: bool, after_kernel: bool) -> Res<Vec<f64>> {
-    let m = Managed::<[f32]>::zeroed_slice(ctx, 1024)?;
+fn transition_once<M: Storage>(
+    ctx: &Context,
+    handoff: bool,
+    after_kernel: bool,
+    alloc: Alloc<M>,
+) -> Res<Vec<f64>> {
+    let m = alloc(ctx, 1024)?;
     let samples = ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             let mut samples = Vec::with_capacity(REPS);
@@ -82,8 +93,8 @@ const PER_BATCH: usize = 256;
 
 /// Host µs per launch when every launch is on the other stream than the last one: um's typed
 /// launcher plus one `hand_off` per launch.
-fn um_alternating(ctx: &Context) -> Res<Vec<f64>> {
-    let m = Managed::<[f32]>::zeroed_slice(ctx, 1)?;
+fn um_alternating<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<Vec<f64>> {
+    let m = alloc(ctx, 1)?;
     let samples = ctx.with_streams(2, StreamOptions::new(), |s| {
         let mut x = m.attach(&s[0])?;
         let mut samples = Vec::new();
@@ -142,9 +153,21 @@ fn cudarc_alternating() -> Res<Vec<f64>> {
 }
 
 /// Seconds for `batches` batches through two `stage_ns` stages on streams A and B.
-fn pipeline_secs(ctx: &Context, batches: usize, stage_ns: u64, handoff: bool) -> Res<f64> {
-    let inputs: Vec<Managed<[f32]>> = (0..batches)
-        .map(|k| Managed::from_fn(ctx, 1024, |j| (k + j) as f32))
+fn pipeline_secs<M: Storage>(
+    ctx: &Context,
+    batches: usize,
+    stage_ns: u64,
+    handoff: bool,
+    alloc: Alloc<M>,
+) -> Res<f64> {
+    let inputs: Vec<Managed<[f32], HostOwned, M>> = (0..batches)
+        .map(|k| {
+            let mut x = alloc(ctx, 1024)?;
+            x.iter_mut()
+                .enumerate()
+                .for_each(|(j, v)| *v = (k + j) as f32);
+            Ok(x)
+        })
         .collect::<um::Result<_>>()?;
     let options = StreamOptions::new().non_blocking();
     let (outputs, secs) = ctx.with_stream(options, |a| {
@@ -177,68 +200,90 @@ fn pipeline_secs(ctx: &Context, batches: usize, stage_ns: u64, handoff: bool) ->
     Ok(secs)
 }
 
+/// The pipelines measured: (batches, stage length in ns, label).
+const PIPELINES: [(usize, u64, &str); 3] = [
+    (400, 10_000, "10 µs"),
+    (200, 100_000, "100 µs"),
+    (40, 1_000_000, "1 ms"),
+];
+
+/// The name of a pipeline record: stage label, storage, what.
+fn pipeline_variant(stages: &str, storage: &str, what: &str) -> String {
+    format!("pipeline, {stages} stages, {storage}: {what}")
+}
+
 pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
     println!(
         "handoff: {REPS} transitions, {LAUNCH_BATCHES} x {PER_BATCH} launches, pipelines; {rounds} rounds"
     );
-    let mut rows: Vec<(&str, &str, Vec<Vec<f64>>, &'static str)> = vec![
-        ("um", "hand_off, A idle", Vec::new(), "us"),
-        ("um", "sync + attach, A idle", Vec::new(), "us"),
-        (
-            "um",
-            "hand_off, after a 20 µs kernel on A",
-            Vec::new(),
-            "us",
-        ),
-        (
-            "um",
-            "sync + attach, after a 20 µs kernel on A",
-            Vec::new(),
-            "us",
-        ),
+    let mut rows: Vec<(&str, String, Vec<Vec<f64>>, &'static str)> = [
+        ("um", "hand_off, A idle", "us"),
+        ("um", "sync + attach, A idle", "us"),
+        ("um", "hand_off, after a 20 µs kernel on A", "us"),
+        ("um", "sync + attach, after a 20 µs kernel on A", "us"),
+        ("um", "hand_off, after a 20 µs kernel on A, coherent", "us"),
         (
             "um",
             "launch on the other stream: hand_off + typed launcher",
-            Vec::new(),
+            "us",
+        ),
+        (
+            "um",
+            "launch on the other stream: hand_off + typed launcher, coherent",
             "us",
         ),
         (
             "cudarc",
             "launch on the other stream: automatic events",
-            Vec::new(),
             "us",
         ),
-        (
-            "um",
-            "pipeline, 10 µs stages: sync + attach time / hand_off time",
-            Vec::new(),
-            "x",
-        ),
-        (
-            "um",
-            "pipeline, 100 µs stages: sync + attach time / hand_off time",
-            Vec::new(),
-            "x",
-        ),
-        (
-            "um",
-            "pipeline, 1 ms stages: sync + attach time / hand_off time",
-            Vec::new(),
-            "x",
-        ),
-    ];
+    ]
+    .into_iter()
+    .map(|(imp, v, unit)| (imp, v.to_owned(), Vec::new(), unit))
+    .collect();
+    let first_pipeline = rows.len();
+    for (_, _, stages) in PIPELINES {
+        for storage in [um::Unified::NAME, um::Coherent::NAME] {
+            for (what, unit) in [
+                ("hand_off, µs per batch", "us"),
+                ("sync + attach, µs per batch", "us"),
+                ("sync + attach time / hand_off time", "x"),
+            ] {
+                rows.push((
+                    "um",
+                    pipeline_variant(stages, storage, what),
+                    Vec::new(),
+                    unit,
+                ));
+            }
+        }
+    }
     for _ in 0..rounds {
-        rows[0].2.push(transition_once(ctx, true, false)?);
-        rows[1].2.push(transition_once(ctx, false, false)?);
-        rows[2].2.push(transition_once(ctx, true, true)?);
-        rows[3].2.push(transition_once(ctx, false, true)?);
-        rows[4].2.push(um_alternating(ctx)?);
-        rows[5].2.push(cudarc_alternating()?);
-        for (row, batches, stage_ns) in [(6, 400, 10_000), (7, 200, 100_000), (8, 40, 1_000_000)] {
-            pipeline_secs(ctx, 4, stage_ns, true)?; // warm-up
-            let handoff = pipeline_secs(ctx, batches, stage_ns, true)?;
-            let sync = pipeline_secs(ctx, batches, stage_ns, false)?;
-            rows[row].2.push(vec![sync / handoff]);
+        rows[0].2.push(transition_once(ctx, true, false, UNIFIED)?);
+        rows[1].2.push(transition_once(ctx, false, false, UNIFIED)?);
+        rows[2].2.push(transition_once(ctx, true, true, UNIFIED)?);
+        rows[3].2.push(transition_once(ctx, false, true, UNIFIED)?);
+        rows[4].2.push(transition_once(ctx, true, true, COHERENT)?);
+        rows[5].2.push(um_alternating(ctx, UNIFIED)?);
+        rows[6].2.push(um_alternating(ctx, COHERENT)?);
+        rows[7].2.push(cudarc_alternating()?);
+        let mut row = first_pipeline;
+        for (batches, stage_ns, _) in PIPELINES {
+            let mut push = |handoff: f64, sync: f64| {
+                let per_batch = 1e6 / batches as f64;
+                rows[row].2.push(vec![handoff * per_batch]);
+                rows[row + 1].2.push(vec![sync * per_batch]);
+                rows[row + 2].2.push(vec![sync / handoff]);
+                row += 3;
+            };
+            pipeline_secs(ctx, 4, stage_ns, true, UNIFIED)?; // warm-up
+            let handoff = pipeline_secs(ctx, batches, stage_ns, true, UNIFIED)?;
+            let sync = pipeline_secs(ctx, batches, stage_ns, false, UNIFIED)?;
+            push(handoff, sync);
+            pipeline_secs(ctx, 4, stage_ns, true, COHERENT)?;
+            let handoff = pipeline_secs(ctx, batches, stage_ns, true, COHERENT)?;
+            let sync = pipeline_secs(ctx, batches, stage_ns, false, COHERENT)?;
+            push(handoff, sync);
         }
     }
     Ok(rows
@@ -250,29 +295,54 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
 /// Section 7 of performance.md.
 pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
+    let handoff: Vec<&Record> = records.iter().filter(|r| r.scenario == "handoff").collect();
+    if handoff.is_empty() {
+        return md;
+    }
     let _ = writeln!(
         md,
         "\n## 7. Handing memory from stream A to stream B (issue 11)\n\n\
-         Host time of one transition (µs), per launch when each launch is on the other stream \
-         than the last, and the throughput ratio of a two-stage pipeline (each stage \
-         `spin_then_add` on a 1024-float batch).\n\n\
+         Host time of one transition (µs), and per launch when each launch is on the other \
+         stream than the last. Unified memory unless the row says coherent (managed memory \
+         attached globally, whose handoff is the event alone).\n\n\
          | who | what | median | min |\n| --- | --- | ---: | ---: |"
     );
-    let mut goals = Vec::new();
-    for r in records.iter().filter(|r| r.scenario == "handoff") {
-        let unit = if r.unit == "x" { "x" } else { " µs" };
+    for r in handoff
+        .iter()
+        .filter(|r| !r.variant.starts_with("pipeline"))
+    {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.3}{unit} | {:.3}{unit} |",
+            "| {} | {} | {:.3} µs | {:.3} µs |",
             r.imp, r.variant, r.median, r.min
         );
-        if r.unit == "x" {
-            goals.push(format!(
-                "{}: {:.2}x ({})",
-                r.variant.split(':').next().unwrap_or(""),
-                r.median,
-                if r.median >= 1.8 { "met" } else { "not met" }
-            ));
+    }
+    let _ = writeln!(
+        md,
+        "\n### Two-stage pipeline\n\n\
+         Each stage is `spin_then_add` on a 1024-float batch; host wall time per batch (median \
+         of rounds), from the first enqueue to the last batch back on the host. Unified: every \
+         `attach` and handoff moves the stream association (`cuStreamAttachMemAsync`). \
+         Coherent: no association call; a handoff is an event.\n\n\
+         | stages | storage | hand_off, µs per batch | sync + attach, µs per batch | sync / hand_off |\n\
+         | --- | --- | ---: | ---: | ---: |"
+    );
+    let get = |v: String| handoff.iter().find(|r| r.variant == v).map(|r| r.median);
+    let mut goals = Vec::new();
+    for (_, _, stages) in PIPELINES {
+        for storage in [um::Unified::NAME, um::Coherent::NAME] {
+            let cell = |what: &str| get(pipeline_variant(stages, storage, what));
+            if let (Some(h), Some(s), Some(x)) = (
+                cell("hand_off, µs per batch"),
+                cell("sync + attach, µs per batch"),
+                cell("sync + attach time / hand_off time"),
+            ) {
+                let _ = writeln!(md, "| {stages} | {storage} | {h:.1} | {s:.1} | {x:.2}x |");
+                goals.push(format!(
+                    "{stages} stages, {storage}: {x:.2}x ({})",
+                    if x >= 1.8 { "met" } else { "not met" }
+                ));
+            }
         }
     }
     let _ = writeln!(
