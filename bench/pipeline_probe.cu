@@ -1,7 +1,10 @@
 // Where a two-stage pipeline on managed memory loses its time (issue 11), in CUDA C++ without um.
 // Built and run on the GPU machine by the bundle's bench/pipeline_probe.sh:
 //
-//   nvcc -O2 -o pipeline_probe pipeline_probe.cu && ./pipeline_probe BATCHES STAGE_US
+//   nvcc -O2 -o pipeline_probe pipeline_probe.cu && ./pipeline_probe BATCHES STAGE_US [VARIANTS]
+//
+// VARIANTS, a comma-separated list, picks the variants and their order (default: all, in the
+// order below).
 //
 // Every variant runs the same pipeline: batch k (1024 floats) is processed by a kernel of
 // STAGE_US microseconds on stream A, then by the same kernel on stream B, and comes back to the
@@ -20,7 +23,8 @@
 //   prefetch_ab   as attach_ab plus a prefetch to the GPU on A after the attach (um's
 //                 Transfer::Prefetch)
 //
-// For each it prints one JSON line: wall-clock us per batch, and from %globaltimer stamps the
+// For each it prints one JSON line: wall-clock us per batch (and of it, the host's enqueue
+// time per batch, before the final wait), and from %globaltimer stamps the
 // mean stage length and the mean idle time on A between consecutive stages.
 #include <cuda_runtime.h>
 
@@ -68,7 +72,7 @@ static double now_us() {
 }
 
 struct Result {
-    double us_per_batch, stage_us, idle_a_us, idle_b_us;
+    double enqueue_us, us_per_batch, stage_us, idle_a_us, idle_b_us;
     bool correct;
 };
 
@@ -132,6 +136,7 @@ static Result run(const std::string &variant, bool events, int batches, unsigned
         spin_add<<<4, 256, 0, b>>>(x[k], 2.0f, ns, stamps + 4 * k + 2);
         CK(cudaGetLastError());
     }
+    double enqueue_us = (now_us() - t0) / batches;
     CK(cudaStreamSynchronize(b));
     CK(cudaStreamSynchronize(a));
     double us = (now_us() - t0) / batches;
@@ -154,12 +159,12 @@ static Result run(const std::string &variant, bool events, int batches, unsigned
     CK(cudaEventDestroy(ev));
     CK(cudaStreamDestroy(a));
     CK(cudaStreamDestroy(b));
-    return {us, stage / batches, idle_a / (batches - 1), idle_b / (batches - 1), correct};
+    return {enqueue_us, us, stage / batches, idle_a / (batches - 1), idle_b / (batches - 1), correct};
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s BATCHES STAGE_US\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s BATCHES STAGE_US [VARIANT,VARIANT,...]\n", argv[0]);
         return 2;
     }
     int batches = atoi(argv[1]);
@@ -167,16 +172,27 @@ int main(int argc, char **argv) {
     CK(cudaFree(0));
     int cma = 0;
     CK(cudaDeviceGetAttribute(&cma, cudaDevAttrConcurrentManagedAccess, 0));
-    const char *variants[] = {"device", "global", "attach_ab", "attach_a", "resident_ab", "prefetch_ab"};
+    std::vector<std::string> variants = {"device", "global", "attach_ab", "attach_a", "resident_ab", "prefetch_ab"};
+    if (argc == 4) {
+        variants.clear();
+        std::string list = argv[3];
+        size_t at = 0;
+        while (at <= list.size()) {
+            size_t comma = list.find(',', at);
+            if (comma == std::string::npos) comma = list.size();
+            variants.push_back(list.substr(at, comma - at));
+            at = comma + 1;
+        }
+    }
     run("device", true, 20, ns);  // warm-up
     for (int round = 0; round < 2; round++)
-        for (const char *v : variants)
+        for (const std::string &v : variants)
             for (int e = 1; e >= 0; e--) {
                 Result r = run(v, e == 1, batches, ns);
                 printf("{\"round\":%d,\"variant\":\"%s\",\"mode\":\"%s\",\"stage_us_set\":%.1f,"
-                       "\"us_per_batch\":%.2f,\"stage_us\":%.2f,\"idle_a_us\":%.2f,"
+                       "\"enqueue_us\":%.2f,\"us_per_batch\":%.2f,\"stage_us\":%.2f,\"idle_a_us\":%.2f,"
                        "\"idle_b_us\":%.2f,\"correct\":%s,\"concurrent_managed_access\":%d}\n",
-                       round, v, e ? "events" : "sync", ns / 1e3, r.us_per_batch, r.stage_us,
+                       round, v.c_str(), e ? "events" : "sync", ns / 1e3, r.enqueue_us, r.us_per_batch, r.stage_us,
                        r.idle_a_us, r.idle_b_us, r.correct ? "true" : "false", cma);
                 fflush(stdout);
             }

@@ -15,3 +15,8 @@ exe=$(mktemp -d)/pipeline_probe
 for us in 10 100; do
   "$exe" "$batches" "$us" | tee -a "$out/pipeline_probe.jsonl"
 done
+# Does one stream attach slow down every later launch of the process? The variants without an
+# attach, first in a fresh process, then after the attaching variants (each line says which).
+for order in device,global attach_ab,device,global; do
+  "$exe" "$batches" 10 "$order" | sed "s/^{/{\"order\":\"$order\",/" | tee -a "$out/pipeline_order.jsonl"
+done

@@ -212,6 +212,38 @@ fn pipeline_variant(stages: &str, storage: &str, what: &str) -> String {
     format!("pipeline, {stages} stages, {storage}: {what}")
 }
 
+/// The measurements of one storage in a fresh process (`um_bench --child handoff STORAGE`):
+/// one JSON line. A process that has made one `cuStreamAttachMemAsync` launches more slowly
+/// from then on (docs/performance.md, section 7), so coherent memory, which makes none, is
+/// measured where no unified memory was ever attached; unified memory is measured in a fresh
+/// process as well, so that the two differ only in the storage.
+pub(crate) fn child(ctx: &Context, storage: &str) -> Res<String> {
+    fn run<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<String> {
+        let mut line = format!(
+            "{{\"transition\":{:.4},\"alternating\":{:.4}",
+            median(&transition_once(ctx, true, true, alloc)?),
+            median(&um_alternating(ctx, alloc)?)
+        );
+        for (i, (batches, stage_ns, _)) in PIPELINES.into_iter().enumerate() {
+            pipeline_secs(ctx, 4, stage_ns, true, alloc)?; // warm-up
+            let handoff = pipeline_secs(ctx, batches, stage_ns, true, alloc)?;
+            let sync = pipeline_secs(ctx, batches, stage_ns, false, alloc)?;
+            let per_batch = 1e6 / batches as f64;
+            line += &format!(
+                ",\"p{i}_handoff\":{:.4},\"p{i}_sync\":{:.4}",
+                handoff * per_batch,
+                sync * per_batch
+            );
+        }
+        Ok(line + "}")
+    }
+    match storage {
+        "unified" => run(ctx, UNIFIED),
+        "coherent" => run(ctx, COHERENT),
+        _ => Err(format!("no storage {storage:?}").into()),
+    }
+}
+
 pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
     println!(
         "handoff: {REPS} transitions, {LAUNCH_BATCHES} x {PER_BATCH} launches, pipelines; {rounds} rounds"
@@ -221,7 +253,16 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         ("um", "sync + attach, A idle", "us"),
         ("um", "hand_off, after a 20 µs kernel on A", "us"),
         ("um", "sync + attach, after a 20 µs kernel on A", "us"),
-        ("um", "hand_off, after a 20 µs kernel on A, coherent", "us"),
+        (
+            "um",
+            "hand_off, after a 20 µs kernel on A, fresh process, unified",
+            "us",
+        ),
+        (
+            "um",
+            "hand_off, after a 20 µs kernel on A, fresh process, coherent",
+            "us",
+        ),
         (
             "um",
             "launch on the other stream: hand_off + typed launcher",
@@ -229,7 +270,12 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         ),
         (
             "um",
-            "launch on the other stream: hand_off + typed launcher, coherent",
+            "launch on the other stream: hand_off + typed launcher, fresh process, unified",
+            "us",
+        ),
+        (
+            "um",
+            "launch on the other stream: hand_off + typed launcher, fresh process, coherent",
             "us",
         ),
         (
@@ -263,27 +309,23 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         rows[1].2.push(transition_once(ctx, false, false, UNIFIED)?);
         rows[2].2.push(transition_once(ctx, true, true, UNIFIED)?);
         rows[3].2.push(transition_once(ctx, false, true, UNIFIED)?);
-        rows[4].2.push(transition_once(ctx, true, true, COHERENT)?);
-        rows[5].2.push(um_alternating(ctx, UNIFIED)?);
-        rows[6].2.push(um_alternating(ctx, COHERENT)?);
-        rows[7].2.push(cudarc_alternating()?);
-        let mut row = first_pipeline;
-        for (batches, stage_ns, _) in PIPELINES {
-            let mut push = |handoff: f64, sync: f64| {
-                let per_batch = 1e6 / batches as f64;
-                rows[row].2.push(vec![handoff * per_batch]);
-                rows[row + 1].2.push(vec![sync * per_batch]);
+        rows[6].2.push(um_alternating(ctx, UNIFIED)?);
+        rows[9].2.push(cudarc_alternating()?);
+        for (k, storage) in [um::Unified::NAME, um::Coherent::NAME]
+            .into_iter()
+            .enumerate()
+        {
+            let line = crate::runs::child_output(&["handoff", storage])?;
+            let num = |key: &str| crate::cpp::number(&line, key);
+            rows[4 + k].2.push(vec![num("transition")?]);
+            rows[7 + k].2.push(vec![num("alternating")?]);
+            for i in 0..PIPELINES.len() {
+                let (handoff, sync) = (num(&format!("p{i}_handoff"))?, num(&format!("p{i}_sync"))?);
+                let row = first_pipeline + 6 * i + 3 * k;
+                rows[row].2.push(vec![handoff]);
+                rows[row + 1].2.push(vec![sync]);
                 rows[row + 2].2.push(vec![sync / handoff]);
-                row += 3;
-            };
-            pipeline_secs(ctx, 4, stage_ns, true, UNIFIED)?; // warm-up
-            let handoff = pipeline_secs(ctx, batches, stage_ns, true, UNIFIED)?;
-            let sync = pipeline_secs(ctx, batches, stage_ns, false, UNIFIED)?;
-            push(handoff, sync);
-            pipeline_secs(ctx, 4, stage_ns, true, COHERENT)?;
-            let handoff = pipeline_secs(ctx, batches, stage_ns, true, COHERENT)?;
-            let sync = pipeline_secs(ctx, batches, stage_ns, false, COHERENT)?;
-            push(handoff, sync);
+            }
         }
     }
     Ok(rows
@@ -304,7 +346,9 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         "\n## 7. Handing memory from stream A to stream B (issue 11)\n\n\
          Host time of one transition (µs), and per launch when each launch is on the other \
          stream than the last. Unified memory unless the row says coherent (managed memory \
-         attached globally, whose handoff is the event alone).\n\n\
+         attached globally, whose handoff is the event alone). Rows marked \"fresh process\" \
+         run in a process of their own that has attached nothing else: a process slows down \
+         for good at its first `cuStreamAttachMemAsync` (see the analysis).\n\n\
          | who | what | median | min |\n| --- | --- | ---: | ---: |"
     );
     for r in handoff
@@ -321,7 +365,8 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         md,
         "\n### Two-stage pipeline\n\n\
          Each stage is `spin_then_add` on a 1024-float batch; host wall time per batch (median \
-         of rounds), from the first enqueue to the last batch back on the host. Unified: every \
+         of rounds), from the first enqueue to the last batch back on the host, each storage \
+         in a fresh process per round. Unified: every \
          `attach` and handoff moves the stream association (`cuStreamAttachMemAsync`). \
          Coherent: no association call; a handoff is an event.\n\n\
          | stages | storage | hand_off, µs per batch | sync + attach, µs per batch | sync / hand_off |\n\

@@ -111,8 +111,27 @@ fn parse_args() -> Result<Options, String> {
 
 /// `um_bench --child run_task IMPL VARIANT MIB ITERS`, `--child launch VARIANT`,
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
-/// in this fresh process; prints `{"median":..,"min":..}` of its samples.
+/// in this fresh process; prints `{"median":..,"min":..}` of its samples. `--child handoff
+/// STORAGE`: section 7's measurements of one storage, as one JSON line.
 fn child(args: &[String]) -> ExitCode {
+    // `--child handoff STORAGE`: prints its own JSON line (handoff.rs).
+    if let [what, storage] = args
+        && what == "handoff"
+    {
+        return match Context::new(0)
+            .map_err(Into::into)
+            .and_then(|ctx| handoff::child(&ctx, storage))
+        {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("um_bench --child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let run = |ctx: &Context| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
         match args {
             [what, imp, variant, mib, iters] if what == "run_task" => {

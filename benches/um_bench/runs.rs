@@ -452,7 +452,7 @@ fn in_child(args: &[&str]) -> Res<(f64, f64)> {
 }
 
 /// What `um_bench --child ARGS` printed, or an error with its output if it failed.
-fn child_output(args: &[&str]) -> Res<String> {
+pub(crate) fn child_output(args: &[&str]) -> Res<String> {
     let out = std::process::Command::new(std::env::current_exe()?)
         .arg("--child")
         .args(args)
