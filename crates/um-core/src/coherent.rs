@@ -11,10 +11,12 @@ use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::context::Context;
+use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::{Fresh, Managed, alloc_managed, byte_size};
 use crate::state::HostOwned;
 use crate::storage::Coherent;
+use crate::sys;
 
 impl Fresh<Coherent> {
     /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
@@ -26,11 +28,33 @@ impl Fresh<Coherent> {
                 device: info.ordinal,
             });
         }
+        if let Some(device) = device_lacking_concurrent_access()? {
+            return Err(Error::NeedsConcurrentManagedAccess { device });
+        }
         Ok(Fresh {
             base: alloc_managed(ctx, bytes, true)?,
             parts: (),
         })
     }
+}
+
+/// The first device of the process without concurrent managed access, if any.
+///
+/// Globally attached memory is reachable from every device, not only the allocation's
+/// (`cuMemAllocManaged`: "accessible from any stream on any device"), and on a device without
+/// concurrent managed access the CPU may touch no such memory while any kernel runs there. A
+/// kernel on that other device (through `um` or not) would then make every CPU access to a
+/// host-owned coherent buffer a fault, which the states cannot prevent: so every device must
+/// have it, not only the allocation's. (The emulated mode belongs to one handle and changes
+/// nothing physical: it is checked on `ctx` above, not here.)
+fn device_lacking_concurrent_access() -> Result<Option<usize>> {
+    for ordinal in 0..driver::device_count()? {
+        let device = driver::device_get(ordinal)?;
+        if driver::device_attribute(device, sys::ATTR_CONCURRENT_MANAGED_ACCESS)? == 0 {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
