@@ -91,7 +91,9 @@ fn parse_args() -> Result<Options, String> {
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
                 if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
-                    return Err(format!("no scenario {bad:?}: expected some of {SCENARIOS:?}"));
+                    return Err(format!(
+                        "no scenario {bad:?}: expected some of {SCENARIOS:?}"
+                    ));
                 }
                 o.only = Some(list);
             }

@@ -863,10 +863,7 @@ pub(crate) fn mirror_threads_once(
     })?;
     let t0 = Instant::now();
     drop(buffers);
-    println!(
-        "{{\"free_ms\":{:.4}}}",
-        t0.elapsed().as_secs_f64() * 1e3
-    );
+    println!("{{\"free_ms\":{:.4}}}", t0.elapsed().as_secs_f64() * 1e3);
     Ok(ms)
 }
 
