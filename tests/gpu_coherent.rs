@@ -442,3 +442,86 @@ fn coherent_memory_syncs_asynchronously_and_cancels_without_a_leak() {
     ctx.synchronize_device()
         .expect("no fault: nothing freed under the kernel");
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_panic_with_coherent_memory_in_flight_on_two_streams_frees_nothing_in_use() {
+    let _serial = serial();
+    let ctx = coherent_gpu();
+    let x = Managed::from_fn_coherent(&ctx, n(), |_| 0.0f32).expect("alloc");
+    // A panic after a handoff while A's kernel may still run and B waits for it: unwinding
+    // drops the buffer (its drop waits for B, and so for A) before either stream is destroyed.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.with_stream(StreamOptions::new().non_blocking(), |a| {
+            ctx.with_stream(StreamOptions::new().non_blocking(), |b| {
+                let mut x = x.attach(a)?;
+                spin_then_add(a, &mut x, 1.0, SPIN_NS)?;
+                let mut x = x.hand_off(b)?;
+                add_scalar(b, &mut x, 1.0)?;
+                panic!("a panic with kernels in flight on both streams");
+                #[allow(unreachable_code)]
+                x.sync().map(drop)
+            })
+        })
+    }));
+    assert!(unwound.is_err(), "the closure panicked");
+    ctx.synchronize_device()
+        .expect("no fault: nothing was freed under a kernel");
+    let y = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc after");
+    let y = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut y = y.attach(s)?;
+            add_scalar(s, &mut y, 0.5)?;
+            y.sync()
+        })
+        .expect("the context still works after the panic");
+    assert_eq!(first_wrong(&y, |i| i as f32 + 0.5), None);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn coherent_memory_on_the_legacy_and_per_thread_streams() {
+    let _serial = serial();
+    let ctx = coherent_gpu();
+    let x = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc");
+    let before = um::attach_calls_on_this_thread();
+    // The legacy stream: attach_global (no call for coherent memory), then a handoff to a
+    // non-blocking stream, which waits for the legacy stream's event.
+    let x = ctx
+        .with_legacy_stream(|legacy| {
+            ctx.with_stream(StreamOptions::new().non_blocking(), |b| {
+                let mut x = x.attach_global(legacy)?;
+                spin_then_add(legacy, &mut x, 1.0, SPIN_NS)?; // i + 1
+                let mut x = x.hand_off(b)?;
+                add_scalar(b, &mut x, 2.0)?; // i + 3
+                x.sync()
+            })
+        })
+        .expect("legacy -> non-blocking");
+    // The per-thread stream, on this thread and on another.
+    let x = ctx
+        .with_per_thread_stream(|pts| {
+            let mut x = x.attach(pts)?;
+            spin_then_add(pts, &mut x, 1.0, 1_000_000)?; // i + 4
+            x.sync()
+        })
+        .expect("per-thread stream");
+    assert_eq!(
+        um::attach_calls_on_this_thread(),
+        before,
+        "no association call on the legacy or the per-thread stream"
+    );
+    let x = std::thread::scope(|t| {
+        t.spawn(|| {
+            ctx.with_per_thread_stream(|pts| {
+                let mut x = x.attach(pts)?;
+                add_scalar(pts, &mut x, 1.0)?; // i + 5
+                x.sync()
+            })
+        })
+        .join()
+        .expect("the thread did not panic")
+    })
+    .expect("per-thread stream of another thread");
+    assert_eq!(first_wrong(&x, |i| i as f32 + 5.0), None);
+}
