@@ -360,3 +360,57 @@ fn each_buffer_follows_the_handle_it_was_allocated_with() {
     assert_eq!(calls, (2, 1, 0));
     assert!(x.iter().enumerate().all(|(i, v)| *v == i as f32 + 1.0));
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn every_coherent_constructor_is_refused() {
+    let ctx = emulated();
+    let want = um::Error::NeedsConcurrentManagedAccess { device: 0 };
+    let refused = [
+        Managed::new_coherent(&ctx, 1.0f32).map(drop),
+        Managed::<u64, um::HostOwned, um::Coherent>::zeroed_coherent(&ctx).map(drop),
+        Managed::from_fn_coherent(&ctx, 16, |i| i as f32).map(drop),
+        Managed::from_slice_coherent(&ctx, &[1u32, 2, 3]).map(drop),
+        um::CoherentManaged::<[f32]>::zeroed_slice_coherent(&ctx, 16).map(drop),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        assert_eq!(r, Err(want.clone()), "constructor {i}");
+    }
+    // The refusal is the context's, not the device's: the same device as it is allows it.
+    if as_it_is().info().concurrent_managed_access {
+        Managed::from_slice_coherent(&as_it_is(), &[1u32, 2, 3]).expect("device as it is");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn coherent_memory_follows_its_own_handle_on_a_stream_of_an_emulating_one() {
+    // One device, two handles of one primary context: coherent memory made through the handle
+    // that sees concurrent access, run on a stream of the emulating handle. Each buffer follows
+    // the handle it was allocated with: no host attach, exact results (the device has
+    // concurrent access, so this is the coherent path, not a shortcut of the emulated one).
+    let real = as_it_is();
+    if !real.info().concurrent_managed_access {
+        println!("skipped: the device lacks concurrent managed access");
+        return;
+    }
+    let ctx = emulated();
+    let x = Managed::from_fn_coherent(&real, 4096, |i| i as f32).expect("alloc");
+    let (x, (attaches, host, _)) = calls_of(|| {
+        ctx.with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            add_scalar(s, &mut x, 1.0)?;
+            let mut x = x.sync()?.attach(s)?;
+            add_scalar(s, &mut x, 1.0)?;
+            x.sync()
+        })
+        .expect("stream work")
+    });
+    assert_eq!(
+        (attaches, host),
+        (0, 0),
+        "coherent memory makes no attach call"
+    );
+    let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 2.0);
+    assert_eq!(bad, None);
+}

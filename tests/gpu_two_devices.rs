@@ -214,3 +214,74 @@ fn memory_handed_to_device_1_is_awaited_there() {
     let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 3.0);
     assert_eq!(bad, None, "device 1's result after device 0's write");
 }
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn coherent_memory_of_device_0_is_handed_to_device_1_and_back() {
+    let (a, b) = two_contexts();
+    if !cross_device_handoff_allowed(&a, &b) {
+        println!("skipped: a device lacks concurrent managed access (coherent memory needs it)");
+        return;
+    }
+    let n = 1 << 20;
+    let x = Managed::from_fn_coherent(&a, n, |i| i as f32).expect("coherent alloc on device 0");
+    let x = a
+        .with_stream(StreamOptions::new().non_blocking(), |s0| {
+            b.with_stream(StreamOptions::new().non_blocking(), |s1| {
+                let attaches = um::attach_calls_on_this_thread();
+                let mut x = x.attach(s0)?;
+                // Device 0 writes after 50 ms; device 1 must see that write.
+                testing::spin_then_add(s0, &mut x, 1.0, 50_000_000)?;
+                let mut x = x.hand_off(s1)?; // an event of device 0, waited for on device 1
+                testing::add_scalar(s1, &mut x, 2.0)?;
+                let mut x = x.hand_off(s0)?;
+                testing::add_scalar(s0, &mut x, 4.0)?;
+                let x = x.sync()?;
+                assert_eq!(
+                    um::attach_calls_on_this_thread(),
+                    attaches,
+                    "coherent memory crosses devices without an association call"
+                );
+                Ok(x)
+            })
+        })
+        .expect("coherent memory across devices");
+    let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 7.0);
+    assert_eq!(
+        bad, None,
+        "device 1 did not see device 0's write, or the reverse"
+    );
+}
+
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurrent_access() {
+    let (a, b) = two_contexts();
+    if !cross_device_handoff_allowed(&a, &b) {
+        println!("skipped: a device lacks concurrent managed access (coherent memory needs it)");
+        return;
+    }
+    // Device 1 through a handle that takes the path of a device without concurrent access:
+    // the handoff asks the receiver's handle, as for unified memory.
+    let emulated = Context::with_options(
+        1,
+        um::ContextOptions::new().emulate_no_concurrent_access(true),
+    )
+    .expect("device 1, emulated");
+    let x = Managed::from_fn_coherent(&a, 1 << 16, |i| i as f32).expect("alloc on device 0");
+    let err = a
+        .with_stream(StreamOptions::new(), |s0| {
+            emulated.with_stream(StreamOptions::new(), |s1| {
+                let mut x = x.attach(s0)?;
+                testing::add_scalar(s0, &mut x, 1.0)?;
+                x.hand_off(s1)?.sync().map(drop)
+            })
+        })
+        .expect_err("the receiver's handle lacks concurrent managed access");
+    assert!(
+        matches!(err, Error::HandOffAcrossDevices { lacking: 1, .. }),
+        "{err}"
+    );
+    // The refused buffer was dropped (its drop waited for s0); device 0 is healthy.
+    a.synchronize_device().expect("no fault");
+}

@@ -11,10 +11,12 @@ use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::context::Context;
+use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::{Fresh, Managed, alloc_managed, byte_size};
 use crate::state::HostOwned;
 use crate::storage::Coherent;
+use crate::sys;
 
 impl Fresh<Coherent> {
     /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
@@ -26,11 +28,41 @@ impl Fresh<Coherent> {
                 device: info.ordinal,
             });
         }
+        if let Some(device) = device_lacking_concurrent_access()? {
+            return Err(Error::NeedsConcurrentManagedAccess { device });
+        }
         Ok(Fresh {
             base: alloc_managed(ctx, bytes, true)?,
             parts: (),
         })
     }
+}
+
+/// The first device of the process without concurrent managed access, if any.
+///
+/// Globally attached memory is reachable from every device, not only the allocation's
+/// (`cuMemAllocManaged`: "accessible from any stream on any device"), and on a device without
+/// concurrent managed access the CPU may touch no such memory while any kernel runs there. A
+/// kernel on that other device (through `um` or not) would then make every CPU access to a
+/// host-owned coherent buffer a fault, which the states cannot prevent: so every device must
+/// have it, not only the allocation's. (The emulated mode belongs to one handle and changes
+/// nothing physical: it is checked on `ctx` above, not here.)
+fn device_lacking_concurrent_access() -> Result<Option<usize>> {
+    first_lacking((0..driver::device_count()?).map(|ordinal| {
+        let device = driver::device_get(ordinal)?;
+        Ok(driver::device_attribute(device, sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0)
+    }))
+}
+
+/// The ordinal of the first device whose concurrent managed access is `false`, given each
+/// device's answer in order; the first error stops the search.
+fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Option<usize>> {
+    for (ordinal, concurrent) in devices.into_iter().enumerate() {
+        if !concurrent? {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
@@ -88,5 +120,27 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
         let bytes = byte_size::<T>(len)?;
         let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
         Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_lacking;
+    use crate::Error;
+
+    #[test]
+    fn one_device_without_concurrent_access_refuses_coherent_memory_on_all() {
+        assert_eq!(first_lacking([]), Ok(None));
+        assert_eq!(first_lacking([Ok(true), Ok(true)]), Ok(None));
+        assert_eq!(first_lacking([Ok(true), Ok(false), Ok(true)]), Ok(Some(1)));
+        assert_eq!(first_lacking([Ok(false), Ok(false)]), Ok(Some(0)));
+        let err = Error::InvalidDevice {
+            ordinal: 1,
+            count: 1,
+        };
+        assert_eq!(
+            first_lacking([Ok(true), Err(err.clone()), Ok(false)]),
+            Err(err)
+        );
     }
 }

@@ -110,7 +110,8 @@ pub enum Error {
          (`Managed::from_slice` and its siblings), whose transitions move the stream association"
     )]
     NeedsConcurrentManagedAccess {
-        /// Ordinal of the device.
+        /// Ordinal of the device: the allocation's, or another device of the process (globally
+        /// attached memory is reachable from every device, so every one must have it).
         device: usize,
     },
     /// A buffer of a stream set (`Context::with_streams`) was used on another stream of the set.

@@ -5,7 +5,7 @@
 //! writes, and plain scalars. Memory attached to another stream carries another brand and does
 //! not type-check; host-owned memory is not a `KernelArg` at all. The borrow checker then gives
 //! the kernel the same aliasing rules as Rust code: one writer or many readers per buffer.
-//! Either storage (unified or mirrored) is an argument; a `&mut` argument marks a mirror
+//! Every storage (unified, coherent or mirrored) is an argument; a `&mut` argument marks a mirror
 //! written on the device, so that its `sync` copies it back.
 
 use std::ffi::c_void;

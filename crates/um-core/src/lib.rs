@@ -211,9 +211,14 @@ mod facts {
     assert_impl_all!(Managed<[f32], HostOwned, Mirror>: Send, Sync);
     assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Mirror>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Mirror>: Send, Sync);
+    // So does coherent memory.
+    assert_impl_all!(Managed<[f32], HostOwned, Coherent>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Coherent>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Coherent>: Send, Sync);
     // Storages are zero-sized markers, and unified memory carries nothing for them.
     const_assert_eq!(std::mem::size_of::<Unified>(), 0);
     const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
+    const_assert_eq!(std::mem::size_of::<Coherent>(), 0);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

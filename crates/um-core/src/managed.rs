@@ -30,9 +30,10 @@ use crate::sys;
 /// [`hand_off`](Managed::hand_off), which consume the value and return it in its new state (see
 /// [`crate::state`]).
 ///
-/// The storage `M` is [`Unified`] (managed memory, the default) or [`Mirror`] (pinned host
-/// memory and device memory, copied at the transitions only when needed; see
-/// [`crate::storage`]). States, transitions and launches are the same for both.
+/// The storage `M` is [`Unified`] (managed memory, the default), [`Coherent`](crate::Coherent)
+/// (managed memory attached globally, whose transitions make no association call) or [`Mirror`]
+/// (pinned host memory and device memory, copied at the transitions only when needed; see
+/// [`crate::storage`]). States, transitions and launches are the same for all three.
 pub struct Managed<T: ?Sized, S: State = HostOwned, M: Storage = Unified> {
     /// The host address: of the managed allocation (which is also the device address), or of
     /// the pinned half of a mirror.
@@ -322,12 +323,12 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         self.ptr.cast::<u8>()
     }
 
-    /// The mirror's state, or `None` for unified memory.
     /// Whether the transitions move the driver's stream association: unified memory only.
     pub(crate) fn associated(&self) -> bool {
         <M as storage::parts::HasParts>::ASSOCIATED
     }
 
+    /// The mirror's state, or `None` for unified and coherent memory.
     pub(crate) fn mirror(&self) -> Option<&storage::MirrorParts> {
         <M as storage::parts::HasParts>::mirror(&self.parts)
     }

@@ -34,6 +34,11 @@
 //! device-to-host copy before its wait (only if a launch took the buffer as `&mut`), and
 //! `hand_off` only orders the two streams (device memory has no association to move).
 //!
+//! Coherent memory (`Managed<T, S, Coherent>`, managed memory attached globally, on devices
+//! with concurrent managed access only) takes them too, without any association call:
+//! `attach` applies the stream's transfer policy, `sync` waits, and `hand_off` is the event
+//! alone. The brands keep the promise the association would make.
+//!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
 //! [`Transfer`] policy acts at the two transitions (prefetch, advice).
@@ -110,7 +115,8 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     ///
     /// For mirrored memory, `attach` instead enqueues the copy of the host half to the device
     /// half on `stream` (`cuMemcpyHtoDAsync`), and only if the host may have written since the
-    /// last copy (a `DerefMut`, or a fresh allocation).
+    /// last copy (a `DerefMut`, or a fresh allocation). For coherent memory it makes no
+    /// association call: it applies the stream's [`Transfer`] policy and retypes.
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
@@ -212,6 +218,9 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
     ///   involved must have concurrent managed access; otherwise
     ///   [`Error::HandOffAcrossDevices`], before any driver call. `HostResident` advice is kept
     ///   for the allocation's own device only: on another device it acts as `OnDemand`.
+    ///
+    /// * Coherent memory stays attached globally: the event (and B's policy) is the whole
+    ///   handoff, with no association call.
     ///
     /// If a driver call fails, the memory is dropped (its drop waits for whichever stream may
     /// use it) and the error returned.
@@ -485,8 +494,8 @@ fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
 }
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
-/// to six `Managed<_, StreamOwned<'s, K>, _>` (unified and mirrored mixed freely), and `Vec`s
-/// of one. Sealed.
+/// to six `Managed<_, StreamOwned<'s, K>, _>` (unified, coherent and mirrored mixed freely),
+/// and `Vec`s of one. Sealed.
 pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The same buffers in the host state.
     type Host;

@@ -47,7 +47,8 @@ pub struct Unified {
 
 /// Storage: CUDA managed memory attached globally (`CU_MEM_ATTACH_GLOBAL`), for devices with
 /// concurrent managed access (every Pascal-or-later GPU on Linux); its constructors refuse
-/// other devices with [`Error::NeedsConcurrentManagedAccess`].
+/// other devices with [`Error::NeedsConcurrentManagedAccess`], and refuse every device while
+/// any device of the process lacks it (globally attached memory is reachable from all of them).
 ///
 /// The states and the rules are those of [`Unified`]: a stream-owned buffer is reachable only
 /// by launches on its stream, the CPU only in the host state. What differs is that `um` never

@@ -21,8 +21,8 @@
 //!
 //! Every kernel here is declared `UM_SAFE_KERNEL` and keeps the contract of
 //! `docs/kernels.md`, so every launcher is safe: buffers are `&Managed<[T], StreamOwned<'s>, M>`
-//! where the kernel reads (`const T *`) and `&mut` where it writes, each of either storage `M`
-//! (unified or mirrored, mixed freely); the count `n` comes from the buffers; the stream is the
+//! where the kernel reads (`const T *`) and `&mut` where it writes, each of any storage `M`
+//! (unified, coherent or mirrored, mixed freely); the count `n` comes from the buffers; the stream is the
 //! one the buffers belong to; `*_with` takes a one-dimensional
 //! [`Linear`](um_core::Linear) launch, under which no two threads share an index. Modules and
 //! kernels are loaded once per context.
