@@ -22,7 +22,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use pollster::block_on;
-use um::kernels::run_task;
 use um::kernels::testing::{add_scalar, axpy, spin_then_add};
 use um::{
     CoherentManaged, Context, ContextOptions, Error, Managed, Mirrored, StreamOptions, Transfer,
@@ -73,50 +72,13 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 fn coherent_results_match_the_cpu() {
     let _serial = serial();
     let ctx = coherent_gpu();
-    let n = common::workload(1 << 20, 4097) + 3;
-    let input: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.25).collect();
-    let (mut data_cpu, mut out_cpu) = (vec![0.0f32; n], vec![0.0f32; n]);
-    let inp = Managed::from_slice_coherent(&ctx, &input).expect("alloc input");
-    let mut data = CoherentManaged::<[f32]>::zeroed_slice_coherent(&ctx, n).expect("alloc data");
-    let out = CoherentManaged::<[f32]>::zeroed_slice_coherent(&ctx, n).expect("alloc out");
-    let (inp, mut data, out) = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let (inp, mut out) = (inp.attach(s)?, out.attach(s)?);
-            // Seed 000's loop: transform on the GPU, a pass on the host, convert on the GPU.
-            for _ in 0..5 {
-                let mut dev = data.attach(s)?;
-                run_task::transform(s, &inp, &mut dev)?;
-                let mut host = dev.sync()?;
-                host.iter_mut().for_each(|v| *v -= 1.0);
-                data = host;
-                let dev = data.attach(s)?;
-                run_task::convert(s, &mut out, &dev)?;
-                data = dev.sync()?;
-            }
-            let (inp, out) = s.sync_all((inp, out))?;
-            Ok((inp, data, out))
-        })
-        .expect("stream work");
-    for _ in 0..5 {
-        for i in 0..n {
-            data_cpu[i] = 2.0 * input[i] + data_cpu[i] - 1.0;
-            out_cpu[i] = 0.5 * data_cpu[i];
-        }
-    }
-    assert_eq!(&*inp, &input[..], "the kernels only read the input");
-    assert_eq!(&*data, &data_cpu[..]);
-    assert_eq!(&*out, &out_cpu[..]);
-    // A host write after `sync` reaches the next kernel, on another stream.
-    data[7] = 100.0;
-    let data = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut d = data.attach(s)?;
-            add_scalar(s, &mut d, 1.0)?;
-            d.sync()
-        })
-        .expect("second stream");
-    assert_eq!(data[7], 101.0);
-    assert_eq!(data[8], data_cpu[8] + 1.0);
+    common::seed_loop_matches_the_cpu(
+        &ctx,
+        common::Alloc {
+            from_slice: |c, v| Managed::from_slice_coherent(c, v),
+            zeroed: |c, n| Managed::zeroed_slice_coherent(c, n),
+        },
+    );
     // The single-value constructors.
     let one = Managed::new_coherent(&ctx, 5u64).expect("new");
     let zero = Managed::<u64, um::HostOwned, um::Coherent>::zeroed_coherent(&ctx).expect("zero");

@@ -22,3 +22,65 @@ pub fn workload(full: usize, small: usize) -> usize {
         full
     }
 }
+
+/// A host-owned buffer of floats in storage `M`, or the error that refused it.
+pub type Floats<M> = um::Result<um::Managed<[f32], um::HostOwned, M>>;
+
+/// How a test allocates buffers of one storage: a copy of a slice, and zeroed.
+pub struct Alloc<M: um::Storage> {
+    pub from_slice: fn(&Context, &[f32]) -> Floats<M>,
+    pub zeroed: fn(&Context, usize) -> Floats<M>,
+}
+
+/// Seed 000's loop (transform on the GPU, a pass on the host, convert on the GPU, five times)
+/// in buffers of storage `M`, checked element by element against the CPU; then a host write
+/// after `sync` must reach a kernel on another stream. Shared by the storages' GPU tests.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn seed_loop_matches_the_cpu<M: um::Storage>(ctx: &Context, alloc: Alloc<M>) {
+    use um::StreamOptions;
+    use um::kernels::run_task;
+    use um::kernels::testing::add_scalar;
+    let n = workload(1 << 20, 4097) + 3;
+    let input: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.25).collect();
+    let (mut data_cpu, mut out_cpu) = (vec![0.0f32; n], vec![0.0f32; n]);
+    let inp = (alloc.from_slice)(ctx, &input).expect("alloc input");
+    let mut data = (alloc.zeroed)(ctx, n).expect("alloc data");
+    let out = (alloc.zeroed)(ctx, n).expect("alloc out");
+    let (inp, mut data, out) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (inp, mut out) = (inp.attach(s)?, out.attach(s)?);
+            for _ in 0..5 {
+                let mut dev = data.attach(s)?;
+                run_task::transform(s, &inp, &mut dev)?;
+                let mut host = dev.sync()?;
+                host.iter_mut().for_each(|v| *v -= 1.0);
+                data = host;
+                let dev = data.attach(s)?;
+                run_task::convert(s, &mut out, &dev)?;
+                data = dev.sync()?;
+            }
+            let (inp, out) = s.sync_all((inp, out))?;
+            Ok((inp, data, out))
+        })
+        .expect("stream work");
+    for _ in 0..5 {
+        for i in 0..n {
+            data_cpu[i] = 2.0 * input[i] + data_cpu[i] - 1.0;
+            out_cpu[i] = 0.5 * data_cpu[i];
+        }
+    }
+    assert_eq!(&*inp, &input[..], "the kernels only read the input");
+    assert_eq!(&*data, &data_cpu[..]);
+    assert_eq!(&*out, &out_cpu[..]);
+    // A host write after `sync` reaches the next kernel, on another stream.
+    data[7] = 100.0;
+    let data = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = data.attach(s)?;
+            add_scalar(s, &mut d, 1.0)?;
+            d.sync()
+        })
+        .expect("second stream");
+    assert_eq!(data[7], 101.0);
+    assert_eq!(data[8], data_cpu[8] + 1.0);
+}
