@@ -111,47 +111,44 @@ fn parse_args() -> Result<Options, String> {
 
 /// `um_bench --child run_task IMPL VARIANT MIB ITERS`, `--child launch VARIANT`,
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
-/// in this fresh process; prints `{"median":..,"min":..}` of its samples. `--child handoff
-/// STORAGE`: section 7's measurements of one storage, as one JSON line.
+/// in this fresh process; prints `{"median":..,"min":..}` of its samples (and `free_ms` for
+/// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
+/// line.
 fn child(args: &[String]) -> ExitCode {
-    // `--child handoff STORAGE`: prints its own JSON line (handoff.rs).
-    if let [what, storage] = args
-        && what == "handoff"
-    {
-        return match Context::new(0)
-            .map_err(Into::into)
-            .and_then(|ctx| handoff::child(&ctx, storage))
-        {
-            Ok(line) => {
-                println!("{line}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("um_bench --child: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let run = |ctx: &Context| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    // The median and minimum of one variant's samples, as the parent reads them, and any
+    // `extra` fields (`,"key":value` each).
+    let summary = |samples: Vec<f64>, extra: &str| {
+        let mut sorted = samples;
+        sorted.sort_by(f64::total_cmp);
+        format!(
+            "{{\"median\":{:.4},\"min\":{:.4}{extra}}}",
+            sorted[sorted.len() / 2],
+            sorted[0]
+        )
+    };
+    let run = |ctx: &Context| -> Result<String, Box<dyn std::error::Error>> {
         match args {
-            [what, imp, variant, mib, iters] if what == "run_task" => {
-                runs::run_task_variant(ctx, imp, variant, mib.parse()?, iters.parse()?)
+            [what, imp, variant, mib, iters] if what == "run_task" => Ok(summary(
+                runs::run_task_variant(ctx, imp, variant, mib.parse()?, iters.parse()?)?,
+                "",
+            )),
+            [what, variant] if what == "launch" => {
+                Ok(summary(runs::launch_variant(ctx, variant)?, ""))
             }
-            [what, variant] if what == "launch" => runs::launch_variant(ctx, variant),
             [what, imp, mib, threads, iters] if what == "threads" && imp == "mirror" => {
-                Ok(vec![runs::mirror_threads_once(
-                    ctx,
-                    threads.parse()?,
-                    mib.parse()?,
-                    iters.parse()?,
-                )?])
+                let (ms, free_ms) =
+                    runs::mirror_threads_once(ctx, threads.parse()?, mib.parse()?, iters.parse()?)?;
+                Ok(summary(vec![ms], &format!(",\"free_ms\":{free_ms:.4}")))
             }
-            [what, lp, mib, iters] if what == "skip" => {
-                runs::skip_variant(ctx, lp, mib.parse()?, iters.parse()?)
-            }
+            [what, lp, mib, iters] if what == "skip" => Ok(summary(
+                runs::skip_variant(ctx, lp, mib.parse()?, iters.parse()?)?,
+                "",
+            )),
+            [what, storage] if what == "handoff" => handoff::child(ctx, storage),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
-                      `threads mirror MIB THREADS ITERS` or `skip LOOP MIB ITERS`"
+                      `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
+                      `handoff STORAGE`"
                     .into(),
             ),
         }
@@ -160,14 +157,8 @@ fn child(args: &[String]) -> ExitCode {
         .map_err(Into::into)
         .and_then(|ctx| run(&ctx))
     {
-        Ok(samples) => {
-            let mut sorted = samples;
-            sorted.sort_by(f64::total_cmp);
-            println!(
-                "{{\"median\":{:.4},\"min\":{:.4}}}",
-                sorted[sorted.len() / 2],
-                sorted[0]
-            );
+        Ok(line) => {
+            println!("{line}");
             ExitCode::SUCCESS
         }
         Err(e) => {

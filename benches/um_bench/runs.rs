@@ -802,14 +802,14 @@ fn mirror_thread_iters(mib: usize) -> usize {
 /// mirrored memory on its own stream (what the C++ `threads` mode does with explicit copies).
 /// Allocation and the first copies happen before the clock starts; the clock stops when the
 /// last thread has its buffers back on the host, and the buffers are freed after it, as the
-/// C++ program frees its own. Also prints `{"free_ms":..}`: how long freeing every thread's
-/// buffers took (pinned host memory and device memory), measured apart.
+/// C++ program frees its own. Returns that time and, measured apart, how long freeing every
+/// thread's buffers took (pinned host memory and device memory), in ms.
 pub(crate) fn mirror_threads_once(
     ctx: &Context,
     threads: usize,
     mib: usize,
     iters: usize,
-) -> Res<f64> {
+) -> Res<(f64, f64)> {
     type Back = (Mirrored<[f32]>, Mirrored<[f32]>, Mirrored<[f32]>);
     let n = mib * (1 << 20) / 4;
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -863,8 +863,7 @@ pub(crate) fn mirror_threads_once(
     })?;
     let t0 = Instant::now();
     drop(buffers);
-    println!("{{\"free_ms\":{:.4}}}", t0.elapsed().as_secs_f64() * 1e3);
-    Ok(ms)
+    Ok((ms, t0.elapsed().as_secs_f64() * 1e3))
 }
 
 /// Mirrored memory against C++ explicit copies, run_task on several threads at each size;
