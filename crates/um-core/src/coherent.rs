@@ -6,6 +6,7 @@
 //! meaning unified memory.
 
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
@@ -47,11 +48,19 @@ impl Fresh<Coherent> {
 /// host-owned coherent buffer a fault, which the states cannot prevent: so every device must
 /// have it, not only the allocation's. (The emulated mode belongs to one handle and changes
 /// nothing physical: it is checked on `ctx` above, not here.)
+///
+/// The devices of a process are fixed once the driver is initialised, so the answer is asked
+/// of the driver once and kept (an error is not kept: the next allocation asks again).
 fn device_lacking_concurrent_access() -> Result<Option<usize>> {
-    first_lacking((0..driver::device_count()?).map(|ordinal| {
+    static ANSWER: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(answer) = ANSWER.get() {
+        return Ok(*answer);
+    }
+    let answer = first_lacking((0..driver::device_count()?).map(|ordinal| {
         let device = driver::device_get(ordinal)?;
         Ok(driver::device_attribute(device, sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0)
-    }))
+    }))?;
+    Ok(*ANSWER.get_or_init(|| answer))
 }
 
 /// The ordinal of the first device whose concurrent managed access is `false`, given each
