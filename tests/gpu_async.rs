@@ -246,10 +246,15 @@ fn cancelled_futures_leak_nothing() {
     let (held, _) = ctx.mem_info().expect("mem info");
     drop(z);
     println!("free: before {before}, with a {bytes}-byte buffer on the device {held}");
-    assert!(
-        before.saturating_sub(held) >= bytes / 2,
-        "a buffer the kernel wrote shows in free memory"
-    );
+    // Under a sanitizer free memory says nothing about a leak; the cancellations still run
+    // (and the tool checks their memory accesses).
+    let counts_memory = common::counts_free_memory();
+    if counts_memory {
+        assert!(
+            before.saturating_sub(held) >= bytes / 2,
+            "a buffer the kernel wrote shows in free memory"
+        );
+    }
 
     for _ in 0..3 {
         cancel_with_kernel_in_flight(&ctx, n).expect("cancel");
@@ -259,10 +264,12 @@ fn cancelled_futures_leak_nothing() {
     println!("free: before {before}, after three cancelled rounds {after}");
     // One leaked buffer would be `bytes` (the control shows it counts); allow less than half
     // of that for the driver's own bookkeeping.
-    assert!(
-        after + bytes / 2 >= before,
-        "free memory back to where it was: before {before}, after {after}"
-    );
+    if counts_memory {
+        assert!(
+            after + bytes / 2 >= before,
+            "free memory back to where it was: before {before}, after {after}"
+        );
+    }
 }
 
 #[test]
