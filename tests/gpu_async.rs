@@ -10,7 +10,6 @@
 mod common;
 
 use std::future::Future;
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
@@ -311,28 +310,13 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
     ctx.synchronize_device().expect("no fault");
 }
 
-/// The trap kernel of `gpu_faults.rs`, for the sticky-error test.
-const TRAP_PTX: &str = r#"
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry trap_kernel(.param .u64 trap_kernel_param_0)
-{
-	trap;
-	ret;
-}
-"#;
-
-const CHILD: &str = "UM_FAULT_CHILD";
-
 /// Child: launches the trap kernel, awaits its buffer's future (with the chosen mechanism), and
 /// checks that the fault comes back as an `Err`.
 fn fault_child(event_thread: bool) {
     let ctx = gpu();
     um::use_event_thread_for_waits(event_thread);
     let k = ctx
-        .load_ptx(TRAP_PTX)
+        .load_ptx(common::TRAP_PTX)
         .and_then(|m| m.kernel("trap_kernel"))
         .expect("load");
     let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
@@ -355,26 +339,7 @@ fn fault_child(event_thread: bool) {
 
 /// Parent: runs `test` alone in a child process and checks what it printed.
 fn run_fault_child(test: &str) {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("--- child output ---\n{text}--- end ---");
-    assert!(out.status.success(), "the child failed: {}", out.status);
-    assert!(text.contains("1 passed"), "the child did not run the test");
+    let text = common::run_in_child(test);
     assert!(text.contains("fault reported: "));
     assert!(text.contains("every drop returned"));
 }
@@ -382,7 +347,7 @@ fn run_fault_child(test: &str) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_sticky_error_is_surfaced_by_the_future() {
-    if std::env::var_os(CHILD).is_some() {
+    if common::is_fault_child() {
         return fault_child(false);
     }
     run_fault_child("fault_sticky_error_is_surfaced_by_the_future");
@@ -391,7 +356,7 @@ fn fault_sticky_error_is_surfaced_by_the_future() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_sticky_error_is_surfaced_through_the_event_thread() {
-    if std::env::var_os(CHILD).is_some() {
+    if common::is_fault_child() {
         return fault_child(true);
     }
     run_fault_child("fault_sticky_error_is_surfaced_through_the_event_thread");

@@ -16,21 +16,14 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::gpu;
+use common::{gpu, is_fault_child, run_in_child};
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions};
 
-const FAULT_PTX: &str = r#"
+/// `oob_write(ptr)`. The other faulty kernel, `trap_kernel`, is `common::TRAP_PTX`.
+const OOB_PTX: &str = r#"
 .version 7.0
 .target sm_70
 .address_size 64
-
-.visible .entry trap_kernel(.param .u64 trap_kernel_param_0)
-{
-	trap;
-	ret;
-}
 
 // Writes one float 1 TiB past the buffer: far outside any allocation.
 .visible .entry oob_write(.param .u64 oob_write_param_0)
@@ -46,34 +39,6 @@ const FAULT_PTX: &str = r#"
 }
 "#;
 
-const CHILD: &str = "UM_FAULT_CHILD";
-
-/// Parent: runs `test` alone in a child process and returns its output, after checking that
-/// it succeeded.
-fn run_in_child(test: &str) -> String {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("--- child output ---\n{text}--- end ---");
-    assert!(out.status.success(), "the child failed: {}", out.status);
-    assert!(text.contains("1 passed"), "the child did not run the test");
-    text
-}
-
 fn error_name(e: &Error) -> &str {
     match e {
         Error::Driver { name, .. } => name,
@@ -81,11 +46,11 @@ fn error_name(e: &Error) -> &str {
     }
 }
 
-/// Child: launches `kernel` of FAULT_PTX and checks what follows.
-fn fault_scenario(kernel: &str, expected: &[&str]) {
+/// Child: launches `kernel` of `ptx` and checks what follows.
+fn fault_scenario(ptx: &'static str, kernel: &str, expected: &[&str]) {
     let ctx = gpu();
     let k = ctx
-        .load_ptx(FAULT_PTX)
+        .load_ptx(ptx)
         .and_then(|m| m.kernel(kernel))
         .expect("load");
     let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
@@ -147,8 +112,9 @@ fn fault_scenario(kernel: &str, expected: &[&str]) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_trap_is_reported_and_sticky() {
-    if std::env::var_os(CHILD).is_some() {
+    if is_fault_child() {
         return fault_scenario(
+            common::TRAP_PTX,
             "trap_kernel",
             &["CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION"],
         );
@@ -161,8 +127,9 @@ fn fault_trap_is_reported_and_sticky() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_out_of_bounds_write_is_reported_and_sticky() {
-    if std::env::var_os(CHILD).is_some() {
+    if is_fault_child() {
         return fault_scenario(
+            OOB_PTX,
             "oob_write",
             &["CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED"],
         );

@@ -244,16 +244,8 @@ fn dropping_handed_off_memory_in_flight_waits_for_both_streams() {
         })
     })
     .expect("no fault: nothing freed under a running kernel");
-    // The context is healthy afterwards.
-    let probe = Managed::from_fn(&ctx, 8, |_| 1.0f32).expect("alloc after");
-    let probe = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut p = probe.attach(s)?;
-            add_scalar(s, &mut p, 1.0)?;
-            p.sync()
-        })
-        .expect("context still usable");
-    assert!(probe.iter().all(|v| *v == 2.0));
+    // Nothing was freed under a running kernel: the context still runs work.
+    common::assert_context_usable(&ctx);
 }
 
 #[test]

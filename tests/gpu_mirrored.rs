@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::gpu;
 use um::kernels::testing::{add_scalar, axpy};
 use um::kernels::{ptx, streams};
@@ -303,49 +301,22 @@ fn mirrored_requests_are_refused_clearly() {
     assert_eq!((u.size_in_bytes(), u.footprint_in_bytes()), (4096, 4096));
 }
 
-const FAULT_PTX: &str = r#"
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry trap_kernel(.param .u64 trap_kernel_param_0)
-{
-	trap;
-	ret;
-}
-"#;
-
-const CHILD: &str = "UM_FAULT_CHILD";
-
 /// A trap in a kernel that writes a mirror: `sync` returns the fault (from the copy back, or
 /// from the wait after it), every later call fails, and no drop panics. Runs in a child process
 /// (see tests/gpu_faults.rs), since a fault poisons the context for good.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky() {
-    if std::env::var_os(CHILD).is_none() {
-        let exe = std::env::current_exe().expect("test binary path");
-        let test = "fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky";
-        let out = Command::new(exe)
-            .args([test, "--exact", "--include-ignored", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .expect("run the child");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        println!("--- child output ---\n{text}--- end ---");
-        assert!(out.status.success(), "the child failed: {}", out.status);
-        assert!(text.contains("1 passed"), "the child did not run the test");
+    if !common::is_fault_child() {
+        let text =
+            common::run_in_child("fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky");
         assert!(text.contains("fault reported: cu"), "{text}");
         assert!(text.contains("every drop returned"), "{text}");
         return;
     }
     let ctx = gpu();
     let k = ctx
-        .load_ptx(FAULT_PTX)
+        .load_ptx(common::TRAP_PTX)
         .and_then(|m| m.kernel("trap_kernel"))
         .expect("load");
     let x = Managed::from_slice_mirrored(&ctx, &vec![0.0f32; 1 << 16]).expect("alloc");

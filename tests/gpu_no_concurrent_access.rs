@@ -330,16 +330,8 @@ fn dropping_stream_owned_memory_waits_without_a_host_attach() {
         .expect("no fault: nothing was freed under a running kernel")
     });
     assert_eq!(calls, (3, 0, 0));
-    // The context is healthy afterwards.
-    let probe = Managed::from_fn(&ctx, 8, |_| 1.0f32).expect("alloc after");
-    let probe = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut p = probe.attach(s)?;
-            add_scalar(s, &mut p, 1.0)?;
-            p.sync()
-        })
-        .expect("probe");
-    assert!(probe.iter().all(|v| *v == 2.0));
+    // Nothing was freed under a running kernel: the context still runs work.
+    common::assert_context_usable(&ctx);
 }
 
 #[test]

@@ -191,16 +191,8 @@ fn dropping_memory_with_a_kernel_in_flight_waits_for_it() {
         s.synchronize()
     })
     .expect("no fault: nothing was freed under a running kernel");
-    // The context is healthy afterwards (a use-after-free on the GPU would be a sticky error).
-    let probe = Managed::from_fn(&ctx, 8, |_| 1.0f32).expect("alloc after");
-    let probe = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut p = probe.attach(s)?;
-            add_scalar(s, &mut p, 1.0)?;
-            p.sync()
-        })
-        .expect("context still usable");
-    assert!(probe.iter().all(|v| *v == 2.0));
+    // Nothing was freed under a running kernel: the context still runs work.
+    common::assert_context_usable(&ctx);
 }
 
 #[test]

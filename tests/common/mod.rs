@@ -1,6 +1,8 @@
 //! Helpers shared by the GPU tests.
 #![allow(dead_code, unreachable_pub)]
 
+use std::process::Command;
+
 use um::Context;
 
 /// The context of device 0. GPU tests are `#[ignore = "needs a CUDA device"]`; run without a
@@ -95,4 +97,76 @@ pub fn seed_loop_matches_the_cpu<M: um::Storage>(ctx: &Context, alloc: Alloc<M>)
         .expect("second stream");
     assert_eq!(data[7], 101.0);
     assert_eq!(data[8], data_cpu[8] + 1.0);
+}
+
+/// Checks that `ctx` still runs work: a fresh buffer, one kernel, one wait, the right result.
+/// After a test that dropped memory with work in flight, this is what shows that nothing was
+/// freed under a running kernel: a use-after-free on the GPU is a sticky error, and every later
+/// call on the context would fail.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn assert_context_usable(ctx: &Context) {
+    use um::StreamOptions;
+    use um::kernels::testing::add_scalar;
+    let probe = um::Managed::from_fn(ctx, 8, |_| 1.0f32).expect("alloc after");
+    let probe = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut p = probe.attach(s)?;
+            add_scalar(s, &mut p, 1.0)?;
+            p.sync()
+        })
+        .expect("context still usable");
+    assert!(probe.iter().all(|v| *v == 2.0), "the probe kernel ran");
+}
+
+/// The environment variable that marks the child process of a fault test. A fault leaves the
+/// CUDA context unusable for the rest of the process, so each fault test re-runs itself alone
+/// in a child ([`run_in_child`]) and makes the fault happen there.
+pub const FAULT_CHILD: &str = "UM_FAULT_CHILD";
+
+/// Whether this process is a fault test's child (see [`FAULT_CHILD`]).
+pub fn is_fault_child() -> bool {
+    std::env::var_os(FAULT_CHILD).is_some()
+}
+
+/// PTX of `trap_kernel(ptr)`, a kernel that traps at once: a fault for the child of a fault
+/// test. Launched only through the `unsafe` `Stream::launch`, whose contract it breaks on
+/// purpose; it is not in kernels-ptx/, where a kernel gets a safe launcher.
+pub const TRAP_PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry trap_kernel(.param .u64 trap_kernel_param_0)
+{
+	trap;
+	ret;
+}
+"#;
+
+/// The parent half of a fault test: runs `test` alone in a child process (this test binary,
+/// [`FAULT_CHILD`] set), prints the child's output, checks that the child ran that one test
+/// and passed, and returns the output for the caller's own checks.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn run_in_child(test: &str) -> String {
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(exe)
+        .args([
+            test,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FAULT_CHILD, "1")
+        .output()
+        .expect("run the child");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("--- child output ---\n{text}--- end ---");
+    assert!(out.status.success(), "the child failed: {}", out.status);
+    assert!(text.contains("1 passed"), "the child did not run the test");
+    text
 }
