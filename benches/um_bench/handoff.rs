@@ -163,6 +163,10 @@ enum Mode {
     /// `sync` + `attach` from A to B; the host waits for B once, at the end, so B runs while
     /// the host waits for A (the best host-waiting schedule).
     WaitForA,
+    /// As `HandOff`, but every batch is moved to the GPU before the clock (a kernel on A
+    /// touches it, then a wait), as the C++ probe's `global` and `device` variants have their
+    /// data on the GPU: no page faults in the loop.
+    HandOffResident,
 }
 
 /// Seconds for `batches` batches through two `stage_ns` stages on streams A and B.
@@ -184,6 +188,18 @@ fn pipeline_secs<M: Storage>(
         .collect::<um::Result<_>>()?;
     let options = StreamOptions::new().non_blocking();
     let (outputs, secs) = ctx.with_stream(options, |a| {
+        let inputs = if mode == Mode::HandOffResident {
+            let mut on_a: Vec<_> = inputs
+                .into_iter()
+                .map(|x| x.attach(a))
+                .collect::<um::Result<_>>()?;
+            for x in &mut on_a {
+                testing::add_scalar(a, x, 0.0)?; // x + 0 == x: the pages move, the data stays
+            }
+            a.sync_all(on_a)? // on-demand: the pages stay on the GPU
+        } else {
+            inputs
+        };
         ctx.with_stream(options, |b| {
             let start = Instant::now();
             let mut done = Vec::with_capacity(batches);
@@ -192,7 +208,7 @@ fn pipeline_secs<M: Storage>(
                 let mut x = x.attach(a)?;
                 testing::spin_then_add(a, &mut x, 1.0, stage_ns)?;
                 let mut x = match mode {
-                    Mode::HandOff => x.hand_off(b)?,
+                    Mode::HandOff | Mode::HandOffResident => x.hand_off(b)?,
                     Mode::StageByStage | Mode::WaitForA => x.sync()?.attach(b)?,
                 };
                 testing::spin_then_add(b, &mut x, 2.0, stage_ns)?;
@@ -225,18 +241,23 @@ const PIPELINES: [(usize, u64, &str); 3] = [
 ];
 
 /// The pipeline versions, with their keys in a child's JSON line.
-const PIPELINE_MODES: [(&str, Mode); 3] = [
+const PIPELINE_MODES: [(&str, Mode); 4] = [
     ("handoff", Mode::HandOff),
     ("serial", Mode::StageByStage),
     ("wait_a", Mode::WaitForA),
+    ("handoff_resident", Mode::HandOffResident),
 ];
 
 /// The per-batch rows of one pipeline and storage, in the order of `PIPELINE_MODES`, then the
 /// two ratios.
-const PIPELINE_ROWS: [(&str, &str); 5] = [
+const PIPELINE_ROWS: [(&str, &str); 6] = [
     ("hand_off, µs per batch", "us"),
     ("sync + attach stage by stage, µs per batch", "us"),
     ("sync + attach waiting for A only, µs per batch", "us"),
+    (
+        "hand_off, batches on the GPU before the clock, µs per batch",
+        "us",
+    ),
     ("stage by stage time / hand_off time", "x"),
     ("waiting for A only time / hand_off time", "x"),
 ];
@@ -347,13 +368,14 @@ pub(crate) fn handoff(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             rows[7 + k].2.push(vec![num("alternating")?]);
             for i in 0..PIPELINES.len() {
                 let row = first_pipeline + PIPELINE_ROWS.len() * (2 * i + k);
-                let mut per_batch = [0.0; 3];
+                let mut per_batch = [0.0; PIPELINE_MODES.len()];
                 for (j, (key, _)) in PIPELINE_MODES.into_iter().enumerate() {
                     per_batch[j] = num(&format!("p{i}_{key}"))?;
                     rows[row + j].2.push(vec![per_batch[j]]);
                 }
-                rows[row + 3].2.push(vec![per_batch[1] / per_batch[0]]);
-                rows[row + 4].2.push(vec![per_batch[2] / per_batch[0]]);
+                let ratios = row + PIPELINE_MODES.len();
+                rows[ratios].2.push(vec![per_batch[1] / per_batch[0]]);
+                rows[ratios + 1].2.push(vec![per_batch[2] / per_batch[0]]);
             }
         }
     }
@@ -402,9 +424,12 @@ pub(crate) fn markdown(records: &[Record]) -> String {
          A, attaches to B, and waits for B before the next batch: the stages never overlap, \
          so 2x is the limit of the ratio for long stages); sync + attach waiting for A only \
          (the host collects the batches at the end, so B runs while it waits for A: the best \
-         host-waiting schedule, which overlaps the stages too).\n\n\
-         | stages | storage | hand_off, µs per batch | stage by stage, µs per batch | A only, µs per batch | stage by stage / hand_off | A only / hand_off |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+         host-waiting schedule, which overlaps the stages too). In every version the host \
+         writes the batches before the clock and stage A's kernel faults them in; the column \
+         \"hand_off, resident\" moves them to the GPU before the clock (as the C++ probe \
+         does), which shows what those page faults cost.\n\n\
+         | stages | storage | hand_off, µs per batch | stage by stage, µs per batch | A only, µs per batch | hand_off, resident, µs per batch | stage by stage / hand_off | A only / hand_off |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let get = |v: String| handoff.iter().find(|r| r.variant == v).map(|r| r.median);
     let mut goals = Vec::new();
@@ -414,10 +439,10 @@ pub(crate) fn markdown(records: &[Record]) -> String {
                 .iter()
                 .map(|(what, _)| get(pipeline_variant(stages, storage, what)))
                 .collect();
-            if let Some([h, s, w, xs, xw]) = cells.as_deref() {
+            if let Some([h, s, w, r, xs, xw]) = cells.as_deref() {
                 let _ = writeln!(
                     md,
-                    "| {stages} | {storage} | {h:.1} | {s:.1} | {w:.1} | {xs:.2}x | {xw:.2}x |"
+                    "| {stages} | {storage} | {h:.1} | {s:.1} | {w:.1} | {r:.1} | {xs:.2}x | {xw:.2}x |"
                 );
                 goals.push(format!(
                     "{stages} stages, {storage}: {xs:.2}x ({})",
