@@ -4,14 +4,14 @@
 #include "um.cuh"
 
 // data[i] = 2 * in[i] + data[i]
-UM_SAFE_KERNEL void transform(const float *in, float *data, unsigned int n) {
+UM_SAFE_KERNEL void transform(const float *in, float *data, um::len32 n) {
     for (auto i : um::indices(n)) {
         data[i] = 2.0f * in[i] + data[i];
     }
 }
 
 // out[i] = data[i] / 2
-UM_SAFE_KERNEL void convert(float *out, const float *data, unsigned int n) {
+UM_SAFE_KERNEL void convert(float *out, const float *data, um::len32 n) {
     for (auto i : um::indices(n)) {
         out[i] = 0.5f * data[i];
     }

@@ -3,7 +3,7 @@
 #include <math.h>
 #include "um.cuh"
 
-UM_SAFE_KERNEL void kernel(float *x, int n) {
+UM_SAFE_KERNEL void kernel(float *x, um::ilen32 n) {
     for (auto i : um::indices(n)) {
         x[i] = sqrt(pow(3.14159, (double)i));
     }
@@ -15,7 +15,7 @@ UM_SAFE_KERNEL void empty() {}
 // t[slot] = the GPU's global nanosecond timer (%globaltimer), written by one thread (thread 0
 // of block 0, whatever the grid). Launched before and after a kernel on the same stream, it
 // brackets that kernel on a timeline.
-UM_SAFE_KERNEL void stamp(unsigned long long *t, unsigned int slot, unsigned int n) {
+UM_SAFE_KERNEL void stamp(unsigned long long *t, unsigned int slot, um::len32 n) {
     if (um::global_index() == 0 && slot < n) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));

@@ -229,3 +229,60 @@ fn default_streams_run_the_safe_launchers_exactly() {
         }
     });
 }
+
+/// Issue 18, hole 4: `fill` is declared by a prototype in `testing.cu` and defined in
+/// `testing_fill.cuh` with other parameter names. Before, the launcher chose the count by name,
+/// and a prototype that named the parameters otherwise than the definition made
+/// `fill(s, &mut y16, 1 << 30)` pass `1 << 30` where the kernel read its count: an
+/// out-of-bounds write of 4 GiB (seen: `CUDA_ERROR_ILLEGAL_ADDRESS`; memcheck: `Invalid
+/// __global__ write`). Now the length is the position whose type is `um::len32`, checked by
+/// the compiler: `1 << 30` is the value, and only `y`'s 16 elements are written.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_value_that_looks_like_a_count_never_drives_the_kernel_past_its_buffer() {
+    let ctx = gpu();
+    let y = Managed::from_fn(&ctx, 16, |_| 0.0f32).expect("alloc");
+    let guard = Managed::from_fn(&ctx, 1 << 16, |_| -1.0f32).expect("alloc");
+    let (y, guard) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut y, guard) = (y.attach(s)?, guard.attach(s)?);
+            testing::fill(s, &mut y, 1 << 30)?;
+            testing::fill_with(s, Linear::new(4096, 1024)?, &mut y, 1 << 30)?;
+            s.sync_all((y, guard))
+        })
+        .expect("fill writes its buffer only");
+    assert!(y.iter().all(|v| *v == (1u32 << 30) as f32), "{:?}", &y[..4]);
+    assert!(guard.iter().all(|v| *v == -1.0), "nothing else was written");
+}
+
+/// A kernel compiled with `__launch_bounds__(64)`: a launch of larger blocks is refused before
+/// the driver sees it, naming the kernel and its limit; one within the limit runs.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_block_larger_than_the_kernels_launch_bounds_is_refused() {
+    let ctx = gpu();
+    let data = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("alloc");
+    let (refused, data) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut data = data.attach(s)?;
+            let refused = testing::bounded_add_with(s, Linear::new(4, 128)?, &mut data, 5.0);
+            testing::bounded_add_with(s, Linear::new(4, 64)?, &mut data, 1.0)?;
+            Ok((refused, data.sync()?))
+        })
+        .expect("stream work");
+    assert_eq!(
+        refused,
+        Err(Error::BlockTooLarge {
+            kernel: "bounded_add".to_owned(),
+            threads: 128,
+            max: 64
+        })
+    );
+    assert!(
+        data.iter().all(|v| *v == 2.0),
+        "only the launch of 64-thread blocks ran"
+    );
+    // The raw kernel says its limit too.
+    let k = ctx.kernel(testing::PTX, "bounded_add").expect("kernel");
+    assert_eq!(k.max_threads_per_block(), 64);
+}

@@ -285,3 +285,71 @@ fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurren
     // The refused buffer was dropped (its drop waited for s0); device 0 is healthy.
     a.synchronize_device().expect("no fault");
 }
+
+/// Issue 18, hole 1: `CU_STREAM_PER_THREAD` names another stream in every context, but the
+/// per-thread stream's id was one per thread, so device 0's and device 1's per-thread streams
+/// looked like one stream: `hand_off` between them took the "same stream" shortcut (no event,
+/// no attach), and `sync` on device 1 returned while device 0's kernel still wrote (seen: `0`
+/// after 88 ms of a 2 s kernel). A stream's id is now drawn per (thread, context).
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn the_per_thread_streams_of_two_devices_are_two_streams() {
+    let (a, b) = two_contexts();
+    let n = 1 << 20;
+    let data = Managed::from_slice(&a, &vec![0.0f32; n]).expect("alloc on device 0");
+    let events = um::events_created_on_this_thread();
+    let started = std::time::Instant::now();
+    let host = a.with_per_thread_stream(|p0| {
+        b.with_per_thread_stream(|p1| {
+            let mut d = data.attach(p0)?;
+            // 300 ms on device 0, then 1.0 added to every element.
+            testing::spin_then_add(p0, &mut d, 1.0, 300_000_000)?;
+            let handed = d.hand_off(p1);
+            match handed {
+                Ok(d) => d.sync(),
+                // A device without concurrent managed access refuses before any call.
+                Err(e) => Err(e),
+            }
+        })
+    });
+    let waited = started.elapsed();
+    let both_concurrent = a.info().concurrent_managed_access && b.info().concurrent_managed_access;
+    if !both_concurrent {
+        assert!(
+            matches!(host, Err(Error::HandOffAcrossDevices { .. })),
+            "{host:?}"
+        );
+        return;
+    }
+    let host = host.expect("hand_off from device 0's per-thread stream to device 1's");
+    assert!(
+        um::events_created_on_this_thread() > events,
+        "the handoff recorded an event: the two streams were told apart"
+    );
+    assert!(
+        waited >= std::time::Duration::from_millis(300),
+        "sync on device 1 waited for device 0's kernel ({waited:?})"
+    );
+    assert!(
+        host.iter().all(|v| *v == 1.0),
+        "every element written before the CPU read it"
+    );
+}
+
+/// Hole 1 for mirrored memory: the device half of device 0 must not reach device 1's kernels
+/// through the per-thread shortcut either.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn mirrored_memory_is_not_handed_between_the_per_thread_streams_of_two_devices() {
+    let (a, b) = two_contexts();
+    let data = Managed::from_slice_mirrored(&a, &[0.0f32; 64]).expect("alloc on device 0");
+    let err = a
+        .with_per_thread_stream(|p0| {
+            b.with_per_thread_stream(|p1| {
+                let d = data.attach(p0)?;
+                d.hand_off(p1)?.sync().map(drop)
+            })
+        })
+        .expect_err("a mirror's device half belongs to device 0");
+    assert_eq!(err, Error::ContextMismatch, "{err}");
+}

@@ -18,7 +18,7 @@ const BUILD_RS: &str = r#"fn main() {
 const KERNELS: &str = r#"#include "um.cuh"
 
 // x[i] *= a
-UM_SAFE_KERNEL void scale(float *x, float a, unsigned int n) {
+UM_SAFE_KERNEL void scale(float *x, float a, um::len32 n) {
     for (auto i : um::indices(n)) {
         x[i] *= a;
     }
@@ -135,7 +135,7 @@ fn a_user_crate_outside_the_workspace_builds_and_runs_up_to_the_gpu() {
 fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
     // `scale` loses its count: the safe launcher could not know the buffer's bounds.
     let broken = KERNELS.replace(
-        "UM_SAFE_KERNEL void scale(float *x, float a, unsigned int n) {",
+        "UM_SAFE_KERNEL void scale(float *x, float a, um::len32 n) {",
         "UM_SAFE_KERNEL void scale(float *x, float a, unsigned int len) {\n    unsigned int n = len;",
     );
     let dir = user_crate("user-crate-broken", &broken);
@@ -143,11 +143,11 @@ fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the broken crate built");
     assert!(
-        stderr.contains("kernels/scale.cu:4: kernel `scale`: parameter `x`: the buffer of a safe kernel needs a count"),
+        stderr.contains("kernels/scale.cu:4: kernel `scale`: parameter `x`: the buffer `x` of a safe kernel has no length after it"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("help: add `unsigned int x_len`"),
+        stderr.contains("help: declare `um::len32 x_len` after `x`"),
         "{stderr}"
     );
     let _ = fs::remove_dir_all(&dir);

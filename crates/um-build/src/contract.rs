@@ -1,11 +1,20 @@
 //! The part of the safe-launcher contract that `um-build` checks in a declaration: every
-//! buffer of a `UM_SAFE_KERNEL` has a count parameter that the launcher fills in from the
+//! buffer of a `UM_SAFE_KERNEL` has a length parameter that the launcher fills in from the
 //! buffers themselves (`docs/kernels.md`).
 //!
-//! * a pointer parameter `x` is counted by an integer parameter `x_len` when there is one
-//!   (buffers of different lengths);
-//! * otherwise by `n`, the common length of every buffer without its own `_len`;
-//! * a buffer with neither is refused.
+//! A length is a parameter of type `um::len32`, `um::len64`, `um::ilen32` or `um::ilen64` (from
+//! `um.cuh`), and it counts
+//! every buffer declared between the previous length and itself. Both facts are about types and
+//! positions, never names: the compiler checks the type at every position (`check.rs`), so what
+//! the launcher fills in is what the compiled kernel calls its lengths, whatever a prototype, a
+//! macro or a preprocessor branch names them. (Before issue 18, a buffer `x` was counted by a
+//! parameter named `x_len` or `n`, which nothing could check: a prototype that named the
+//! parameters differently from the definition made the launcher pass a length where the kernel
+//! read a value.)
+//!
+//! * a buffer with no length after it is refused;
+//! * a length with no buffer before it (since the previous length) is refused;
+//! * an integer that is not a length is a value the caller passes.
 
 use crate::error::{Error, Result};
 use crate::source::{Kernel, Scalar, Type};
@@ -13,10 +22,11 @@ use crate::source::{Kernel, Scalar, Type};
 /// Parameters a launch can pass: the longest argument tuple `um-core` takes.
 pub(crate) const MAX_PARAMS: usize = 12;
 
-/// A count parameter and the buffers whose length it carries.
+/// A length parameter and the buffers whose length it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Count {
     pub(crate) name: String,
+    /// `U32` for `um::len32`, `U64` for `um::len64`.
     pub(crate) ty: Scalar,
     pub(crate) buffers: Vec<String>,
 }
@@ -35,68 +45,67 @@ pub(crate) fn check_any(k: &Kernel) -> Result<()> {
     Ok(())
 }
 
-/// The count parameters of a safe kernel, in parameter order, or why it cannot have a safe
-/// launcher.
+/// Checks every kernel of a file: [`counts`] for the safe ones, [`check_any`] for the others.
+pub(crate) fn check_declarations(source: &crate::source::Source) -> Result<()> {
+    for k in &source.kernels {
+        if k.safe {
+            counts(k)?;
+        } else {
+            check_any(k)?;
+        }
+    }
+    Ok(())
+}
+
+/// The length parameters of a safe kernel, in parameter order, each with the buffers it counts;
+/// or why the kernel cannot have a safe launcher.
 pub(crate) fn counts(k: &Kernel) -> Result<Vec<Count>> {
     check_any(k)?;
     let err = |param: &str, msg: String| Error::new(msg).kernel(&k.name).param(param).at(k.line);
-    let scalar_of = |name: &str| {
-        k.params.iter().find_map(|p| match p.ty {
-            Type::Scalar(s) if p.name == name => Some(Some(s)),
-            _ if p.name == name => Some(None),
-            _ => None,
-        })
-    };
     let mut counts: Vec<Count> = Vec::new();
+    let mut uncounted: Vec<String> = Vec::new();
     for p in &k.params {
-        if !matches!(p.ty, Type::Pointer { .. }) {
-            continue;
-        }
-        let own = format!("{}_len", p.name);
-        let counter =
-            match (scalar_of(&own), scalar_of("n")) {
-                (Some(Some(s)), _) if s.is_count() => (own, s),
-                (Some(_), _) => {
-                    return Err(err(
-                        &own,
-                        format!(
-                            "counts buffer `{}`, so it must be an integer of 32 or 64 bits",
-                            p.name
-                        ),
-                    )
-                    .help(format!("declare it `unsigned int {own}`")));
-                }
-                (None, Some(Some(s))) if s.is_count() => ("n".to_owned(), s),
-                (None, Some(_)) => {
-                    return Err(err(
-                        "n",
-                        "counts the buffers, so it must be an integer of 32 or 64 bits".to_owned(),
-                    )
-                    .help("declare it `unsigned int n`"));
-                }
-                (None, None) => {
-                    return Err(err(
+        match p.ty {
+            Type::Pointer { .. } => uncounted.push(p.name.clone()),
+            Type::Len(_) if uncounted.is_empty() => {
+                let after = counts.last().map_or_else(
+                    || "the start of the list".to_owned(),
+                    |c| format!("the length `{}`", c.name),
+                );
+                return Err(err(
                     &p.name,
-                    format!("the buffer of a safe kernel needs a count, and `{}` has none", p.name),
+                    format!(
+                        "`{}` is a length, but no buffer is declared between {after} and it",
+                        p.name
+                    ),
                 )
                 .help(format!(
-                    "add `unsigned int {own}` (this buffer's own length) or `unsigned int n` (the \
-                     common length of every buffer without its own `_len`); the launcher fills it \
-                     in from the buffers, and the kernel touches no index at or past it"
+                    "a length counts the buffers declared before it, back to the previous \
+                     length; move `{}` after its buffers, or declare it `unsigned int` to pass \
+                     it yourself",
+                    p.name
                 )));
-                }
-            };
-        match counts.iter_mut().find(|c| c.name == counter.0) {
-            Some(c) => c.buffers.push(p.name.clone()),
-            None => counts.push(Count {
-                name: counter.0,
-                ty: counter.1,
-                buffers: vec![p.name.clone()],
+            }
+            Type::Len(ty) => counts.push(Count {
+                name: p.name.clone(),
+                ty,
+                buffers: std::mem::take(&mut uncounted),
             }),
+            Type::Scalar(_) | Type::Struct(_) => {}
         }
     }
-    let order = |name: &str| k.params.iter().position(|p| p.name == name);
-    counts.sort_by_key(|c| order(&c.name));
+    if let Some(buffer) = uncounted.first() {
+        return Err(err(
+            buffer,
+            format!("the buffer `{buffer}` of a safe kernel has no length after it"),
+        )
+        .help(format!(
+            "declare `um::len32 {buffer}_len` after `{buffer}` (or one `um::len32 n` after the \
+             last of several buffers of one length): the launcher fills it in from the buffers, \
+             and the kernel touches no index at or past it. A plain integer is a value the \
+             caller passes, never a length"
+        )));
+    }
     Ok(counts)
 }
 
@@ -109,41 +118,68 @@ mod tests {
         parse(src).expect("parses").kernels.remove(0)
     }
 
+    fn groups(src: &str) -> Vec<(String, Vec<String>)> {
+        counts(&kernel(src))
+            .expect("counts")
+            .into_iter()
+            .map(|c| (c.name, c.buffers))
+            .collect()
+    }
+
     #[test]
-    fn buffers_are_counted_by_their_own_len_or_by_n() {
-        let k = kernel(
-            "UM_SAFE_KERNEL void h(const unsigned int *v, unsigned int *bins, float *total, \
-             unsigned int n, unsigned int bins_len, int total_len) {}",
-        );
-        let c = counts(&k).expect("counts");
-        assert_eq!(c.len(), 3);
+    fn a_length_counts_the_buffers_since_the_previous_length() {
+        let k = "UM_SAFE_KERNEL void h(const unsigned int *v, unsigned int *bins, um::len32 n, \
+                 float *total, um::len64 total_len, int m) {}";
+        let c = counts(&kernel(k)).expect("counts");
+        assert_eq!(c.len(), 2);
         assert_eq!(
-            (c[0].name.as_str(), c[0].buffers.clone()),
-            ("n", vec!["v".to_owned()])
+            (c[0].name.as_str(), c[0].ty, c[0].buffers.clone()),
+            ("n", Scalar::U32, vec!["v".to_owned(), "bins".to_owned()])
         );
-        assert_eq!(c[1].name, "bins_len");
-        assert_eq!((c[2].name.as_str(), c[2].ty), ("total_len", Scalar::I32));
+        assert_eq!(
+            (c[1].name.as_str(), c[1].ty, c[1].buffers.clone()),
+            ("total_len", Scalar::U64, vec!["total".to_owned()])
+        );
+        // Names do not matter: a length called `value` after `y` counts `y`.
+        assert_eq!(
+            groups("UM_SAFE_KERNEL void f(float *y, unsigned int n, um::len32 value) {}"),
+            [("value".to_owned(), vec!["y".to_owned()])]
+        );
         // No buffers: nothing to count, and `n` is an ordinary value.
+        assert_eq!(groups("UM_SAFE_KERNEL void e(int n) {}"), []);
+        // Spellings: `::um::len32`, `um :: len64`.
         assert_eq!(
-            counts(&kernel("UM_SAFE_KERNEL void e(int n) {}")),
-            Ok(vec![])
+            groups("UM_SAFE_KERNEL void s(float *x, ::um::len32 k, double *y, um :: len64 m) {}"),
+            [
+                ("k".to_owned(), vec!["x".to_owned()]),
+                ("m".to_owned(), vec!["y".to_owned()])
+            ]
         );
     }
 
     #[test]
-    fn uncounted_buffers_and_non_integer_counts_are_refused() {
-        let e =
-            counts(&kernel("UM_SAFE_KERNEL void k(float *x, int len) {}")).expect_err("no count");
+    fn uncounted_buffers_and_lengths_without_buffers_are_refused() {
+        // The old convention: a plain integer named `n` is a value, so `x` has no length.
+        let e = counts(&kernel(
+            "UM_SAFE_KERNEL void k(float *x, unsigned int n) {}",
+        ))
+        .expect_err("no length");
         assert_eq!(e.param_name(), Some("x"));
-        assert!(e.help_text().is_some_and(|h| h.contains("x_len")), "{e}");
+        assert!(
+            e.help_text().is_some_and(|h| h.contains("um::len32")),
+            "{e}"
+        );
 
-        let e =
-            counts(&kernel("UM_SAFE_KERNEL void k(float *x, float n) {}")).expect_err("float n");
+        let e = counts(&kernel(
+            "UM_SAFE_KERNEL void k(float *x, um::len32 n, um::len32 m) {}",
+        ))
+        .expect_err("m counts nothing");
+        assert_eq!(e.param_name(), Some("m"));
+        assert!(e.message().contains("the length `n`"), "{e}");
+
+        let e = counts(&kernel("UM_SAFE_KERNEL void k(um::len32 n, float *x) {}"))
+            .expect_err("n before its buffer");
         assert_eq!(e.param_name(), Some("n"));
-
-        let e = counts(&kernel("UM_SAFE_KERNEL void k(float *x, short x_len) {}"))
-            .expect_err("short count");
-        assert_eq!(e.param_name(), Some("x_len"));
 
         let e = counts(&kernel(
             "UM_SAFE_KERNEL void k(int a, int b, int c, int d, int e, int f, int g, int h, int i, \

@@ -175,7 +175,9 @@ impl Kernels {
                         .help("give the .cu files names that differ in more than punctuation"),
                 );
             }
-            let ptx_file = format!("um-ptx/{module}.ptx");
+            // Files are named for the module as written, without a raw identifier's `r#`.
+            let file_stem = module.trim_start_matches("r#").to_owned();
+            let ptx_file = format!("um-ptx/{file_stem}.ptx");
             // The path goes into the wrapper's `#include "..."` and into generated comments:
             // a quote or a line break in it would end either early.
             if src
@@ -191,6 +193,9 @@ impl Kernels {
             let text = fs::read_to_string(src)
                 .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
             let source = source::parse(&text).map_err(|e| e.in_file(src))?;
+            // What the declarations alone can show (a buffer without a length, too many
+            // parameters) is said before nvcc runs, in one line with its fix.
+            contract::check_declarations(&source).map_err(|e| e.in_file(src))?;
             // nvcc compiles the file through a wrapper whose static_asserts check what was
             // read against what the compiler sees (check.rs): macros, typedefs, `#if` branches
             // and struct attributes cannot make the reading differ from the kernel.
@@ -199,7 +204,7 @@ impl Kernels {
             } else {
                 env::current_dir().map_or_else(|_| src.clone(), |d| d.join(src))
             };
-            let wrapper = check_dir.join(format!("{module}.cu"));
+            let wrapper = check_dir.join(format!("{file_stem}.cu"));
             fs::write(&wrapper, check::wrapper(&source, &absolute)).map_err(|e| {
                 Error::new(format!("cannot write {}: {e}", wrapper.display())).in_file(src)
             })?;
@@ -283,12 +288,13 @@ impl Kernels {
 /// build script: what [`Kernels::build`] does for each file, for tests and tools.
 pub fn generate_for(module: &str, cuda_source: &str, ptx: &str) -> Result<String> {
     let source = source::parse(cuda_source)?;
+    contract::check_declarations(&source)?;
     ptx::check(&source, ptx)?;
     let module = generate::module_name(module);
     generate::generate(
         &[generate::Unit {
-            ptx_file: format!("um-ptx/{module}.ptx"),
-            shown_path: format!("{module}.cu"),
+            ptx_file: format!("um-ptx/{}.ptx", module.trim_start_matches("r#")),
+            shown_path: format!("{}.cu", module.trim_start_matches("r#")),
             module,
             source: &source,
         }],

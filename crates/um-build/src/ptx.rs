@@ -62,6 +62,133 @@ pub(crate) fn entries(ptx: &str) -> Vec<(String, Vec<PtxParam>)> {
     entries
 }
 
+/// Whether `c` may appear in a PTX identifier.
+fn is_ptx_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '$'
+}
+
+/// Whether `text` mentions `name` as a whole PTX identifier.
+fn mentions(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(is_ptx_ident) && !after.is_some_and(is_ptx_ident)
+    })
+}
+
+/// The symbols of dynamic shared memory: `.extern .shared ... name[];` at module scope.
+fn dynamic_shared(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(".extern") && l.contains(".shared"))
+        .filter_map(|l| {
+            let declarator = l.trim_end_matches(';').split_whitespace().last()?;
+            let name = declarator.split('[').next()?;
+            (!name.is_empty()).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// A function of the PTX (`.entry` or `.func`) with its body, braces included.
+struct Body<'a> {
+    name: String,
+    entry: bool,
+    text: &'a str,
+}
+
+/// Every `.entry` and `.func` that has a body.
+fn bodies(ptx: &str) -> Vec<Body<'_>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(found) = [".entry", ".func"]
+        .iter()
+        .filter_map(|d| ptx[from..].find(d).map(|i| (from + i, *d)))
+        .min()
+    {
+        let (at, directive) = found;
+        from = at + directive.len();
+        let header_end = ptx[from..].find(['{', ';']).map_or(ptx.len(), |i| from + i);
+        if !ptx[header_end..].starts_with('{') {
+            continue; // a prototype
+        }
+        // The name is the identifier before the parameter list (after a `.func`'s return list).
+        let mut header = ptx[from..header_end].trim();
+        if header.starts_with('(') {
+            header = header
+                .find(')')
+                .map_or("", |i| header[i + 1..].trim_start());
+        }
+        let name: String = header.chars().take_while(|c| is_ptx_ident(*c)).collect();
+        let mut depth = 0usize;
+        let mut end = ptx.len();
+        for (i, c) in ptx[header_end..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = header_end + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(Body {
+            name,
+            entry: directive == ".entry",
+            text: &ptx[header_end..end],
+        });
+        from = end;
+    }
+    out
+}
+
+/// Refuses a safe kernel that can reach dynamic shared memory (`extern __shared__`, which PTX
+/// declares `.extern .shared`): its own body, or any `.func` it names, directly or through other
+/// functions, mentions such a symbol. A safe launch passes no dynamic shared memory, so every
+/// access to it would be out of bounds.
+pub(crate) fn check_dynamic_shared(source: &Source, ptx: &str) -> Result<()> {
+    let symbols = dynamic_shared(ptx);
+    if symbols.is_empty() {
+        return Ok(());
+    }
+    let bodies = bodies(ptx);
+    for k in source.kernels.iter().filter(|k| k.safe) {
+        let Some(entry) = bodies.iter().find(|b| b.entry && b.name == k.name) else {
+            continue; // the entry check of `check` reports it
+        };
+        // Every function the entry can reach, by name.
+        let mut reached: Vec<&Body<'_>> = vec![entry];
+        let mut i = 0;
+        while let Some(body) = reached.get(i).copied() {
+            for f in bodies.iter().filter(|f| !f.entry) {
+                if !reached.iter().any(|r| std::ptr::eq(*r, f)) && mentions(body.text, &f.name) {
+                    reached.push(f);
+                }
+            }
+            i += 1;
+        }
+        if let Some(symbol) = symbols
+            .iter()
+            .find(|s| reached.iter().any(|b| mentions(b.text, s)))
+        {
+            return Err(Error::new(format!(
+                "uses dynamic shared memory (`extern __shared__`, PTX `.extern .shared {symbol}`), \
+                 but a safe launch passes none"
+            ))
+            .kernel(&k.name)
+            .at(k.line)
+            .help(
+                "use a `__shared__` array of fixed size, or declare the kernel \
+                 `extern \"C\" __global__` (an unsafe launcher, whose `LaunchConfig` sets \
+                 `shared_mem_bytes`)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn scalar_matches(s: Scalar, p: &PtxParam) -> bool {
     if p.array.is_some() {
         return false;
@@ -80,8 +207,13 @@ fn scalar_matches(s: Scalar, p: &PtxParam) -> bool {
 
 /// Checks every kernel of `source` against its `.entry` in `ptx`: same parameter count,
 /// pointers as 64-bit values, scalars of the same class and width, structs of the same size
-/// and alignment.
+/// and alignment; and that no safe kernel reaches dynamic shared memory.
 pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
+    check_entries(source, ptx)?;
+    check_dynamic_shared(source, ptx)
+}
+
+fn check_entries(source: &Source, ptx: &str) -> Result<()> {
     let entries = entries(ptx);
     for k in &source.kernels {
         let err = |msg: String| Error::new(msg).kernel(&k.name).at(k.line);
@@ -104,6 +236,11 @@ pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
                     "a 64-bit pointer".to_owned(),
                 ),
                 Type::Scalar(s) => (scalar_matches(*s, got), format!("`{}`", s.rust())),
+                // A struct of one unsigned integer: `.align N .b8 [N]`.
+                Type::Len(s) => (
+                    got.ty == "b8" && got.array == Some(s.size()) && got.align == Some(s.size()),
+                    format!("a length (`{}`)", crate::source::len_c(*s)),
+                ),
                 Type::Struct(name) => {
                     let st = source.structs.iter().find(|s| s.name == *name);
                     let (size, align) = st.map_or((0, 0), |s| s.layout());
@@ -152,6 +289,71 @@ mod tests {
 )
 { ret; }
 "#;
+
+    /// What nvcc 13.0 wrote for a file with dynamic shared memory used by an entry directly
+    /// (`a`), through a `__noinline__` function (`b`), and not at all (`c`: static only).
+    const DYNAMIC: &str = r#"
+.extern .shared .align 16 .b8 sm[];
+.extern .shared .align 16 .b8 s[];
+.func  (.param .b32 func_retval0) _Z6helperi(
+	.param .b32 _Z6helperi_param_0
+)
+{
+	mov.u32 	%r3, sm;
+	ld.shared.f32 	%f1, [%r4];
+	ret;
+}
+.visible .entry a(
+	.param .u64 a_param_0
+)
+{
+	ld.shared.f32 	%f1, [s];
+	ret;
+}
+.visible .entry b(
+	.param .u64 b_param_0
+)
+{
+	{ // callseq 0, 0
+	call.uni (retval0), 
+	_Z6helperi, 
+	(
+	param0
+	);
+	} // callseq 0
+	ret;
+}
+.visible .entry c(
+	.param .u64 c_param_0
+)
+{
+	.shared .align 4 .b8 _ZZ1cE1t[128];
+	ld.shared.f32 	%f1, [_ZZ1cE1t+4];
+	ret;
+}
+"#;
+
+    #[test]
+    fn a_safe_kernel_that_reaches_dynamic_shared_memory_is_refused() {
+        let decl = |name: &str, safe: bool| {
+            let marker = if safe {
+                "UM_SAFE_KERNEL"
+            } else {
+                "extern \"C\" __global__"
+            };
+            parse(&format!("{marker} void {name}(float *x) {{}}")).expect("parses")
+        };
+        for (name, refused) in [("a", true), ("b", true), ("c", false)] {
+            let got = check_dynamic_shared(&decl(name, true), DYNAMIC);
+            assert_eq!(got.is_err(), refused, "{name}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.message().contains("dynamic shared memory"), "{e}");
+                assert_eq!(e.kernel_name(), Some(name));
+            }
+            // An unsafe kernel may use it: its LaunchConfig says how much.
+            assert_eq!(check_dynamic_shared(&decl(name, false), DYNAMIC), Ok(()));
+        }
+    }
 
     #[test]
     fn entries_with_aggregates() {

@@ -66,11 +66,6 @@ impl Scalar {
             Scalar::F64 | Scalar::I64 | Scalar::U64 => 8,
         }
     }
-
-    /// Whether the type can carry a buffer length: the count types of `um_core::codegen`.
-    pub(crate) fn is_count(self) -> bool {
-        matches!(self, Scalar::I32 | Scalar::U32 | Scalar::I64 | Scalar::U64)
-    }
 }
 
 /// What a pointer points to.
@@ -91,6 +86,33 @@ pub(crate) enum Type {
         elem: Elem,
         constant: bool,
     },
+    /// A length of `um.cuh`: `um::len32` (`U32`), `um::len64` (`U64`), `um::ilen32` (`I32`) or
+    /// `um::ilen64` (`I64`). In a safe kernel the launcher fills it with the length of the
+    /// buffers declared since the previous length (`contract.rs`); in another kernel it is a
+    /// value like any integer.
+    Len(Scalar),
+}
+
+/// The length types of `um.cuh`, by spelling, with the integer each one holds.
+const LENGTHS: [(&str, Scalar); 4] = [
+    ("um::len32", Scalar::U32),
+    ("um::len64", Scalar::U64),
+    ("um::ilen32", Scalar::I32),
+    ("um::ilen64", Scalar::I64),
+];
+
+/// The length type spelled `ty` (`um::len32`, `::um::len32`, ...), as the integer it holds.
+pub(crate) fn len_type(ty: &str) -> Option<Scalar> {
+    let ty = ty.strip_prefix("::").unwrap_or(ty);
+    LENGTHS.iter().find(|(c, _)| *c == ty).map(|(_, s)| *s)
+}
+
+/// How C spells the length type that holds `s` (one of the four integers of [`LENGTHS`]).
+pub(crate) fn len_c(s: Scalar) -> &'static str {
+    LENGTHS
+        .iter()
+        .find(|(_, t)| *t == s)
+        .map_or("um::len32", |(c, _)| *c)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,7 +285,8 @@ fn collapse(s: &str) -> String {
 }
 
 const SUPPORTED: &str = "float, double, (unsigned) char, short, int, long long, their \
-                         <stdint.h> names, size_t, or a struct defined in the same file";
+                         <stdint.h> names, size_t, a length (um::len32, um::len64, um::ilen32, \
+                         um::ilen64), or a struct defined in the same file";
 
 /// Reads the kernels and structs of a `.cu` file's text.
 pub(crate) fn parse(src: &str) -> Result<Source> {
@@ -377,7 +400,8 @@ fn parse_kernel(text: &str, from: usize, safe: bool, structs: &[Struct]) -> Resu
 }
 
 fn parse_param(text: &str, structs: &[Struct]) -> Result<Param> {
-    let text = collapse(text);
+    // `um :: len32` is `um::len32`.
+    let text = collapse(text).replace(" ::", "::").replace(":: ", "::");
     if text.contains('&') || text.contains('[') || text.contains('<') || text.contains('=') {
         return Err(Error::new(format!(
             "`{text}`: references, arrays, templates and default values are not read"
@@ -414,6 +438,19 @@ fn parse_param(text: &str, structs: &[Struct]) -> Result<Param> {
         .filter(|w| !matches!(*w, "const" | "volatile" | "struct"))
         .collect();
     let ty = ty_words.join(" ");
+    if let Some(width) = len_type(&ty) {
+        if star.is_some() {
+            return Err(Error::new(format!(
+                "`{text}`: a pointer to a length is not a buffer um-build reads"
+            ))
+            .param(&name)
+            .help("pass a length by value: `um::len32 n`"));
+        }
+        return Ok(Param {
+            name,
+            ty: Type::Len(width),
+        });
+    }
     let elem = if let Some(s) = Scalar::from_c(&ty) {
         Elem::Scalar(s)
     } else if structs.iter().any(|s| s.name == ty) {

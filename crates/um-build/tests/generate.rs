@@ -6,10 +6,10 @@ const PTX: &str = r#"
 .version 9.0
 .visible .entry hist(
 	.param .u64 .ptr .align 1 hist_param_0,
-	.param .u64 .ptr .align 1 hist_param_1,
-	.param .align 4 .b8 hist_param_2[12],
-	.param .u32 hist_param_3,
-	.param .u32 hist_param_4
+	.param .align 4 .b8 hist_param_1[4],
+	.param .u64 .ptr .align 1 hist_param_2,
+	.param .align 4 .b8 hist_param_3[4],
+	.param .align 4 .b8 hist_param_4[12]
 )
 { ret; }
 .visible .entry scatter(
@@ -24,8 +24,8 @@ const PTX: &str = r#"
 const SOURCE: &str = r#"
 #include "um.cuh"
 struct Binning { float lo; float width; unsigned int bins; };
-UM_SAFE_KERNEL void hist(const float *values, unsigned int *counts, Binning b,
-                         unsigned int n, unsigned int counts_len) {}
+UM_SAFE_KERNEL void hist(const float *values, um::len32 n, unsigned int *counts,
+                         um::len32 counts_len, Binning b) {}
 extern "C" __global__ void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}
 "#;
 
@@ -38,15 +38,15 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
     assert!(code.contains("#[repr(C)]"));
     assert!(code.contains("pub struct Binning {"));
     assert!(code.contains("pub lo: f32,") && code.contains("pub bins: u32,"));
-    assert!(code.contains("unsafe impl __um::DeviceCopy for Binning {}"));
-    // A safe launcher, and a `_with` that takes only a one-dimensional launch; counts are not
+    assert!(code.contains("unsafe impl __um::DeviceCopy for self::Binning {}"));
+    // A safe launcher, and a `_with` that takes only a one-dimensional launch; lengths are not
     // parameters: they come from the buffers.
     assert!(code.contains(
-        "pub fn hist<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, values: &Managed<[f32], StreamOwned<'s, K>, M0>, counts: &mut Managed<[u32], StreamOwned<'s, K>, M1>, b: Binning) -> Result<()>"
+        "pub fn hist<'s, K: __um::StreamKind, M0: __um::Storage, M1: __um::Storage>(stream: &__um::Stream<'s, K>, values: &__um::Managed<[f32], __um::StreamOwned<'s, K>, M0>, counts: &mut __um::Managed<[u32], __um::StreamOwned<'s, K>, M1>, b: self::Binning) -> __um::Result<()>"
     ), "{code}");
     assert!(
         code.contains(
-            "pub fn hist_with<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, config: Linear,"
+            "pub fn hist_with<'s, K: __um::StreamKind, M0: __um::Storage, M1: __um::Storage>(stream: &__um::Stream<'s, K>, config: __um::Linear,"
         )
     );
     assert!(code.contains("let n: u32 = __um::codegen::count(KERNEL, \"n\""));
@@ -54,7 +54,7 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
     assert!(code.contains("__um::ByValue(b)"));
     // The other kernel: an `unsafe fn` with a full LaunchConfig and every scalar explicit.
     assert!(code.contains(
-        "pub unsafe fn scatter<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, config: LaunchConfig, x: &mut Managed<[f32], StreamOwned<'s, K>, M0>, idx: &Managed<[u32], StreamOwned<'s, K>, M1>, value: f32, n: u32)"
+        "pub unsafe fn scatter<'s, K: __um::StreamKind, M0: __um::Storage, M1: __um::Storage>(stream: &__um::Stream<'s, K>, config: __um::LaunchConfig, x: &mut __um::Managed<[f32], __um::StreamOwned<'s, K>, M0>, idx: &__um::Managed<[u32], __um::StreamOwned<'s, K>, M1>, value: f32, n: u32)"
     ), "{code}");
     assert!(code.contains("/// # Safety"));
     assert!(!code.contains("pub fn scatter"));
@@ -63,8 +63,8 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
 
 #[test]
 fn generator_errors_name_line_kernel_parameter_and_fix() {
-    // A buffer of a safe kernel with no count.
-    let src = "UM_SAFE_KERNEL void scatter(float *x, const unsigned int *idx, float value, unsigned int m) {}";
+    // A buffer of a safe kernel with no length: a plain integer is a value, whatever its name.
+    let src = "UM_SAFE_KERNEL void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}";
     let e = um_build::generate_for("k", src, PTX.replace("hist", "zzz").as_str())
         .expect_err("uncounted buffers");
     assert_eq!(
@@ -72,13 +72,16 @@ fn generator_errors_name_line_kernel_parameter_and_fix() {
         (Some("scatter"), Some("x"), Some(1))
     );
     let shown = e.to_string();
-    assert!(shown.contains("help: add `unsigned int x_len`"), "{shown}");
+    assert!(
+        shown.contains("help: declare `um::len32 x_len` after `x`"),
+        "{shown}"
+    );
 
-    // A struct that takes the name of one of um's types.
-    let src = "struct Managed { float a; };\nextern \"C\" __global__ void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}";
+    // A struct named like a Rust primitive.
+    let src = "struct f32 { float a; };\nextern \"C\" __global__ void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}";
     let e = um_build::generate_for("k", src, PTX).expect_err("name taken");
     assert_eq!(e.line(), Some(1));
-    assert!(e.message().contains("`Managed`"), "{e}");
+    assert!(e.message().contains("`f32`"), "{e}");
 
     // A declaration the PTX disagrees with names the parameter.
     let src = "extern \"C\" __global__ void scatter(float *x, const unsigned int *idx, double value, unsigned int n) {}";

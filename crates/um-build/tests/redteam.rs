@@ -4,12 +4,17 @@
 //! attributes) are in `redteam_nvcc.rs`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-/// A PTX text with one `.entry name` of the given parameter types (`u64` for a pointer).
+/// A PTX text with one `.entry name` of the given parameter types (`.u64` for a pointer,
+/// `len32`/`len64` for a length: a 4- or 8-byte struct).
 fn ptx(name: &str, params: &[&str]) -> String {
     let list: Vec<String> = params
         .iter()
         .enumerate()
-        .map(|(i, t)| format!("\t.param {t} {name}_param_{i}"))
+        .map(|(i, t)| match *t {
+            "len32" => format!("\t.param .align 4 .b8 {name}_param_{i}[4]"),
+            "len64" => format!("\t.param .align 8 .b8 {name}_param_{i}[8]"),
+            t => format!("\t.param {t} {name}_param_{i}"),
+        })
         .collect();
     format!(
         ".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry {name}(\n{}\n)\n{{ ret; }}\n",
@@ -38,12 +43,12 @@ fn launcher_param(code: &str, kernel: &str, param: &str) -> String {
     rest[..end].to_owned()
 }
 
-const WRITE: &str = "&mut Managed<[f32], StreamOwned<'s, K>, M0>";
-const READ: &str = "&Managed<[f32], StreamOwned<'s, K>, M0>";
+const WRITE: &str = "&mut __um::Managed<[f32], __um::StreamOwned<'s, K>, M0>";
+const READ: &str = "&__um::Managed<[f32], __um::StreamOwned<'s, K>, M0>";
 
 #[test]
 fn const_placements_are_read_as_what_the_kernel_may_write() {
-    let k = ptx("k", &[".u64", ".u32"]);
+    let k = ptx("k", &[".u64", "len32"]);
     for (decl, want) in [
         // The pointer is const, the floats are not: the kernel may write them.
         ("float * const x", WRITE),
@@ -63,23 +68,21 @@ fn const_placements_are_read_as_what_the_kernel_may_write() {
         ("const /* float? */ float *x", READ),
         ("float // const\n *x", WRITE),
     ] {
-        let src =
-            format!("#include \"um.cuh\"\nUM_SAFE_KERNEL void k({decl}, unsigned int n) {{}}");
+        let src = format!("#include \"um.cuh\"\nUM_SAFE_KERNEL void k({decl}, um::len32 n) {{}}");
         let code = um_build::generate_for("m", &src, &k).unwrap_or_else(|e| panic!("{decl}: {e}"));
         assert_eq!(launcher_param(&code, "k", "x"), want, "{decl}");
     }
 }
 
 #[test]
-fn count_types_and_their_spellings() {
+fn lengths_are_types_and_their_spellings() {
     for (c, ptx_ty, rust) in [
-        ("unsigned", ".u32", "u32"),
-        ("unsigned int", ".u32", "u32"),
-        ("int", ".u32", "i32"),
-        ("signed", ".u32", "i32"),
-        ("long long", ".u64", "i64"),
-        ("size_t", ".u64", "u64"),
-        ("uint64_t", ".u64", "u64"),
+        ("um::len32", "len32", "u32"),
+        ("::um::len32", "len32", "u32"),
+        ("um :: len64", "len64", "u64"),
+        ("const um::len64", "len64", "u64"),
+        ("um::ilen32", "len32", "i32"),
+        ("um::ilen64", "len64", "i64"),
     ] {
         let src = format!("UM_SAFE_KERNEL void k(float *x, {c} n) {{}}");
         let code =
@@ -91,19 +94,28 @@ fn count_types_and_their_spellings() {
             "{c}: {code}"
         );
     }
-    // Counts that cannot carry a length, and types it does not know, are refused.
-    for c in [
-        "short",
-        "unsigned char",
-        "long",
-        "unsigned long",
-        "bool",
-        "float",
+    // A plain integer is a value, whatever its name: `x` then has no length.
+    for (c, ptx_ty) in [
+        ("unsigned int n", ".u32"),
+        ("int n", ".u32"),
+        ("size_t x_len", ".u64"),
+        ("unsigned long long n", ".u64"),
+        ("short n", ".u16"),
+        ("float n", ".f32"),
     ] {
-        let src = format!("UM_SAFE_KERNEL void k(float *x, {c} n) {{}}");
-        let e = um_build::generate_for("m", &src, &ptx("k", &[".u64", ".u32"])).expect_err(c);
-        assert!(e.kernel_name() == Some("k"), "{c}: {e}");
+        let src = format!("UM_SAFE_KERNEL void k(float *x, {c}) {{}}");
+        let e = um_build::generate_for("m", &src, &ptx("k", &[".u64", ptx_ty])).expect_err(c);
+        assert_eq!(e.kernel_name(), Some("k"), "{c}: {e}");
+        assert!(e.message().contains("has no length"), "{c}: {e}");
     }
+    // A pointer to a length is no buffer.
+    let e = um_build::generate_for(
+        "m",
+        "UM_SAFE_KERNEL void k(um::len32 *x, um::len32 n) {}",
+        &ptx("k", &[".u64", "len32"]),
+    )
+    .expect_err("pointer to a length");
+    assert!(e.message().contains("pointer to a length"), "{e}");
 }
 
 #[test]
@@ -119,9 +131,9 @@ fn a_struct_named_like_a_rust_primitive_is_refused() {
         ("usize", "float", ".u64"),
     ] {
         let src = format!(
-            "struct {name} {{ unsigned char a; }};\nUM_SAFE_KERNEL void k({elem} *x, unsigned int n) {{}}"
+            "struct {name} {{ unsigned char a; }};\nUM_SAFE_KERNEL void k({elem} *x, um::len32 n) {{}}"
         );
-        let e = um_build::generate_for("m", &src, &ptx("k", &[ptx_ty, ".u32"])).expect_err(name);
+        let e = um_build::generate_for("m", &src, &ptx("k", &[ptx_ty, "len32"])).expect_err(name);
         assert_eq!(e.line(), Some(1), "{e}");
         assert!(e.message().contains("Rust primitive"), "{e}");
     }
@@ -130,41 +142,121 @@ fn a_struct_named_like_a_rust_primitive_is_refused() {
 #[test]
 fn names_that_are_rust_keywords_or_the_launchers_own_are_renamed() {
     let src = "UM_SAFE_KERNEL void type(float *stream, const float *config, float threads, \
-               float KERNEL, unsigned int n) {}";
+               float KERNEL, um::len32 in) {}";
     let code = um_build::generate_for(
         "fn",
         src,
-        &ptx("type", &[".u64", ".u64", ".f32", ".f32", ".u32"]),
+        &ptx("type", &[".u64", ".u64", ".f32", ".f32", "len32"]),
     )
     .expect("generates");
-    assert!(code.contains("pub mod fn_ {"), "{code}");
+    // Keywords are raw identifiers; the launchers' own names get a `_`.
+    assert!(code.contains("pub mod r#fn {"), "{code}");
     assert!(
-        code.contains("pub fn type_<'s, K: StreamKind, M0: Storage, M1: Storage>(stream: &Stream<'s, K>, stream_: &mut"),
+        code.contains("pub fn r#type<'s, K: __um::StreamKind, M0: __um::Storage, M1: __um::Storage>(stream: &__um::Stream<'s, K>, stream_: &mut"),
         "{code}"
     );
-    assert!(code.contains("config_: &Managed<[f32]"), "{code}");
+    assert!(code.contains("pub fn type_with<"), "{code}");
+    assert!(code.contains("config_: &__um::Managed<[f32]"), "{code}");
     assert!(code.contains("threads_: f32, KERNEL_: f32)"), "{code}");
-    // The launch passes the renamed values in declaration order, the count last.
+    // The launch passes the renamed values in declaration order, the length last.
     assert!(
-        code.contains("(stream_, config_, threads_, KERNEL_, n, )"),
+        code.contains("(stream_, config_, threads_, KERNEL_, r#in, )"),
         "{code}"
     );
-    // The count lookup names the C parameter, the Rust value its renamed form.
+    // The length lookup names the C parameter, the Rust value its renamed form.
     assert!(
-        code.contains("(\"stream\", stream_.len()), (\"config\", config_.len())"),
+        code.contains("let r#in: u32 = __um::codegen::count(KERNEL, \"in\", __um::codegen::common_len(KERNEL, &[(\"stream\", stream_.len()), (\"config\", config_.len())])"),
         "{code}"
     );
 }
 
 #[test]
+fn names_rust_cannot_tell_apart_or_spell_are_refused() {
+    let k = ptx("k", &[".u64", ".f32", ".f32", "len32"]);
+    for (src, says) in [
+        // `stream` becomes `stream_`, which another parameter already is.
+        (
+            "UM_SAFE_KERNEL void k(float *stream, float stream_, float b, um::len32 n) {}",
+            "would both be `stream_`",
+        ),
+        // Names Rust cannot spell, even raw.
+        (
+            "UM_SAFE_KERNEL void k(float *self, float a, float b, um::len32 n) {}",
+            "Rust cannot spell",
+        ),
+        (
+            "UM_SAFE_KERNEL void k(float *_, float a, float b, um::len32 n) {}",
+            "Rust cannot spell",
+        ),
+        ("struct Self { float a; };", "Rust cannot spell"),
+        ("struct P { float crate; };", "Rust cannot spell"),
+        // The safe kernel `k` has a launcher `k_with`: a kernel of that name would meet it.
+        (
+            "UM_SAFE_KERNEL void k(float *x, float a, float b, um::len32 n) {}\n\
+             extern \"C\" __global__ void k_with(float *x, float a, float b, um::len32 n) {}",
+            "would both be `k_with`",
+        ),
+    ] {
+        let mut ptx_text = k.clone();
+        ptx_text.push_str(&ptx("k_with", &[".u64", ".f32", ".f32", "len32"]));
+        let e = um_build::generate_for("m", src, &ptx_text).expect_err(src);
+        assert!(e.to_string().contains(says), "{src}: {e}");
+    }
+}
+
+#[test]
+fn structs_named_like_the_launchers_types_or_generics_are_named_by_path() {
+    // The launchers name um's types by full path and the file's structs as `self::Name`: a
+    // struct called `Storage`, `K` or `M0` shadows nothing (they were Rust compile errors:
+    // a missing import, and a generic parameter standing for the struct).
+    for name in [
+        "Storage",
+        "K",
+        "M0",
+        "Managed",
+        "Linear",
+        "StreamOwned",
+        "Result",
+    ] {
+        let src = format!(
+            "struct {name} {{ float a; }};\nUM_SAFE_KERNEL void k(const {name} *x, {name} v, um::len32 n) {{}}"
+        );
+        let code = um_build::generate_for(
+            "m",
+            &src,
+            &ptx("k", &[".u64", ".align 4 .b8", "len32"])
+                .replace(".align 4 .b8 k_param_1", ".align 4 .b8 k_param_1[4]"),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            code.contains(&format!(
+                "x: &__um::Managed<[self::{name}], __um::StreamOwned<'s, K>, M0>, v: self::{name})"
+            )),
+            "{name}: {code}"
+        );
+        assert!(
+            !code.contains("use super::__um::{"),
+            "nothing is imported by name"
+        );
+    }
+}
+
+#[test]
 fn file_names_that_are_not_identifiers_become_modules() {
-    let k = ptx("k", &[".u64", ".u32"]);
-    let src = "UM_SAFE_KERNEL void k(float *x, unsigned int n) {}";
+    let k = ptx("k", &[".u64", "len32"]);
+    let src = "UM_SAFE_KERNEL void k(float *x, um::len32 n) {}";
     for (file, module) in [
         ("9lives", "k_9lives"),
         ("my-kernels.v2", "my_kernels_v2"),
         ("", "k_"),
-        ("self", "self_"),
+        ("_", "k__"),
+        ("--", "k___"),
+        ("self", "k_self"),
+        ("crate", "k_crate"),
+        ("std", "std_"),
+        ("core", "core_"),
+        ("__um", "__um_"),
+        ("type", "r#type"),
         ("Ünïcode", "_n_code"),
     ] {
         let code = um_build::generate_for(file, src, &k).expect(file);
@@ -177,26 +269,23 @@ fn file_names_that_are_not_identifiers_become_modules() {
 
 #[test]
 fn forms_it_cannot_read_are_refused_not_guessed() {
-    let k2 = ptx("k", &[".u64", ".u32"]);
+    let k2 = ptx("k", &[".u64", "len32"]);
     for (src, says) in [
         // A default argument.
         (
-            "UM_SAFE_KERNEL void k(float *x, unsigned int n = 4) {}",
+            "UM_SAFE_KERNEL void k(float *x, um::len32 n = 4) {}",
             "default values",
         ),
         // A prototype and a definition (even with the same const-ness: it reads each once).
         (
-            "UM_SAFE_KERNEL void k(const float *x, unsigned int n);\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {}",
+            "UM_SAFE_KERNEL void k(const float *x, um::len32 n);\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {}",
             "declared twice",
         ),
         // An array parameter (a pointer in C, but no place for const to be read).
-        (
-            "UM_SAFE_KERNEL void k(float x[], unsigned int n) {}",
-            "arrays",
-        ),
+        ("UM_SAFE_KERNEL void k(float x[], um::len32 n) {}", "arrays"),
         // A template.
         (
-            "template <class T> UM_SAFE_KERNEL void k(T *x, unsigned int n) {}",
+            "template <class T> UM_SAFE_KERNEL void k(T *x, um::len32 n) {}",
             "not a form",
         ),
         // `extern \"C\" { ... }` block.
@@ -206,17 +295,17 @@ fn forms_it_cannot_read_are_refused_not_guessed() {
         ),
         // A typedef'd element type is not guessed.
         (
-            "typedef float real;\nUM_SAFE_KERNEL void k(real *x, unsigned int n) {}",
+            "typedef float real;\nUM_SAFE_KERNEL void k(real *x, um::len32 n) {}",
             "`real` is not supported",
         ),
         // A macro in the declaration is not expanded.
         (
-            "#define RO const\nUM_SAFE_KERNEL void k(RO float *x, unsigned int n) {}",
+            "#define RO const\nUM_SAFE_KERNEL void k(RO float *x, um::len32 n) {}",
             "not supported",
         ),
         // A struct with an attribute before its name.
         (
-            "struct __align__(16) P { float a; };\nUM_SAFE_KERNEL void k(P *x, unsigned int n) {}",
+            "struct __align__(16) P { float a; };\nUM_SAFE_KERNEL void k(P *x, um::len32 n) {}",
             "`P` is not supported",
         ),
         // Bit fields, pointers and nested structs in a struct.
@@ -225,9 +314,6 @@ fn forms_it_cannot_read_are_refused_not_guessed() {
         ("struct P { struct Q { float a; } q; };", "struct `P`"),
         ("struct P { float a[2][2]; };", "struct `P`"),
         ("#define N 4\nstruct P { float a[N]; };", "array length"),
-        // A by-value struct or buffer element named like one of um's types.
-        ("struct Linear { float a; };", "`Linear`"),
-        ("struct StreamOwned { float a; };", "`StreamOwned`"),
     ] {
         let e = um_build::generate_for("m", src, &k2).expect_err(src);
         assert!(e.to_string().contains(says), "{src}: {e}");
@@ -235,13 +321,13 @@ fn forms_it_cannot_read_are_refused_not_guessed() {
 }
 
 #[test]
-fn the_default_launch_covers_the_longest_buffer_and_counts_come_from_buffers() {
-    // Buffers of different lengths: x has its own count, y and z share n.
-    let src = "UM_SAFE_KERNEL void k(const float *x, float *y, const float *z, unsigned int n, int x_len) {}";
+fn the_default_launch_covers_the_longest_buffer_and_lengths_come_from_buffers() {
+    // Buffers of different lengths: x has its own length, y and z share n.
+    let src = "UM_SAFE_KERNEL void k(const float *x, um::ilen32 x_len, float *y, const float *z, um::len32 n) {}";
     let code = um_build::generate_for(
         "m",
         src,
-        &ptx("k", &[".u64", ".u64", ".u64", ".u32", ".u32"]),
+        &ptx("k", &[".u64", "len32", ".u64", ".u64", "len32"]),
     )
     .expect("generates");
     assert!(
@@ -253,21 +339,22 @@ fn the_default_launch_covers_the_longest_buffer_and_counts_come_from_buffers() {
         "{code}"
     );
     assert!(code.contains("let x_len: i32 = __um::codegen::count(KERNEL, \"x_len\", __um::codegen::common_len(KERNEL, &[(\"x\", x.len())])?, threads)?;"), "{code}");
-    // Neither count is a launcher argument.
+    // Neither length is a launcher argument, and the launch passes each at its position.
     let sig = code
         .lines()
         .find(|l| l.starts_with("pub fn k_with<"))
         .unwrap();
     assert!(!sig.contains(" n:") && !sig.contains("x_len:"), "{sig}");
+    assert!(code.contains("(x, x_len, y, z, n, )"), "{code}");
 }
 
 #[test]
 fn a_struct_with_a_long_array_still_compiles() {
     // `[f32; 64]: Default` does not hold, so `#[derive(Default)]` broke the user's build.
-    let k = ptx("k", &[".u64", ".u32"]);
+    let k = ptx("k", &[".u64", "len32"]);
     let code = um_build::generate_for(
         "m",
-        "struct Big { float w[64]; };\nstruct Small { float w[32]; };\nUM_SAFE_KERNEL void k(const Big *b, unsigned int n) {}",
+        "struct Big { float w[64]; };\nstruct Small { float w[32]; };\nUM_SAFE_KERNEL void k(const Big *b, um::len32 n) {}",
         &k,
     )
     .expect("generates");

@@ -57,8 +57,8 @@ fn a_declaration_hidden_in_if_0_with_the_real_one_in_a_macro_is_refused() {
     // for a kernel that writes x: a data race with any other reader of x, a write through `&`.
     refused(
         &format!(
-            "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {{}}\n#endif\n\
-             #define DECLARE_K UM_SAFE_KERNEL void k(float *x, unsigned int n)\nDECLARE_K {WRITES_X}\n"
+            "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {{}}\n#endif\n\
+             #define DECLARE_K UM_SAFE_KERNEL void k(float *x, um::len32 n)\nDECLARE_K {WRITES_X}\n"
         ),
         "parameter 'x': read as a pointer to const f32",
     );
@@ -68,7 +68,7 @@ fn a_declaration_hidden_in_if_0_with_the_real_one_in_a_macro_is_refused() {
 fn define_const_as_nothing_is_refused() {
     refused(
         &format!(
-            "#include \"um.cuh\"\n#define const\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {WRITES_X}\n"
+            "#include \"um.cuh\"\n#define const\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {WRITES_X}\n"
         ),
         "parameter 'x'",
     );
@@ -76,7 +76,7 @@ fn define_const_as_nothing_is_refused() {
     let e = build_with(
         &[(
             "k.cu",
-            &format!("#include \"um.cuh\"\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {WRITES_X}\n"),
+            &format!("#include \"um.cuh\"\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {WRITES_X}\n"),
         )],
         &["-Dconst="],
     )
@@ -91,8 +91,8 @@ fn a_declaration_hidden_by_a_comment_opened_in_a_string_is_refused() {
     refused(
         &format!(
             "#include \"um.cuh\"\n__device__ const char *a = \"/*\";\n\
-             UM_SAFE_KERNEL void k(float *x, unsigned int n) {WRITES_X}\n\
-             __device__ const char *b = \"*/; UM_SAFE_KERNEL void k(const float *x, unsigned int n) {{}}\";\n"
+             UM_SAFE_KERNEL void k(float *x, um::len32 n) {WRITES_X}\n\
+             __device__ const char *b = \"*/; UM_SAFE_KERNEL void k(const float *x, um::len32 n) {{}}\";\n"
         ),
         "parameter 'x'",
     );
@@ -104,15 +104,30 @@ fn element_types_redefined_by_macros_are_refused() {
     // the memory the kernel touches.
     refused(
         "#include \"um.cuh\"\n#define uint32_t double\n\
-         UM_SAFE_KERNEL void k(uint32_t *x, unsigned int n) { for (auto i : um::indices(n)) x[i] = 1.0; }\n",
+         UM_SAFE_KERNEL void k(uint32_t *x, um::len32 n) { for (auto i : um::indices(n)) x[i] = 1.0; }\n",
         "parameter 'x': read as a pointer to non-const u32",
     );
-    // A count whose signedness a macro changes.
+    // A value whose signedness a macro changes.
     refused(
         "#include \"um.cuh\"\n#define unsigned signed\n\
-         UM_SAFE_KERNEL void k(float *x, unsigned n) { for (auto i : um::indices(n)) x[i] = 1.0f; }\n",
+         UM_SAFE_KERNEL void k(float *x, unsigned v, um::len32 n) { for (auto i : um::indices(n)) x[i] = v; }\n",
+        "parameter 'v'",
+    );
+    // A length whose type a macro changes: the launcher would fill 8 bytes where the kernel
+    // reads 4 (or the reverse).
+    refused(
+        "#include \"um.cuh\"\n#define len32 len64\n\
+         UM_SAFE_KERNEL void k(float *x, um::len32 n) { for (auto i : um::indices(n)) x[i] = 1.0f; }\n",
         "parameter 'n'",
     );
+    // The file cannot bring its own `um::len32` (a redefinition of the genuine one, which is
+    // compiled ahead of the file), so a length always converts to the value the launcher passed.
+    let e = build(
+        "#define OWN namespace um { struct len32 { unsigned value; __device__ operator unsigned() const { return 2 * value; } }; }\nOWN;\n\
+         UM_SAFE_KERNEL void k(float *x, um::len32 n) { for (auto i : um::indices(n)) x[i] = 1.0f; }\n",
+    )
+    .expect_err("own len32");
+    assert!(e.to_string().contains("has already been defined"), "{e}");
 }
 
 #[test]
@@ -122,20 +137,20 @@ fn struct_layouts_changed_by_attributes_or_pragmas_are_refused() {
     // strode 16 bytes per index, 4x past the end.
     refused(
         "#include \"um.cuh\"\nstruct P { float a; } __attribute__((aligned(16)));\n\
-         UM_SAFE_KERNEL void k(P *x, unsigned int n) { for (auto i : um::indices(n)) x[i].a = 1.0f; }\n",
+         UM_SAFE_KERNEL void k(P *x, um::len32 n) { for (auto i : um::indices(n)) x[i].a = 1.0f; }\n",
         "struct 'P' (line 2): read as 4 bytes aligned to 4",
     );
     // #pragma pack: 9 bytes in nvcc, 16 as read (misaligned doubles on the device).
     refused(
         "#include \"um.cuh\"\n#pragma pack(push, 1)\nstruct Q { unsigned char c; double d; };\n#pragma pack(pop)\n\
-         UM_SAFE_KERNEL void k(const Q *x, double *y, unsigned int n) { for (auto i : um::indices(n)) y[i] = x[i].d; }\n",
+         UM_SAFE_KERNEL void k(const Q *x, double *y, um::len32 n) { for (auto i : um::indices(n)) y[i] = x[i].d; }\n",
         "struct 'Q'",
     );
     // An array length a macro sets differently from what the text says is refused by the
     // parser already; one an #if changes is caught by the compiler.
     refused(
         "#include \"um.cuh\"\n#if 1\nstruct R { float a[8]; };\n#else\nstruct R { float a[2]; };\n#endif\n\
-         UM_SAFE_KERNEL void k(R *x, unsigned int n) { for (auto i : um::indices(n)) x[i].a[7] = 1.0f; }\n",
+         UM_SAFE_KERNEL void k(R *x, um::len32 n) { for (auto i : um::indices(n)) x[i].a[7] = 1.0f; }\n",
         "defined twice",
     );
 }
@@ -147,9 +162,9 @@ fn a_cpp_function_named_like_the_kernel_cannot_stand_in_for_it() {
     // on `decltype(&::k)` alone passed; the extern "C" redeclaration of `::k` refuses it.
     refused(
         &format!(
-            "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {{}}\n#endif\n\
-             #define REAL extern \"C\" __global__ void k(float *x, unsigned int n)\n\
-             namespace hidden {{ REAL {WRITES_X} }}\nvoid k(const float *x, unsigned int n) {{}}\n"
+            "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {{}}\n#endif\n\
+             #define REAL extern \"C\" __global__ void k(float *x, um::len32 n)\n\
+             namespace hidden {{ REAL {WRITES_X} }}\nvoid k(const float *x, um::len32 n) {{}}\n"
         ),
         "linkage specification is incompatible",
     );
@@ -157,8 +172,8 @@ fn a_cpp_function_named_like_the_kernel_cannot_stand_in_for_it() {
 
 #[test]
 fn macros_defined_at_the_end_of_the_file_cannot_switch_the_checks_off() {
-    let fake = "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, unsigned int n) {}\n#endif\n\
-                #define DECLARE_K UM_SAFE_KERNEL void k(float *x, unsigned int n)\n\
+    let fake = "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void k(const float *x, um::len32 n) {}\n#endif\n\
+                #define DECLARE_K UM_SAFE_KERNEL void k(float *x, um::len32 n)\n\
                 DECLARE_K { for (auto i : um::indices(n)) x[i] = 1.0f; }\n";
     for tail in [
         // The asserts vanish.
@@ -186,12 +201,14 @@ fn macros_defined_at_the_end_of_the_file_cannot_switch_the_checks_off() {
 fn a_kernel_in_a_namespace_is_refused_with_a_reason() {
     refused(
         &format!(
-            "#include \"um.cuh\"\nnamespace ns {{\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {WRITES_X}\n}}\n"
+            "#include \"um.cuh\"\nnamespace ns {{\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {WRITES_X}\n}}\n"
         ),
         "the global scope has no \"k\"",
     );
-    let e = build("#include \"um.cuh\"\nnamespace ns {\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {}\n}\n")
-        .expect_err("namespace");
+    let e = build(
+        "#include \"um.cuh\"\nnamespace ns {\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}\n}\n",
+    )
+    .expect_err("namespace");
     assert!(
         e.help_text().is_some_and(|h| h.contains("global scope")),
         "{e}"
@@ -206,20 +223,29 @@ fn honest_files_in_every_form_it_reads_still_build() {
          struct Bins { unsigned char tag; double scale; short s[3]; };\n\
          typedef struct { float lo, hi; } Range;\n\
          #define UNUSED_MACRO 1\n\
-         UM_SAFE_KERNEL void k(float const *__restrict__ a, float * const b, const Bins *bins,\n\
-                               /* the outputs */ Range *r, Bins by_value, size_t n,\n\
-                               unsigned bins_len, int r_len) {\n\
+         UM_SAFE_KERNEL void k(float const *__restrict__ a, float * const b, um::len64 n,\n\
+                               const Bins *bins, ::um::len32 bins_len,\n\
+                               /* the outputs */ Range *r, um :: ilen32 r_len, Bins by_value) {\n\
              for (auto i : um::indices(n)) b[i] = a[i] * (float)by_value.scale;\n\
              for (auto i : um::indices(r_len)) r[i].lo = (float)bins[0].s[2] * (bins_len > 0);\n\
          }\n\
          extern \"C\" __global__ void u(int8_t *p, const uint16_t *q, long long m) {}\n",
     )
     .expect("an honest file builds");
-    assert!(code.contains("a: &Managed<[f32]"), "{code}");
-    assert!(code.contains("b: &mut Managed<[f32]"), "{code}");
-    assert!(code.contains("bins: &Managed<[Bins]"), "{code}");
-    assert!(code.contains("r: &mut Managed<[Range]"), "{code}");
+    assert!(code.contains("a: &__um::Managed<[f32]"), "{code}");
+    assert!(code.contains("b: &mut __um::Managed<[f32]"), "{code}");
+    assert!(code.contains("bins: &__um::Managed<[self::Bins]"), "{code}");
+    assert!(
+        code.contains("r: &mut __um::Managed<[self::Range]"),
+        "{code}"
+    );
     assert!(code.contains("let n: u64 = "), "{code}");
+    assert!(code.contains("let bins_len: u32 = "), "{code}");
+    assert!(code.contains("let r_len: i32 = "), "{code}");
+    assert!(
+        code.contains("(a, b, n, bins, bins_len, r, r_len, __um::ByValue(by_value), )"),
+        "{code}"
+    );
     assert!(code.contains("pub unsafe fn u<"), "{code}");
     // The check adds nothing to the kernel: the PTX has both entries, with their parameters.
     assert!(code.contains("pub static PTX"), "{code}");
@@ -227,7 +253,7 @@ fn honest_files_in_every_form_it_reads_still_build() {
 
 #[test]
 fn two_files_mapping_to_one_module_are_refused() {
-    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {}\n";
+    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}\n";
     let e = build_with(&[("a-b.cu", src), ("a_b.cu", src)], &[]).expect_err("two files");
     assert!(e.to_string().contains("maps to module `a_b`"), "{e}");
 }
@@ -241,19 +267,19 @@ fn user_macros_named_like_the_checks_words_still_work_in_the_file() {
             "k.cu",
             "#include \"um.cuh\"\n#define value 2.0f\n#define count 7\n#define read_only 0\n\
              #define T 1\n#define N 4\n#define type float\n\
-             UM_SAFE_KERNEL void k(float *x, unsigned int n) { for (auto i : um::indices(n)) x[i] = (type)(value * N + T + count + read_only + SCALE); }\n",
+             UM_SAFE_KERNEL void k(float *x, um::len32 n) { for (auto i : um::indices(n)) x[i] = (type)(value * N + T + count + read_only + SCALE); }\n",
         )],
         &["-DSCALE=3"],
     )
     .expect("builds");
-    assert!(code.contains("x: &mut Managed<[f32]"), "{code}");
+    assert!(code.contains("x: &mut __um::Managed<[f32]"), "{code}");
 }
 
 #[test]
 fn a_file_name_with_a_line_break_or_quote_injects_nothing() {
     // Such a name would end the wrapper's `#include "..."` (the text after it compiled as the
     // wrapper's own) or a doc comment of the generated Rust (the rest compiled as Rust).
-    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void k(float *x, unsigned int n) {}\n";
+    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}\n";
     for name in [
         "x\"\n#define static_assert(...) .cu",
         "y\n pub fn injected() {} .cu",
@@ -262,4 +288,115 @@ fn a_file_name_with_a_line_break_or_quote_injects_nothing() {
         let e = build_with(&[(name, src)], &[]).expect_err(name);
         assert!(e.to_string().contains("quote"), "{name:?}: {e}");
     }
+}
+
+/// Issue 18, hole 4: the launcher used to choose a kernel's counts by parameter *name* (`n`,
+/// `x_len`), which the compiler never checks. A prototype that named the parameters otherwise
+/// than the definition (or an `#if 0` reading beside a macro) made `fill(s, &mut y16, 1 << 30)`
+/// pass `1 << 30` where the kernel read its count: an out-of-bounds write from safe code. Now a
+/// length is a *type* (`um::len32`), checked at every position, and counts the buffers before it.
+#[test]
+fn a_prototype_whose_length_is_elsewhere_than_the_definitions_is_refused() {
+    let definition = "#pragma once\n#include \"um.cuh\"\n\
+        UM_SAFE_KERNEL void fill(float *y, um::len32 n, unsigned int value) {\n\
+            for (auto i : um::indices(n)) y[i] = (float)value;\n}\n";
+    // The red team's program: the prototype says the length is third, the definition second.
+    let e = build_with(
+        &[
+            (
+                "k.cu",
+                "#include \"um.cuh\"\n\
+                 UM_SAFE_KERNEL void fill(float *y, unsigned int value, um::len32 n);\n\
+                 #include \"fill_impl.cuh\"\n",
+            ),
+            ("fill_impl.cuh", definition),
+        ],
+        &[],
+    )
+    .expect_err("prototype and definition disagree");
+    assert!(e.file().is_some(), "{e}");
+    // The same with the old names: both positions plain integers in the prototype.
+    let e = build_with(
+        &[
+            (
+                "k.cu",
+                "#include \"um.cuh\"\n\
+                 UM_SAFE_KERNEL void fill(float *y, unsigned int value, unsigned int n);\n\
+                 #include \"fill_impl.cuh\"\n",
+            ),
+            ("fill_impl.cuh", definition),
+        ],
+        &[],
+    )
+    .expect_err("no length in the prototype");
+    assert!(e.to_string().contains("has no length"), "{e}");
+    // An `#if 0` reading with the real definition in a macro.
+    refused(
+        "#include \"um.cuh\"\n#if 0\nUM_SAFE_KERNEL void fill(float *y, unsigned int value, um::len32 n) {}\n#endif\n\
+         #define REAL UM_SAFE_KERNEL void fill(float *y, um::len32 n, unsigned int value)\n\
+         REAL { for (auto i : um::indices(n)) y[i] = (float)value; }\n",
+        "parameter 'value'",
+    );
+    // A plain integer whose type the preprocessor turns into a length.
+    refused(
+        "#include \"um.cuh\"\n#define LEN um::len32\n\
+         UM_SAFE_KERNEL void fill(float *y, LEN value, um::len32 n) { for (auto i : um::indices(n)) y[i] = 0; }\n",
+        "not supported",
+    );
+    refused(
+        "#include \"um.cuh\"\n#define uint32_t um::len32\n\
+         UM_SAFE_KERNEL void fill(float *y, uint32_t value, um::len32 n) { for (auto i : um::indices(n)) y[i] = 0; }\n",
+        "parameter 'value'",
+    );
+}
+
+#[test]
+fn a_prototype_that_agrees_by_position_builds_whatever_its_names() {
+    // Names differ between the prototype and the definition (even `n` and `value` swapped):
+    // the launcher fills the position whose type is the length, which both agree on.
+    let code = build_with(
+        &[
+            (
+                "k.cu",
+                "#include \"um.cuh\"\n\
+                 UM_SAFE_KERNEL void fill(float *y, unsigned int n, um::len32 value);\n\
+                 #include \"fill_impl.cuh\"\n",
+            ),
+            (
+                "fill_impl.cuh",
+                "#pragma once\n#include \"um.cuh\"\n\
+                 UM_SAFE_KERNEL void fill(float *out, unsigned int value, um::len32 n) {\n\
+                     for (auto i : um::indices(n)) out[i] = (float)value;\n}\n",
+            ),
+        ],
+        &[],
+    )
+    .expect("builds");
+    // The launcher takes the prototype's names, but passes the buffer's length third.
+    assert!(
+        code.contains("y: &mut __um::Managed<[f32], __um::StreamOwned<'s, K>, M0>, n: u32) -> __um::Result<()>"),
+        "{code}"
+    );
+    assert!(code.contains("(y, n, value, )"), "{code}");
+    assert!(
+        code.contains("let value: u32 = __um::codegen::count(KERNEL, \"value\", __um::codegen::common_len(KERNEL, &[(\"y\", y.len())])"),
+        "{code}"
+    );
+}
+
+/// The generator bugs the red team found, each a Rust compile error in the user's crate before:
+/// here they must build (the generated Rust is compiled in `tests/out_of_workspace.rs` and the
+/// differential test).
+#[test]
+fn file_and_struct_names_that_collided_with_rust_build() {
+    let src = "#include \"um.cuh\"\n\
+               struct Storage { float a; };\nstruct K { float b; };\nstruct M0 { int c; };\n\
+               UM_SAFE_KERNEL void k(const Storage *s, um::len32 n, K by_value, M0 m) {}\n";
+    let code = build_with(&[("_.cu", src), ("std.cu", src)], &[]).expect("builds");
+    assert!(code.contains("pub mod k__ {"), "{code}");
+    assert!(code.contains("pub mod std_ {"), "{code}");
+    assert!(
+        code.contains("s: &__um::Managed<[self::Storage], __um::StreamOwned<'s, K>, M0>, by_value: self::K, m: self::M0)"),
+        "{code}"
+    );
 }

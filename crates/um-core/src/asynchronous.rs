@@ -42,6 +42,7 @@ use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::managed::Managed;
+use crate::sealed::PRIVATE;
 use crate::state::{HostOwned, StreamOwned, SyncGroup};
 use crate::storage::{Storage, Unified};
 use crate::stream::{Owned, PerThread, RawStream, Stream, StreamKind, StreamOptions};
@@ -604,10 +605,10 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                     Err(driver::driver_error(completion.source, status))
                 };
                 match checked {
-                    Ok(()) => Poll::Ready(Ok(group.host_group(Passed { after }))),
+                    Ok(()) => Poll::Ready(Ok(group.host_group(Passed { after }, PRIVATE))),
                     Err(e) => {
                         // The GPU may still hold the memory: leak it, never free it.
-                        drop(group.orphan_group());
+                        drop(group.orphan_group(PRIVATE));
                         Poll::Ready(Err(e))
                     }
                 }
@@ -626,7 +627,7 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Drop for SyncAllFuture<'s, K, G> {
             Waiting::Enqueued { completion, .. } => {
                 // The callback hands the buffers to the reaper; if it has run already, they go
                 // there now. Either way no CUDA call here (`cuMemFree` may wait for the device).
-                if let Some((status, orphans)) = completion.abandon(group.orphan_group()) {
+                if let Some((status, orphans)) = completion.abandon(group.orphan_group(PRIVATE)) {
                     reaper::expect(orphans.len());
                     reaper::hand_over(orphans, status == sys::SUCCESS);
                 }

@@ -22,7 +22,7 @@ use crate::sys;
 impl Fresh<Coherent> {
     /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
     /// access (as `ctx` reports it: the emulated mode of `ContextOptions` reports none).
-    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
+    fn alloc(ctx: &Context, bytes: usize, align: usize) -> Result<Self> {
         let info = ctx.info();
         if !info.concurrent_managed_access {
             return Err(Error::NeedsConcurrentManagedAccess {
@@ -33,7 +33,7 @@ impl Fresh<Coherent> {
             return Err(Error::NeedsConcurrentManagedAccess { device });
         }
         Ok(Fresh {
-            base: alloc_managed(ctx, bytes, true)?,
+            base: alloc_managed(ctx, bytes, align, true)?,
             parts: (),
         })
     }
@@ -78,7 +78,7 @@ impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
     /// A coherent allocation holding `value`.
     pub fn new_coherent(ctx: &Context, value: T) -> Result<Self> {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.value(ctx, value))
+        Ok(Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?.value(ctx, value))
     }
 
     /// A coherent allocation filled with zero bytes.
@@ -87,7 +87,13 @@ impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
         T: Zeroable,
     {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
+        Ok(
+            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?.zeroed(
+                ctx,
+                bytes,
+                NonNull::cast,
+            ),
+        )
     }
 }
 
@@ -97,7 +103,10 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
     /// If `f` panics, the allocation leaks (it is never read uninitialised).
     pub fn from_fn_coherent(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
         let bytes = byte_size::<T>(len)?;
-        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
+        Ok(
+            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?
+                .filled(ctx, len, bytes, f),
+        )
     }
 
     /// A coherent copy of `data`.
@@ -128,7 +137,10 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
     {
         let bytes = byte_size::<T>(len)?;
         let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
-        Ok(Fresh::<Coherent>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+        Ok(
+            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?
+                .zeroed(ctx, bytes, slice),
+        )
     }
 }
 

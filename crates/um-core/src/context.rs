@@ -57,6 +57,9 @@ struct Inner {
     /// Unique for the life of the process, never reused (unlike addresses): per-thread caches
     /// key on it, so an entry of a dropped context can never match a new one.
     id: u64,
+    /// The id of the legacy default stream seen through this handle (see `RawStream`'s
+    /// identity invariant): one NULL stream per context.
+    legacy_stream: u64,
     raw: sys::CUcontext,
     device: sys::CUdevice,
     info: DeviceInfo,
@@ -143,6 +146,7 @@ impl Context {
                         std::sync::atomic::AtomicU64::new(1);
                     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 },
+                legacy_stream: crate::stream::next_stream_id(),
                 raw,
                 device,
                 info,
@@ -195,6 +199,11 @@ impl Context {
 
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// The id of this context's legacy default stream (`RawStream`'s identity invariant).
+    pub(crate) fn legacy_stream_id(&self) -> u64 {
+        self.inner.legacy_stream
     }
 
     pub(crate) fn device(&self) -> sys::CUdevice {

@@ -482,6 +482,17 @@ pub(crate) fn module_function(m: sys::CUmodule, name: &CStr) -> Result<sys::CUfu
     Ok(f)
 }
 
+/// The most threads a block of `f` may have (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
+pub(crate) fn function_max_threads_per_block(f: sys::CUfunction) -> Result<u32> {
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer; `f` is a function of a loaded module (its caller
+    // holds the module or the context that keeps it loaded).
+    check("cuFuncGetAttribute", unsafe {
+        sys::cuFuncGetAttribute(&mut v, sys::FUNC_ATTR_MAX_THREADS_PER_BLOCK, f)
+    })?;
+    Ok(u32::try_from(v).unwrap_or(0))
+}
+
 /// # Safety
 /// `params` holds one pointer per kernel parameter, each to a value of the parameter's type and
 /// size, and the kernel's accesses through them are valid (see `Stream::launch`).

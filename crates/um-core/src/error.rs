@@ -72,6 +72,20 @@ pub enum Error {
         /// Size of one element.
         elem_size: usize,
     },
+    /// The element type needs a larger alignment than every allocation of every storage is
+    /// guaranteed to have ([`Managed::MAX_ALIGN`](crate::Managed::MAX_ALIGN), 256 bytes: the
+    /// driver's guarantee for `cuMemAlloc` and `cuMemAllocManaged`). Refused before anything is
+    /// allocated, so that no `&T` is ever misaligned. Also returned, after freeing it, if an
+    /// allocation ever comes back less aligned than that.
+    #[error(
+        "an element type aligned to {align} bytes cannot be allocated: um's allocations are aligned to {max} bytes"
+    )]
+    OverAligned {
+        /// `align_of::<T>()`, or the alignment the driver's address turned out to have.
+        align: usize,
+        /// [`Managed::MAX_ALIGN`](crate::Managed::MAX_ALIGN).
+        max: usize,
+    },
     /// The allocation is larger than the GPU's free memory. Oversubscribing managed memory can
     /// hang a shared GPU, so `um` refuses before asking the driver.
     #[error("refusing a managed allocation of {bytes} bytes: the GPU has {free} bytes free")]
@@ -128,6 +142,20 @@ pub enum Error {
         grid: (u32, u32, u32),
         /// The block asked for.
         block: (u32, u32, u32),
+    },
+    /// The launch's block has more threads than the kernel allows: its `__launch_bounds__`, its
+    /// registers, or the device's limit (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`). Checked
+    /// before the launch (the driver would refuse it too).
+    #[error(
+        "kernel {kernel}: a block of {threads} threads, but the kernel allows at most {max} (its __launch_bounds__, registers or the device's limit)"
+    )]
+    BlockTooLarge {
+        /// The kernel.
+        kernel: String,
+        /// Threads per block asked for.
+        threads: u64,
+        /// The most the kernel allows.
+        max: u32,
     },
     /// The buffers of a typed launch differ in length; its kernel uses one count for all.
     #[error("kernel {kernel}: buffer `{buffer}` has {len} elements, `{first}` has {expected}")]

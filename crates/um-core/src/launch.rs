@@ -14,8 +14,8 @@ use cust::memory::DeviceCopy;
 
 use crate::error::{Error, Result};
 use crate::managed::Managed;
-use crate::module::Kernel;
-use crate::sealed::Sealed;
+use crate::module::{Function, Kernel};
+use crate::sealed::{PRIVATE, Private, Sealed};
 use crate::state::StreamOwned;
 use crate::storage::Storage;
 use crate::stream::{Stream, StreamKind};
@@ -54,11 +54,12 @@ pub trait KernelArg<'s>: Sealed {
     /// The value passed to the kernel.
     #[doc(hidden)]
     type Raw: Copy;
+    /// The value; for a `&mut` buffer, also marks a mirror written. `um`'s own (the token).
     #[doc(hidden)]
-    fn raw(&self) -> Self::Raw;
+    fn raw(&self, _: Private) -> Self::Raw;
     /// The id of the stream owning the buffer (`None` for a scalar).
     #[doc(hidden)]
-    fn owner(&self) -> Option<u64> {
+    fn owner(&self, _: Private) -> Option<u64> {
         None
     }
 }
@@ -67,9 +68,10 @@ pub trait KernelArg<'s>: Sealed {
 pub trait KernelArgs<'s>: Sealed {
     /// The position of the first buffer not owned by stream `id`, if any.
     #[doc(hidden)]
-    fn foreign_buffer(&self, id: u64) -> Option<usize>;
+    fn foreign_buffer(&self, id: u64, _: Private) -> Option<usize>;
+    /// Calls `f` with a pointer to each argument's value. `um`'s own (the token).
     #[doc(hidden)]
-    fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
+    fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R, _: Private) -> R;
 }
 
 /// A value of any [`DeviceCopy`] type, passed to the kernel by value (a `struct` parameter,
@@ -80,7 +82,7 @@ pub struct ByValue<T: DeviceCopy>(pub T);
 impl<T: DeviceCopy> Sealed for ByValue<T> {}
 impl<'s, T: DeviceCopy> KernelArg<'s> for ByValue<T> {
     type Raw = T;
-    fn raw(&self) -> T {
+    fn raw(&self, _: Private) -> T {
         self.0
     }
 }
@@ -90,10 +92,10 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
     for &Managed<T, StreamOwned<'s, K>, M>
 {
     type Raw = sys::CUdeviceptr;
-    fn raw(&self) -> sys::CUdeviceptr {
+    fn raw(&self, _: Private) -> sys::CUdeviceptr {
         self.device_ptr()
     }
-    fn owner(&self) -> Option<u64> {
+    fn owner(&self, _: Private) -> Option<u64> {
         Some(self.stream().id)
     }
 }
@@ -105,11 +107,11 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
     type Raw = sys::CUdeviceptr;
     /// Called once per launch, just before it: the kernel may write, so a mirror's `sync`
     /// must copy the device half back.
-    fn raw(&self) -> sys::CUdeviceptr {
+    fn raw(&self, _: Private) -> sys::CUdeviceptr {
         self.mark_device_written();
         self.device_ptr()
     }
-    fn owner(&self) -> Option<u64> {
+    fn owner(&self, _: Private) -> Option<u64> {
         Some(self.stream().id)
     }
 }
@@ -119,7 +121,7 @@ macro_rules! scalar_args {
         impl Sealed for $t {}
         impl<'s> KernelArg<'s> for $t {
             type Raw = $t;
-            fn raw(&self) -> $t {
+            fn raw(&self, _: Private) -> $t {
                 *self
             }
         }
@@ -138,18 +140,18 @@ macro_rules! tuple_args {
         impl<$($t: Sealed),*> Sealed for ($($t,)*) {}
         impl<'s, $($t: KernelArg<'s>),*> KernelArgs<'s> for ($($t,)*) {
             #[allow(unused_variables)]
-            fn foreign_buffer(&self, id: u64) -> Option<usize> {
+            fn foreign_buffer(&self, id: u64, _: Private) -> Option<usize> {
                 let ($($v,)*) = self;
-                let owners: [Option<u64>; count!($($t)*)] = [$($v.owner()),*];
+                let owners: [Option<u64>; count!($($t)*)] = [$($v.owner(PRIVATE)),*];
                 owners.iter().position(|owner| owner.is_some_and(|o| o != id))
             }
 
             #[allow(unused_mut, clippy::unused_unit)]
-            fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+            fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R, _: Private) -> R {
                 let ($($v,)*) = self;
                 // Each raw value lives in a local until `f` returns: the pointers stay valid
                 // for the launch call, which copies the values.
-                $( let $v = $v.raw(); )*
+                $( let $v = $v.raw(PRIVATE); )*
                 let mut params: [*mut c_void; count!($($t)*)] =
                     [$( (&raw const $v).cast_mut().cast::<c_void>() ),*];
                 f(&mut params)
@@ -197,7 +199,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
             return Err(Error::ContextMismatch);
         }
         // SAFETY: the caller's guarantees are this function's.
-        unsafe { self.launch_function(kernel.raw(), config, args) }
+        unsafe { self.launch_function(kernel.function(), kernel.name(), config, args) }
     }
 
     /// [`Stream::launch`] of the kernel `name` of the PTX module `ptx`, found through a
@@ -216,41 +218,53 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         let function = self.context().function_cached(ptx, name)?;
         // SAFETY: `function` belongs to this stream's context, which the stream keeps alive;
         // the caller's guarantees are this function's.
-        unsafe { self.launch_function(function, config, args) }
+        unsafe { self.launch_function(function, name, config, args) }
     }
 
     /// # Safety
     /// `function` is a function of this stream's context; otherwise as for [`Stream::launch`].
     unsafe fn launch_function<A: KernelArgs<'s>>(
         &self,
-        function: sys::CUfunction,
+        function: Function,
+        name: &str,
         config: LaunchConfig,
         args: A,
     ) -> Result<()> {
         // Brands already guarantee this, except between streams of one `with_streams` set.
-        if let Some(argument) = args.foreign_buffer(self.raw().id) {
+        if let Some(argument) = args.foreign_buffer(self.raw().id, PRIVATE) {
             return Err(Error::StreamMismatch { argument });
         }
         let (g, b) = (config.grid, config.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
             return Err(Error::EmptyLaunch { grid: g, block: b });
         }
+        let threads = u64::from(b.0) * u64::from(b.1) * u64::from(b.2);
+        if threads > u64::from(function.max_threads) {
+            return Err(Error::BlockTooLarge {
+                kernel: name.to_owned(),
+                threads,
+                max: function.max_threads,
+            });
+        }
         self.context().bind()?;
-        args.with_params(|params| {
-            // SAFETY: the caller guarantees that `params` matches the kernel and that the
-            // kernel's accesses are in bounds; the buffers are owned by this stream (brand
-            // 's), so nothing else uses them while the kernel runs, and they cannot be freed
-            // before the stream has finished with them (see `Managed`'s drop).
-            unsafe {
-                driver::launch_kernel(
-                    function,
-                    g,
-                    b,
-                    config.shared_mem_bytes,
-                    self.raw().handle,
-                    params,
-                )
-            }
-        })
+        args.with_params(
+            |params| {
+                // SAFETY: the caller guarantees that `params` matches the kernel and that the
+                // kernel's accesses are in bounds; the buffers are owned by this stream (brand
+                // 's), so nothing else uses them while the kernel runs, and they cannot be freed
+                // before the stream has finished with them (see `Managed`'s drop).
+                unsafe {
+                    driver::launch_kernel(
+                        function.raw,
+                        g,
+                        b,
+                        config.shared_mem_bytes,
+                        self.raw().handle,
+                        params,
+                    )
+                }
+            },
+            PRIVATE,
+        )
     }
 }

@@ -60,8 +60,17 @@ unsafe impl<T: ?Sized + Send, S: State + Send, M: Storage> Send for Managed<T, S
 // The storage part is `Send + Sync` (its one shared mutation is an atomic flag).
 unsafe impl<T: ?Sized + Sync, S: State + Sync, M: Storage> Sync for Managed<T, S, M> {}
 
-/// Checked byte size of `len` elements of `T`, refusing zero.
+/// Checked byte size of `len` elements of `T`, refusing zero, and refusing a `T` that needs a
+/// larger alignment than every allocation has ([`Managed::MAX_ALIGN`]). Every constructor of
+/// every storage calls it before it allocates.
 pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
+    let align = mem::align_of::<T>();
+    if align > MAX_ALIGN {
+        return Err(Error::OverAligned {
+            align,
+            max: MAX_ALIGN,
+        });
+    }
     let elem_size = mem::size_of::<T>();
     let bytes = len
         .checked_mul(elem_size)
@@ -70,6 +79,25 @@ pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
         return Err(Error::ZeroSized { len, elem_size });
     }
     Ok(bytes)
+}
+
+/// The alignment every allocation of every storage has: the driver's guarantee for
+/// `cuMemAlloc` and `cuMemAllocManaged` ("aligned to at least 256 bytes"), and checked on
+/// every address anyway (see [`check_aligned`]).
+pub(crate) const MAX_ALIGN: usize = 256;
+
+/// `Ok` if `address` is aligned to `align` (a power of two); otherwise
+/// [`Error::OverAligned`] with the alignment the address has. Every allocation's addresses
+/// (host and device) pass through it with `align_of::<T>()`, so that a driver that ever broke
+/// its guarantee would give an `Err`, never a misaligned `&T`.
+pub(crate) fn check_aligned(address: usize, align: usize) -> Result<()> {
+    if address % align == 0 {
+        return Ok(());
+    }
+    Err(Error::OverAligned {
+        align,
+        max: 1 << address.trailing_zeros(),
+    })
 }
 
 /// The guard before every managed allocation: refuse more than the GPU has free, unless the
@@ -84,11 +112,24 @@ pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<(
 /// Allocates `bytes` (> 0) of managed memory attached to the host (or globally, for
 /// [`Coherent`](crate::Coherent) memory), after checking that the GPU has that much free:
 /// oversubscribed managed memory can hang a shared GPU.
-pub(crate) fn alloc_managed(ctx: &Context, bytes: usize, global: bool) -> Result<NonNull<u8>> {
+///
+/// The address is checked against `align` (`align_of` the element type); a misaligned one is
+/// freed and refused.
+pub(crate) fn alloc_managed(
+    ctx: &Context,
+    bytes: usize,
+    align: usize,
+    global: bool,
+) -> Result<NonNull<u8>> {
     ctx.bind()?;
     let (free, _) = driver::mem_info()?;
     check_capacity(bytes, free, ctx.oversubscription_allowed())?;
     let dptr = driver::mem_alloc_managed(bytes, global)?;
+    if let Err(e) = check_aligned(dptr as usize, align) {
+        // SAFETY: allocated just now; nothing else has the address.
+        let _ = unsafe { driver::mem_free(dptr) };
+        return Err(e);
+    }
     // Managed memory has one address for host and device; the driver never returns 0 on
     // success, but a null check costs nothing.
     NonNull::new(dptr as usize as *mut u8).ok_or_else(|| storage::null_pointer("cuMemAllocManaged"))
@@ -101,17 +142,17 @@ pub(crate) struct Fresh<M: Storage> {
 }
 
 impl Fresh<Unified> {
-    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
+    fn alloc(ctx: &Context, bytes: usize, align: usize) -> Result<Self> {
         Ok(Fresh {
-            base: alloc_managed(ctx, bytes, false)?,
+            base: alloc_managed(ctx, bytes, align, false)?,
             parts: (),
         })
     }
 }
 
 impl Fresh<Mirror> {
-    fn alloc(ctx: &Context, bytes: usize) -> Result<Self> {
-        let (base, parts) = storage::alloc_mirror(ctx, bytes)?;
+    fn alloc(ctx: &Context, bytes: usize, align: usize) -> Result<Self> {
+        let (base, parts) = storage::alloc_mirror(ctx, bytes, align)?;
         Ok(Fresh { base, parts })
     }
 }
@@ -121,8 +162,8 @@ impl<M: Storage> Fresh<M> {
     pub(crate) fn value<T: DeviceCopy>(self, ctx: &Context, value: T) -> Managed<T, HostOwned, M> {
         let ptr = self.base.cast::<T>();
         // SAFETY: `ptr` is a fresh host-accessible allocation of `size_of::<T>()` bytes, aligned
-        // for any type (the driver aligns managed, pinned and device allocations to at least
-        // 256 bytes).
+        // for `T`: `byte_size` refused any `T` aligned above 256, and the allocation checked
+        // its address against `align_of::<T>()` (`check_aligned`).
         unsafe { ptr.as_ptr().write(value) };
         Managed::from_parts(ptr, mem::size_of::<T>(), ctx.clone(), self.parts)
     }
@@ -164,7 +205,7 @@ impl<T: DeviceCopy> Managed<T, HostOwned> {
     /// Allocates managed memory attached to the host and moves `value` into it.
     pub fn new(ctx: &Context, value: T) -> Result<Self> {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.value(ctx, value))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes, mem::align_of::<T>())?.value(ctx, value))
     }
 
     /// Allocates managed memory attached to the host, filled with zero bytes.
@@ -173,7 +214,13 @@ impl<T: DeviceCopy> Managed<T, HostOwned> {
         T: Zeroable,
     {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
+        Ok(
+            Fresh::<Unified>::alloc(ctx, bytes, mem::align_of::<T>())?.zeroed(
+                ctx,
+                bytes,
+                NonNull::cast,
+            ),
+        )
     }
 }
 
@@ -183,7 +230,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     /// If `f` panics, the allocation leaks (it is never read uninitialised).
     pub fn from_fn(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
         let bytes = byte_size::<T>(len)?;
-        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes, mem::align_of::<T>())?.filled(ctx, len, bytes, f))
     }
 
     /// Allocates a copy of `data`, attached to the host.
@@ -204,7 +251,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     {
         let bytes = byte_size::<T>(len)?;
         let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
-        Ok(Fresh::<Unified>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+        Ok(Fresh::<Unified>::alloc(ctx, bytes, mem::align_of::<T>())?.zeroed(ctx, bytes, slice))
     }
 }
 
@@ -218,7 +265,7 @@ impl<T: DeviceCopy> Managed<T, HostOwned, Mirror> {
     /// A mirrored allocation holding `value`.
     pub fn new_mirrored(ctx: &Context, value: T) -> Result<Self> {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.value(ctx, value))
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes, mem::align_of::<T>())?.value(ctx, value))
     }
 
     /// A mirrored allocation filled with zero bytes.
@@ -227,7 +274,13 @@ impl<T: DeviceCopy> Managed<T, HostOwned, Mirror> {
         T: Zeroable,
     {
         let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.zeroed(ctx, bytes, NonNull::cast))
+        Ok(
+            Fresh::<Mirror>::alloc(ctx, bytes, mem::align_of::<T>())?.zeroed(
+                ctx,
+                bytes,
+                NonNull::cast,
+            ),
+        )
     }
 }
 
@@ -237,7 +290,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Mirror> {
     /// If `f` panics, the allocation leaks (it is never read uninitialised).
     pub fn from_fn_mirrored(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
         let bytes = byte_size::<T>(len)?;
-        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.filled(ctx, len, bytes, f))
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes, mem::align_of::<T>())?.filled(ctx, len, bytes, f))
     }
 
     /// A mirrored copy of `data`.
@@ -266,7 +319,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Mirror> {
     {
         let bytes = byte_size::<T>(len)?;
         let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
-        Ok(Fresh::<Mirror>::alloc(ctx, bytes)?.zeroed(ctx, bytes, slice))
+        Ok(Fresh::<Mirror>::alloc(ctx, bytes, mem::align_of::<T>())?.zeroed(ctx, bytes, slice))
     }
 }
 
@@ -290,6 +343,12 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
 }
 
 impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
+    /// The largest alignment an element type may have: every allocation of every storage is
+    /// aligned to 256 bytes (the driver's guarantee for `cuMemAlloc` and `cuMemAllocManaged`,
+    /// and checked on every address). Constructors refuse a more aligned `T` with
+    /// [`Error::OverAligned`] before they allocate.
+    pub const MAX_ALIGN: usize = MAX_ALIGN;
+
     /// Size of the allocation in bytes (of each half, for a mirror).
     pub fn size_in_bytes(&self) -> usize {
         self.bytes
@@ -480,7 +539,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
 
 #[cfg(test)]
 mod tests {
-    use super::{byte_size, check_capacity};
+    use super::{byte_size, check_aligned, check_capacity};
     use crate::Error;
 
     #[test]
@@ -505,6 +564,37 @@ mod tests {
             Err(Error::SizeOverflow {
                 len: usize::MAX / 4,
                 elem_size: 8
+            })
+        );
+    }
+
+    #[test]
+    fn element_types_aligned_above_256_bytes_are_refused_before_allocating() {
+        #[repr(C, align(256))]
+        struct Ok256([u8; 16]);
+        #[repr(C, align(512))]
+        struct Page512([u8; 16]);
+        #[repr(C, align(8192))]
+        struct Page([u8; 16]);
+        assert_eq!(byte_size::<Ok256>(2), Ok(512));
+        for (got, align) in [
+            (byte_size::<Page512>(1), 512),
+            (byte_size::<Page>(1), 8192),
+            (byte_size::<Page>(0), 8192),
+        ] {
+            assert_eq!(got, Err(Error::OverAligned { align, max: 256 }));
+        }
+    }
+
+    #[test]
+    fn an_address_less_aligned_than_its_type_is_refused() {
+        assert_eq!(check_aligned(0x1000, 256), Ok(()));
+        assert_eq!(check_aligned(0x1000, 4096), Ok(()));
+        assert_eq!(
+            check_aligned(0x1100, 512),
+            Err(Error::OverAligned {
+                align: 512,
+                max: 256
             })
         );
     }

@@ -42,6 +42,7 @@ pub(crate) struct ModuleCache {
 struct CachedKernel {
     name: Arc<str>,
     raw: sys::CUfunction,
+    max_threads: u32,
     module: Arc<LoadedModule>,
 }
 
@@ -82,6 +83,8 @@ pub struct Kernel {
     ctx: Context,
     _module: Arc<LoadedModule>,
     raw: sys::CUfunction,
+    /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, read once when the kernel is looked up.
+    max_threads: u32,
     name: Arc<str>,
 }
 
@@ -158,6 +161,7 @@ impl Context {
                         ctx: self.clone(),
                         _module: module,
                         raw: c.raw,
+                        max_threads: c.max_threads,
                         name: Arc::clone(&c.name),
                     });
                 }
@@ -171,6 +175,7 @@ impl Context {
             .push(CachedKernel {
                 name: Arc::clone(&kernel.name),
                 raw: kernel.raw,
+                max_threads: kernel.max_threads,
                 module: Arc::clone(&kernel._module),
             });
         Ok(kernel)
@@ -182,7 +187,14 @@ impl Context {
 /// count. Functions stay valid for the life of their context (modules are unloaded only when it
 /// is dropped), and context ids are never reused, so a stale entry can never match.
 struct FunctionCache {
-    entries: Vec<(FunctionKey, sys::CUfunction)>,
+    entries: Vec<(FunctionKey, Function)>,
+}
+
+/// A kernel's function handle and the most threads a block of it may have.
+#[derive(Clone, Copy)]
+pub(crate) struct Function {
+    pub(crate) raw: sys::CUfunction,
+    pub(crate) max_threads: u32,
 }
 
 /// What identifies a cached function. Addresses alone do not: the compiler may place one
@@ -216,21 +228,21 @@ impl Context {
         &self,
         ptx: &'static str,
         name: &'static str,
-    ) -> Result<sys::CUfunction> {
+    ) -> Result<Function> {
         let key = function_key(self.id(), ptx, name);
         let hit = FUNCTIONS.with(|c| c.borrow().entries.iter().find(|e| e.0 == key).map(|e| e.1));
         if let Some(f) = hit {
             return Ok(f);
         }
-        let raw = self.kernel(ptx, name)?.raw;
+        let function = self.kernel(ptx, name)?.function();
         FUNCTIONS.with(|c| {
             let mut c = c.borrow_mut();
             if c.entries.len() >= FunctionCache::CAPACITY {
                 c.entries.clear();
             }
-            c.entries.push((key, raw));
+            c.entries.push((key, function));
         });
-        Ok(raw)
+        Ok(function)
     }
 
     /// `(modules loaded, kernels cached)` in this context: distinct driver modules, and
@@ -257,10 +269,12 @@ impl Module {
         })?;
         self.ctx.bind()?;
         let raw = driver::module_function(self.inner.raw, &cname)?;
+        let max_threads = driver::function_max_threads_per_block(raw)?;
         Ok(Kernel {
             ctx: self.ctx.clone(),
             _module: Arc::clone(&self.inner),
             raw,
+            max_threads,
             name: name.into(),
         })
     }
@@ -276,8 +290,20 @@ impl Kernel {
         &self.ctx
     }
 
-    pub(crate) fn raw(&self) -> sys::CUfunction {
-        self.raw
+    /// The function handle and its block limit.
+    pub(crate) fn function(&self) -> Function {
+        Function {
+            raw: self.raw,
+            max_threads: self.max_threads,
+        }
+    }
+
+    /// The most threads a block of this kernel may have: the least of its
+    /// `__launch_bounds__`, what its registers allow, and the device's limit
+    /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`). A launch with a larger block is refused
+    /// with [`Error::BlockTooLarge`](crate::Error::BlockTooLarge) before it reaches the driver.
+    pub fn max_threads_per_block(&self) -> u32 {
+        self.max_threads
     }
 }
 

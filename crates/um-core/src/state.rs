@@ -55,7 +55,7 @@ use crate::driver;
 use crate::error::{Error, Result};
 use crate::event::{Event, StreamEvent};
 use crate::managed::Managed;
-use crate::sealed::Sealed;
+use crate::sealed::{PRIVATE, Private, Sealed};
 use crate::storage::{self, Storage};
 use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
 use crate::sys;
@@ -496,22 +496,26 @@ fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
 /// to six `Managed<_, StreamOwned<'s, K>, _>` (unified, coherent and mirrored mixed freely),
 /// and `Vec`s of one. Sealed.
+///
+/// Its methods are `um`'s own: each takes a token that no other crate can name or make
+/// (`Private`), so they cannot be called from outside, hidden or not. Use
+/// [`Stream::sync_all`] and [`Stream::sync_all_async`].
 pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The same buffers in the host state.
     type Host;
     #[doc(hidden)]
-    fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host>;
+    fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host>;
     /// Checks the owners and enqueues each buffer's release to the host (what `sync_group`
     /// does before its wait).
     #[doc(hidden)]
-    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>>;
+    fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>>;
     /// The buffers in the host state, once the stream has passed the releases (which only a
     /// sync future can prove).
     #[doc(hidden)]
-    fn host_group(self, passed: Passed) -> Self::Host;
+    fn host_group(self, passed: Passed, _: Private) -> Self::Host;
     /// The buffers given up, for a free once the stream is done.
     #[doc(hidden)]
-    fn orphan_group(self) -> Vec<Orphan>;
+    fn orphan_group(self, _: Private) -> Vec<Orphan>;
 }
 
 /// The association after the next release, in order (`NONE`, which only costs a re-attach
@@ -540,13 +544,13 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// ```
     #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
     pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
-        group.sync_group(self)
+        group.sync_group(self, PRIVATE)
     }
 
     /// `sync_all` as a future: one host callback for the whole group, resolving to the
     /// buffers in the host state (see [`Managed::sync_async`]).
     pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {
-        let released = group.release_group(self);
+        let released = group.release_group(self, PRIVATE);
         SyncAllFuture::new(group, self.context(), self.raw(), released)
     }
 }
@@ -569,7 +573,7 @@ macro_rules! sync_group_for_tuples {
             for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
         {
             type Host = ($(Managed<$t, HostOwned, $m>,)+);
-            fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
+            fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host> {
                 let ($($v,)+) = self;
                 let owners = [$($v.stream().id),+];
                 check_owner(&owners, stream)?;
@@ -578,18 +582,18 @@ macro_rules! sync_group_for_tuples {
                 driver::stream_synchronize(stream.raw().handle)?;
                 Ok(($($v.retype($after),)+))
             }
-            fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+            fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>> {
                 let ($($v,)+) = self;
                 check_owner(&[$($v.stream().id),+], stream)?;
                 stream.context().bind()?;
                 Ok(vec![$( Released(release_to_host($v)?) ),+])
             }
-            fn host_group(self, passed: Passed) -> Self::Host {
+            fn host_group(self, passed: Passed, _: Private) -> Self::Host {
                 let ($($v,)+) = self;
                 let mut after = passed.into_after();
                 ($($v.retype(next_after(&mut after)),)+)
             }
-            fn orphan_group(self) -> Vec<Orphan> {
+            fn orphan_group(self, _: Private) -> Vec<Orphan> {
                 let ($($v,)+) = self;
                 vec![$($v.into_orphan()),+]
             }
@@ -611,7 +615,7 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
     for Vec<Managed<T, StreamOwned<'s, K>, M>>
 {
     type Host = Vec<Managed<T, HostOwned, M>>;
-    fn sync_group(self, stream: &Stream<'s, K>) -> Result<Self::Host> {
+    fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host> {
         let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
         check_owner(&owners, stream)?;
         stream.context().bind()?;
@@ -626,7 +630,7 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
             .map(|(m, s)| m.retype(s))
             .collect())
     }
-    fn release_group(&self, stream: &Stream<'s, K>) -> Result<Vec<Released>> {
+    fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>> {
         let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
         check_owner(&owners, stream)?;
         stream.context().bind()?;
@@ -634,13 +638,13 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
             .map(|m| release_to_host(m).map(Released))
             .collect()
     }
-    fn host_group(self, passed: Passed) -> Self::Host {
+    fn host_group(self, passed: Passed, _: Private) -> Self::Host {
         let mut after = passed.into_after();
         self.into_iter()
             .map(|m| m.retype(next_after(&mut after)))
             .collect()
     }
-    fn orphan_group(self) -> Vec<Orphan> {
+    fn orphan_group(self, _: Private) -> Vec<Orphan> {
         self.into_iter().map(Managed::into_orphan).collect()
     }
 }

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::context::Context;
 use crate::driver;
 use crate::error::{Error, Result};
-use crate::managed::{Managed, check_capacity};
+use crate::managed::{Managed, check_aligned, check_capacity};
 use crate::sealed::Sealed;
 use crate::state::HostOwned;
 use crate::sys;
@@ -177,7 +177,14 @@ pub(crate) use parts::MirrorParts;
 /// Allocates `bytes` (> 0) of pinned host memory and as much device memory, after checking that
 /// the GPU has that much free. If the device half is refused, the host half is freed first:
 /// a failure leaks nothing.
-pub(crate) fn alloc_mirror(ctx: &Context, bytes: usize) -> Result<(NonNull<u8>, MirrorParts)> {
+///
+/// Both addresses are checked against `align` (`align_of` the element type): a misaligned one
+/// frees both halves and is refused.
+pub(crate) fn alloc_mirror(
+    ctx: &Context,
+    bytes: usize,
+    align: usize,
+) -> Result<(NonNull<u8>, MirrorParts)> {
     ctx.bind()?;
     let (free, _) = driver::mem_info()?;
     check_capacity(bytes, free, ctx.oversubscription_allowed())?;
@@ -185,7 +192,19 @@ pub(crate) fn alloc_mirror(ctx: &Context, bytes: usize) -> Result<(NonNull<u8>, 
     let Some(host) = NonNull::new(host.cast::<u8>()) else {
         return Err(null_pointer("cuMemAllocHost"));
     };
-    let device = match driver::mem_alloc_device(bytes) {
+    let device = driver::mem_alloc_device(bytes).and_then(|device| {
+        match check_aligned(host.as_ptr() as usize, align)
+            .and_then(|()| check_aligned(device as usize, align))
+        {
+            Ok(()) => Ok(device),
+            Err(e) => {
+                // SAFETY: allocated just now; nothing else has the address.
+                let _ = unsafe { driver::mem_free(device) };
+                Err(e)
+            }
+        }
+    });
+    let device = match device {
         Ok(d) => d,
         Err(e) => {
             // SAFETY: `host` came from `mem_alloc_pinned` just now and nothing uses it.

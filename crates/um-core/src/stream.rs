@@ -90,8 +90,21 @@ impl Attachable for PerThread {}
 
 /// A driver stream handle and the identity `um` gives it.
 ///
-/// The id is unique for the life of the process (handles are reused by the driver once a
-/// stream is destroyed; ids never are), and per thread for the per-thread default stream.
+/// **The identity invariant:** two `RawStream`s with equal ids name the same driver stream of
+/// the same context. Every comparison of streams in `um` (the same-stream shortcut of
+/// `hand_off` and `attach`, the owner checks of launches and `sync_all`) compares ids and
+/// nothing else, so this one invariant is what makes them sound. The converse need not hold:
+/// two ids may name one stream (two `Context` handles of one device see the same per-thread
+/// and legacy streams under different ids), which costs at most a redundant event or attach.
+///
+/// * An owned stream's id is drawn once, when `um` creates it, and never reused (the driver
+///   reuses handles once a stream is destroyed; ids never are).
+/// * The per-thread default stream (`CU_STREAM_PER_THREAD`) names a different stream on every
+///   thread *and in every context*: its id is drawn per (thread, [`Context`] handle), see
+///   [`per_thread_stream_id`].
+/// * The legacy default stream (NULL) names one stream per context: its id is drawn per
+///   `Context` handle, when the handle is made.
+///
 /// Managed memory remembers the id of the stream it is associated with, which is how a
 /// re-attach to the same stream skips the driver call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,14 +125,6 @@ impl RawStream {
         transfer: Transfer::OnDemand,
         events: std::ptr::null(),
     };
-    /// The legacy default stream. Memory associated with it is attached `CU_MEM_ATTACH_GLOBAL`.
-    pub(crate) const LEGACY: RawStream = RawStream {
-        handle: sys::STREAM_LEGACY,
-        id: u64::MAX,
-        transfer: Transfer::OnDemand,
-        events: std::ptr::null(),
-    };
-
     /// The event (and context) of the stream this handle came from; `None` for `NONE`.
     ///
     /// # Safety
@@ -139,13 +144,35 @@ unsafe impl Send for RawStream {}
 // SAFETY: as above; RawStream is an immutable Copy value.
 unsafe impl Sync for RawStream {}
 
-fn next_stream_id() -> u64 {
+/// A stream id never drawn before in this process (0 is `RawStream::NONE`'s).
+pub(crate) fn next_stream_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 thread_local! {
-    static PER_THREAD_ID: u64 = next_stream_id();
+    /// The per-thread stream ids this thread has drawn, by context id.
+    static PER_THREAD_IDS: std::cell::RefCell<Vec<(u64, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The id of the calling thread's default stream in the context whose (never reused) id is
+/// `context`: drawn on first use, the same for every later call on this thread with this
+/// context, and different from every id of every other thread and context.
+///
+/// `CU_STREAM_PER_THREAD` is one handle, but it names another stream on every thread and in
+/// every context. An id per thread alone made the per-thread streams of two devices look like
+/// one stream, and `hand_off` between them skipped its event (issue 18).
+pub(crate) fn per_thread_stream_id(context: u64) -> u64 {
+    PER_THREAD_IDS.with(|ids| {
+        let mut ids = ids.borrow_mut();
+        if let Some((_, id)) = ids.iter().find(|(c, _)| *c == context) {
+            return *id;
+        }
+        let id = next_stream_id();
+        ids.push((context, id));
+        id
+    })
 }
 
 /// A CUDA stream of kind `K` with brand `'s`.
@@ -365,12 +392,13 @@ impl Context {
         f(&self.per_thread_stream())
     }
 
-    /// The handle of the calling thread's default stream, with its per-thread id.
+    /// The handle of the calling thread's default stream, with its id for this thread and
+    /// this context handle.
     pub(crate) fn per_thread_stream<'s>(&self) -> Stream<'s, PerThread> {
         Stream::from_raw(
             self,
             sys::STREAM_PER_THREAD,
-            PER_THREAD_ID.with(|id| *id),
+            per_thread_stream_id(self.id()),
             Transfer::OnDemand,
         )
     }
@@ -384,8 +412,12 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, Legacy>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let legacy = RawStream::LEGACY;
-        let stream = Stream::from_raw(self, legacy.handle, legacy.id, legacy.transfer);
+        let stream = Stream::from_raw(
+            self,
+            sys::STREAM_LEGACY,
+            self.legacy_stream_id(),
+            Transfer::OnDemand,
+        );
         f(&stream)
     }
 
@@ -393,5 +425,30 @@ impl Context {
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
         self.bind()?;
         driver::stream_priority_range()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_stream_id, per_thread_stream_id};
+
+    #[test]
+    fn per_thread_stream_ids_differ_by_context_and_by_thread() {
+        let (a, b) = (next_stream_id(), next_stream_id());
+        let a_here = per_thread_stream_id(a);
+        assert_eq!(per_thread_stream_id(a), a_here, "stable on one thread");
+        let b_here = per_thread_stream_id(b);
+        assert_ne!(a_here, b_here, "two contexts: two streams");
+        let (a_there, b_there) =
+            std::thread::spawn(move || (per_thread_stream_id(a), per_thread_stream_id(b)))
+                .join()
+                .unwrap_or_default();
+        for there in [a_there, b_there] {
+            assert!(
+                there != 0 && there != a_here && there != b_here,
+                "another thread: new ids"
+            );
+        }
+        assert_ne!(a_there, b_there);
     }
 }

@@ -86,6 +86,10 @@ pub(crate) const STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
 /// stream, which synchronizes implicitly with every blocking stream of the context.
 pub(crate) const STREAM_LEGACY: CUstream = std::ptr::null_mut();
 
+/// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`: the most threads a block of this function may
+/// have (`__launch_bounds__`, registers, and the device's limit, whichever is least).
+pub(crate) const FUNC_ATTR_MAX_THREADS_PER_BLOCK: c_int = 0;
+
 /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
 pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
 /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
@@ -187,6 +191,7 @@ unsafe extern "C" {
         module: CUmodule,
         name: *const c_char,
     ) -> i32;
+    pub(crate) fn cuFuncGetAttribute(value: *mut c_int, attr: c_int, function: CUfunction) -> i32;
     pub(crate) fn cuLaunchKernel(
         function: CUfunction,
         grid_x: c_uint,

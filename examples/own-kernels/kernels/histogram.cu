@@ -1,5 +1,5 @@
 // A histogram: `values` (n elements) into `counts` (counts_len bins), with the binning passed
-// by value as a struct. Buffers of different lengths, each with its own count.
+// by value as a struct. Buffers of different lengths, each with its own length after it.
 #include "um.cuh"
 
 struct Binning {
@@ -8,8 +8,8 @@ struct Binning {
     unsigned int bins;  // bins in use (at most counts_len are ever touched)
 };
 
-UM_SAFE_KERNEL void histogram(const float *values, unsigned int *counts, Binning b,
-                              unsigned int n, unsigned int counts_len) {
+UM_SAFE_KERNEL void histogram(const float *values, um::len32 n, unsigned int *counts,
+                              um::len32 counts_len, Binning b) {
     // The contract holds for every value of `b`: a bin index is used only below both `b.bins`
     // and `counts_len`, and the float-to-integer conversion happens only for values in range
     // (NaN and infinities fail both comparisons).

@@ -2,8 +2,8 @@
 // it to total[0] atomically. Integers, so the result is exact whatever the order.
 #include "um.cuh"
 
-UM_SAFE_KERNEL void sum(const unsigned int *x, unsigned long long *total, unsigned int n,
-                        unsigned int total_len) {
+UM_SAFE_KERNEL void sum(const unsigned int *x, um::len32 n, unsigned long long *total,
+                        um::len32 total_len) {
     unsigned long long acc = 0;
     for (auto i : um::indices(n)) {
         acc += x[i];
