@@ -7,6 +7,12 @@
 //! still running. The example shows the overlap with `cuStreamQuery(B)` before and after the
 //! CPU work, and with the durations: CPU work and B's kernel together take about as long as the
 //! longer of the two, not their sum.
+//!
+//! B's work must outlast the CPU's on every machine, whatever the CPU's speed (issue 20: a
+//! 33 ms kernel against a 34-38 ms CPU pass failed on some machines). So the example first
+//! times one CPU pass, then has B spin on the GPU's clock (`%globaltimer`, one block, so A's
+//! kernel still finds room) for four times that plus 100 ms before its seed kernel: the check
+//! fails only if the CPU pass slows down more than fourfold between the two measurements.
 
 mod common;
 
@@ -50,20 +56,41 @@ fn host_process(data: &mut [f32]) {
     }
 }
 
+/// How long B keeps the GPU busy before its seed kernel: four times one CPU pass, timed now on
+/// the data the CPU will process, plus 100 ms.
+fn b_spin_ns(cpu_pass_ms: f64) -> u64 {
+    ((4.0 * cpu_pass_ms + 100.0) * 1e6) as u64
+}
+
 fn run(ctx: &Context) -> um::Result<bool> {
     let a_data = Managed::from_fn(ctx, small(), |i| i as f32)?;
     let b_data = Managed::<[f32]>::zeroed_slice(ctx, large())?;
+    let b_spin = Managed::<[f32]>::zeroed_slice(ctx, 32)?;
     let b_time = Managed::<[u64]>::zeroed_slice(ctx, 2)?;
     // Warm-up: load the modules before timing anything.
     ctx.kernel(streams::PTX, "kernel")?;
     ctx.kernel(testing::PTX, "add_scalar")?;
+    ctx.kernel(testing::PTX, "spin_then_add")?;
+    // One CPU pass on a copy of A's data: how long B must stay busy on this machine.
+    let mut calibration: Vec<f32> = (0..small()).map(|i| i as f32 + 1.0).collect();
+    let calibrated = Instant::now();
+    host_process(&mut calibration);
+    let cpu_pass_ms = calibrated.elapsed().as_secs_f64() * 1e3;
+    let spin_ns = b_spin_ns(cpu_pass_ms);
+    println!(
+        "one CPU pass takes {cpu_pass_ms:.2} ms here: stream B spins {:.0} ms before its kernel",
+        spin_ns as f64 / 1e6
+    );
 
     ctx.with_stream(StreamOptions::new().non_blocking(), |a| {
         ctx.with_stream(StreamOptions::new().non_blocking(), |b| {
-            let (mut b_data, mut b_time) = (b_data.attach(b)?, b_time.attach(b)?);
+            let (mut b_data, mut b_spin, mut b_time) =
+                (b_data.attach(b)?, b_spin.attach(b)?, b_time.attach(b)?);
             let t0 = Instant::now();
-            // Stream B: one block over 4M elements of pow/sqrt, tens of milliseconds.
+            // Stream B: one block spinning on the GPU clock, then one block over 4M elements of
+            // pow/sqrt (tens of milliseconds).
             streams::stamp(b, &mut b_time, 0)?;
+            testing::spin_then_add_with(b, Linear::new(1, 32)?, &mut b_spin, 1.0, spin_ns)?;
             streams::kernel_with(b, Linear::new(1, 64)?, &mut b_data)?;
             streams::stamp(b, &mut b_time, 1)?;
 
@@ -79,15 +106,15 @@ fn run(ctx: &Context) -> um::Result<bool> {
             let cpu_ms = cpu_start.elapsed().as_secs_f64() * 1e3;
             let busy_after = !b.is_idle()?;
 
-            let (b_data, b_time) = b.sync_all((b_data, b_time))?;
+            let (b_data, b_spin, b_time) = b.sync_all((b_data, b_spin, b_time))?;
             let total_ms = t0.elapsed().as_secs_f64() * 1e3;
             let kernel_ms = (b_time[1] - b_time[0]) as f64 / 1e6;
 
             let mut want: Vec<f32> = (0..small()).map(|i| i as f32 + 1.0).collect();
             host_process(&mut want);
             let a_ok = a_kernel_ok && *a_host == *want;
-            let b_ok = reference::matches_seed_kernel(&b_data);
-            println!("stream B kernel (GPU timer): {kernel_ms:.2} ms");
+            let b_ok = reference::matches_seed_kernel(&b_data) && b_spin.iter().all(|v| *v == 1.0);
+            println!("stream B's work (GPU timer): {kernel_ms:.2} ms");
             println!("CPU work on stream A's memory: {cpu_ms:.2} ms");
             println!("stream B busy when the CPU work started: {busy_before}, when it ended: {busy_after}");
             println!(

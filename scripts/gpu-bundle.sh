@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu-bundle.sh [DIR]
 #   DIR/run.sh                      # on the GPU machine; last line: "N passed, N failed"
+#   DIR/run.sh --all OUT            # the whole verdict -> OUT/verdict.txt, OUT/docs/reliability.md
 #   DIR/bench.sh OUT                # on the GPU machine: benchmarks -> OUT/performance.md
 #   bash DIR/racecheck/study.sh OUT # on the GPU machine: the racecheck study -> OUT/summary.txt
 set -euo pipefail
@@ -55,6 +56,12 @@ cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
+# run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
+cp scripts/reliability-doc.py "$out/reliability_doc.py"
+cp bench/reliability-notes.md "$out/reliability-notes.md"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit="$commit+uncommitted"
+echo "$commit" >"$out/COMMIT"
 # The racecheck study (issue 13): a C++ reproducer without um, built by nvcc on the GPU machine,
 # um's own streams.ptx for it (the newest release build's; the study rebuilds it from the
 # source where it is missing), and the script: `bash DIR/racecheck/study.sh OUT`.

@@ -1,34 +1,289 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the bundle folder that scripts/gpu-bundle.sh made.
 #
-#   run.sh              every test binary with --include-ignored (GPU tests included), then
-#                       every example. Each test counts as one pass or failure, each example
-#                       as one; the last line is "N passed, N failed".
+#   run.sh [--repeat N]  every test binary with --include-ignored (GPU tests included), then
+#                       every example, N times each (default 1). Each test counts as one pass
+#                       or failure, each run of an example as one; the last line is
+#                       "N passed, N failed". A per-example count is printed when N > 1.
 #   run.sh --sanitize [TOOL ...]
 #                       every test binary and example under compute-sanitizer, once per tool
 #                       (default: memcheck racecheck synccheck initcheck). A program passes when
 #                       the tool reports 0 errors. Only programs that use the GPU run; the fault
 #                       tests (which fault on purpose) are skipped; UM_SANITIZE=1 shrinks the
 #                       heaviest workloads and the stress test runs 20 iterations. Last line as
-#                       above.
+#                       above. Under racecheck, per_thread_streams runs its per-thread half only
+#                       (UM_ONLY_PER_THREAD=1), and the C++ reproducer bench/racecheck_repro.cu
+#                       (no um) runs the legacy half's pattern beside it: racecheck cannot track
+#                       launches on the legacy stream from several host threads, with or without
+#                       um (docs/reliability.md).
 #
-#   run.sh --emulate-no-concurrent-access [--sanitize [TOOL ...]]
+#   run.sh --emulate-no-concurrent-access [--repeat N | --sanitize [TOOL ...]]
 #                       either of the above with UM_EMULATE_NO_CONCURRENT_ACCESS=1 exported:
 #                       every context that Context::new opens behaves as if the device lacked
 #                       concurrent managed access (docs/design.md), so every test and example
 #                       takes that path.
 #
+#   run.sh --all OUT [--parts P1,P2,..] [--resume VERDICT]
+#                       the whole GPU verdict of this machine, one part after the other: normal
+#                       (tests and examples; the two-GPU tests where two GPUs exist), emulated,
+#                       memcheck, racecheck, synccheck, initcheck. Writes OUT/verdict.txt (one
+#                       line per part and per program) and OUT/docs/reliability.md (the verdict's
+#                       tables, then bench/reliability-notes.md), rewritten after every part, so a
+#                       run cut short keeps what it did. --parts runs only those parts;
+#                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
+#                       split across calls) and runs the others.
+#
 # tests/gpu_two_devices runs only where nvidia-smi lists two or more GPUs ("skipped" elsewhere).
 # Examples that draw timelines write them to $UM_SVG_DIR when it is set.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")"
+bundle=$(pwd)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+# ------------------------------------------------------------------ tests and examples
+# run_all REPEAT VERDICT_FILE: tests once, examples REPEAT times; one line per program to the
+# verdict file (when given); sets $passed and $failed.
+run_all() {
+  local repeat=$1 verdict=${2:-/dev/null}
+  passed=0
+  failed=0
+  for t in tests/*; do
+    local name
+    name=$(basename "$t")
+    if [ "$name" = gpu_two_devices ] && [ "${gpus:-0}" -lt 2 ]; then
+      echo "=== test binary gpu_two_devices: skipped (needs two GPUs, this machine has ${gpus:-0})"
+      echo "test $name: skipped (needs two GPUs, this machine has ${gpus:-0})" >>"$verdict"
+      continue
+    fi
+    echo "=== test binary $name"
+    local log
+    log=$(mktemp)
+    "./$t" --include-ignored 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local counts
+    counts=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | tail -n 1)
+    local p=0 f=0
+    if [ -n "$counts" ]; then
+      p=${counts% *}
+      f=${counts#* }
+    fi
+    # A binary that crashed before its summary counts as one failure.
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+      echo "!!! $name exited with $rc"
+      f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    echo "test $name: $p passed, $f failed$(grep -E '^test .* FAILED$' "$log" | sed 's/^test /; /; s/ \.\.\. FAILED$//' | tr -d '\n')" >>"$verdict"
+    rm -f "$log"
+  done
+  for e in examples/*; do
+    local name ok=0 bad=0
+    name=$(basename "$e")
+    for ((i = 1; i <= repeat; i++)); do
+      if [ "$repeat" -gt 1 ]; then
+        echo "=== example $name (run $i of $repeat)"
+      else
+        echo "=== example $name"
+      fi
+      if "./$e"; then
+        ok=$((ok + 1))
+      else
+        echo "!!! example $name failed (run $i)"
+        bad=$((bad + 1))
+      fi
+    done
+    [ "$repeat" -gt 1 ] && echo "example $name: $ok of $repeat runs passed"
+    echo "example $name: $ok of $repeat runs passed" >>"$verdict"
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+  done
+}
+
+# ------------------------------------------------------------------ sanitizers
+# The C++ reproducer of racecheck's legacy-stream report (no um), built once per run.
+repro_built=""
+build_repro() {
+  [ -n "$repro_built" ] && return 0
+  local dir
+  dir=$(mktemp -d)
+  local ptx="$bundle/racecheck/streams.ptx"
+  if [ ! -f "$ptx" ]; then
+    ptx="$dir/streams.ptx"
+    "$nvcc" --ptx -arch=compute_75 -I "$bundle/racecheck" -o "$ptx" "$bundle/racecheck/streams.cu" >/dev/null 2>&1 || return 1
+  fi
+  "$nvcc" -O2 -std=c++17 -arch=compute_75 -o "$dir/racecheck_repro" \
+    "$bundle/racecheck/racecheck_repro.cu" -lcuda >/dev/null 2>&1 || return 1
+  repro_built="$dir/racecheck_repro --ptx $ptx"
+}
+
+# sanitize_one TOOL PROGRAM [ENV...]: runs PROGRAM under TOOL; prints one verdict line; returns
+# 0 when the tool reports no error.
+sanitize_one() {
+  local tool=$1 prog=$2
+  shift 2
+  local args=()
+  case "$prog" in tests/*) args=(--include-ignored --skip fault_ --test-threads=1) ;; esac
+  local extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check full)
+  local log
+  log=$(mktemp)
+  # CUDA API errors are not reported: every one already surfaces as an Err that fails its
+  # test, and the bad-input tests make some on purpose.
+  env "$@" timeout -k 10 540 "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
+    --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
+  local rc=$?
+  local summary
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+  if [ "$rc" = 99 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log"; then
+    echo "!!! $tool $(basename "$prog"): rc=$rc ${summary:-no summary}"
+    grep -E "^========= (Invalid|Uninitialized|Race|Barrier|Error|Program hit|Internal)" "$log" | sort | uniq -c | head -n 5
+    [ -z "$summary" ] && tail -n 5 "$log"
+    rm -f "$log"
+    return 1
+  fi
+  # The program's own result under the tool (examples' timing checks may not hold while the
+  # tool slows every kernel): reported, not counted.
+  echo "ok  $tool $(basename "$prog"): ${summary} (program exit $rc)"
+  rm -f "$log"
+  return 0
+}
+
+# sanitize TOOL VERDICT_FILE: every GPU program under TOOL; sets $passed and $failed.
+sanitize() {
+  local tool=$1 verdict=${2:-/dev/null}
+  export UM_STRESS_ITERS=20 UM_SANITIZE=1
+  # Timelines of runs under a sanitizer (small workloads, instrumented kernels) are not the
+  # examples' timelines: never write them.
+  unset UM_SVG_DIR
+  passed=0
+  failed=0
+  # The programs that use the GPU, less the fault tests (they fault on purpose).
+  for prog in tests/gpu_* examples/*; do
+    case "$prog" in tests/gpu_faults | tests/gpu_two_devices) continue ;; esac
+    local line note=""
+    if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
+      line=$(sanitize_one "$tool" "$prog" UM_ONLY_PER_THREAD=1)
+      local ok=$?
+      local repro="not run (nvcc could not build bench/racecheck_repro.cu)"
+      if [ -n "$repro_built_cmd" ]; then
+        local rlog
+        rlog=$(mktemp)
+        # shellcheck disable=SC2086
+        timeout -k 10 120 "$cs" --tool racecheck --report-api-errors no $repro_built_cmd \
+          >"$rlog" 2>&1 || true
+        repro=$(grep -oE "RACECHECK SUMMARY.*|Internal Sanitizer Error:.*" "$rlog" | head -n 1)
+        repro="${repro:-no summary}"
+        rm -f "$rlog"
+      fi
+      note="; legacy half excluded: reproduced without um (bench/racecheck_repro.cu, 8 host threads on the legacy stream: ${repro})"
+      echo "$line$note"
+      if [ "$ok" = 0 ]; then
+        echo "$tool $(basename "$prog"): clean (per-thread half)$note" >>"$verdict"
+        passed=$((passed + 1))
+      else
+        echo "$tool $(basename "$prog"): ERRORS: ${line#!!! }" >>"$verdict"
+        failed=$((failed + 1))
+      fi
+      continue
+    fi
+    if line=$(sanitize_one "$tool" "$prog"); then
+      echo "$line"
+      echo "$tool $(basename "$prog"): clean" >>"$verdict"
+      passed=$((passed + 1))
+    else
+      echo "$line"
+      echo "$tool $(basename "$prog"): ERRORS: $(echo "$line" | head -n 1 | sed 's/^!!! //')" >>"$verdict"
+      failed=$((failed + 1))
+    fi
+  done
+  echo "$tool: $passed programs clean, $failed with errors"
+}
+
+# The command line of the reproducer's legacy run (set once the reproducer is built).
+repro_built_cmd=""
+build_repro_cmd() {
+  build_repro && repro_built_cmd="${repro_built%% *} --api driver --stream legacy --threads 8 ${repro_built#* }"
+}
+
+# ------------------------------------------------------------------ --all
+if [ "${1:-}" = "--all" ]; then
+  out=${2:?usage: run.sh --all OUT [--parts P1,P2,..] [--resume VERDICT]}
+  shift 2
+  parts="normal,emulated,memcheck,racecheck,synccheck,initcheck"
+  resume=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --parts) parts=$2; shift 2 ;;
+      --resume) resume=$2; shift 2 ;;
+      *) echo "run.sh --all: unknown option $1" >&2; exit 2 ;;
+    esac
+  done
+  mkdir -p "$out/docs"
+  out=$(cd "$out" && pwd)
+  verdict="$out/verdict.txt"
+  {
+    echo "# um GPU verdict (run.sh --all)"
+    echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+    echo "gpus: ${gpus:-0}"
+    echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
+    echo "sanitizer: $("$cs" --version 2>/dev/null | grep -i version | head -n 1)"
+    echo "date: $(date -u +%F)"
+    echo "commit: $(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)"
+  } >"$verdict"
+  # Parts an earlier run did: kept as they are.
+  if [ -n "$resume" ] && [ -f "$resume" ]; then
+    awk '/^== part /{keep=1} keep' "$resume" >>"$verdict"
+  fi
+  render() {
+    python3 "$bundle/reliability_doc.py" "$verdict" "$bundle/reliability-notes.md" \
+      >"$out/docs/reliability.md" 2>/dev/null || echo "run.sh --all: could not render reliability.md" >&2
+  }
+  render
+  build_repro_cmd || true
+  for part in ${parts//,/ }; do
+    if grep -q "^== part $part:" "$verdict"; then
+      echo "=== part $part: kept from $resume"
+      continue
+    fi
+    t0=$(date +%s)
+    body=$(mktemp)
+    case "$part" in
+      normal)
+        (unset UM_EMULATE_NO_CONCURRENT_ACCESS; run_all 1 "$body") ;;
+      emulated)
+        (export UM_EMULATE_NO_CONCURRENT_ACCESS=1; run_all 1 "$body") ;;
+      memcheck | racecheck | synccheck | initcheck)
+        (sanitize "$part" "$body") ;;
+      *) echo "run.sh --all: unknown part $part" >&2; rm -f "$body"; continue ;;
+    esac
+    secs=$(($(date +%s) - t0))
+    if [[ "$part" == *check ]]; then
+      ok=$(grep -c ': clean' "$body")
+      bad=$(grep -c ': ERRORS' "$body")
+      echo "== part $part: $ok programs clean, $bad with errors (${secs}s)" >>"$verdict"
+    else
+      ok=$(awk '/^test .*passed/ {p += $3} /^example .* runs passed/ {p += $3} END {print p + 0}' "$body")
+      bad=$(awk '/^test .*failed/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i} /^example .* runs passed/ {f += $5 - $3} END {print f + 0}' "$body")
+      echo "== part $part: $ok passed, $bad failed (${secs}s)" >>"$verdict"
+    fi
+    cat "$body" >>"$verdict"
+    rm -f "$body"
+    render
+  done
+  tail -n +1 "$verdict" | grep -E "^(== part|device|commit|gpus)"
+  ! grep -qE "^== part .*[1-9][0-9]* (failed|with errors)" "$verdict"
+  exit
+fi
+
+# ------------------------------------------------------------------ single modes
 if [ "${1:-}" = "--emulate-no-concurrent-access" ]; then
   shift
   export UM_EMULATE_NO_CONCURRENT_ACCESS=1
   echo "mode: UM_EMULATE_NO_CONCURRENT_ACCESS=1 (every context behaves as if the device lacked concurrent managed access)"
 fi
-passed=0
-failed=0
 command -v nvidia-smi >/dev/null &&
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.free --format=csv,noheader
 
@@ -36,77 +291,23 @@ if [ "${1:-}" = "--sanitize" ]; then
   shift
   tools=("$@")
   [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck synccheck initcheck)
-  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  export UM_STRESS_ITERS=20 UM_SANITIZE=1
-  # Timelines of runs under a sanitizer (small workloads, instrumented kernels) are not the
-  # examples' timelines: never write them.
-  unset UM_SVG_DIR
-  # The programs that use the GPU, less the fault tests (they fault on purpose).
-  programs=()
-  for p in tests/gpu_* examples/*; do
-    case "$p" in tests/gpu_faults | tests/gpu_two_devices) ;; *) programs+=("$p") ;; esac
-  done
+  build_repro_cmd || true
+  total_ok=0
+  total_bad=0
   for tool in "${tools[@]}"; do
-    tool_ok=0
-    tool_bad=0
-    for prog in "${programs[@]}"; do
-      args=()
-      case "$prog" in tests/*) args=(--include-ignored --skip fault_ --test-threads=1) ;; esac
-      extra=()
-      [ "$tool" = memcheck ] && extra=(--leak-check full)
-      log=$(mktemp)
-      # CUDA API errors are not reported: every one already surfaces as an Err that fails its
-      # test, and the bad-input tests make some on purpose.
-      "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 \
-        "./$prog" "${args[@]}" >"$log" 2>&1
-      rc=$?
-      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-      if [ "$rc" = 99 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log"; then
-        echo "!!! $tool $(basename "$prog"): rc=$rc ${summary:-no summary}"
-        grep -E "^========= (Invalid|Uninitialized|Race|Barrier|Error|Program hit)" "$log" | sort | uniq -c | head -n 5
-        tool_bad=$((tool_bad + 1))
-      else
-        # The program's own result under the tool (examples' timing checks may not hold while
-        # the tool slows every kernel): reported, not counted.
-        echo "ok  $tool $(basename "$prog"): ${summary} (program exit $rc)"
-        tool_ok=$((tool_ok + 1))
-      fi
-      rm -f "$log"
-    done
-    echo "$tool: $tool_ok programs clean, $tool_bad with errors"
-    passed=$((passed + tool_ok))
-    failed=$((failed + tool_bad))
+    sanitize "$tool"
+    total_ok=$((total_ok + passed))
+    total_bad=$((total_bad + failed))
   done
-  echo "$passed passed, $failed failed"
-  [ "$failed" = 0 ]
+  echo "$total_ok passed, $total_bad failed"
+  [ "$total_bad" = 0 ]
   exit
 fi
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-for t in tests/*; do
-  if [ "$(basename "$t")" = gpu_two_devices ] && [ "${gpus:-0}" -lt 2 ]; then
-    echo "=== test binary gpu_two_devices: skipped (needs two GPUs, this machine has ${gpus:-0})"
-    continue
-  fi
-  echo "=== test binary $(basename "$t")"
-  log=$(mktemp)
-  "./$t" --include-ignored 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  counts=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | tail -n 1)
-  if [ -n "$counts" ]; then
-    passed=$((passed + ${counts% *}))
-    failed=$((failed + ${counts#* }))
-  fi
-  # A binary that crashed before its summary counts as one failure.
-  if [ "$rc" != 0 ] && { [ -z "$counts" ] || [ "${counts#* }" = 0 ]; }; then
-    echo "!!! $(basename "$t") exited with $rc"
-    failed=$((failed + 1))
-  fi
-  rm -f "$log"
-done
-for e in examples/*; do
-  echo "=== example $(basename "$e")"
-  if "./$e"; then passed=$((passed + 1)); else echo "!!! example $(basename "$e") failed"; failed=$((failed + 1)); fi
-done
+repeat=1
+if [ "${1:-}" = "--repeat" ]; then
+  repeat=${2:?usage: run.sh --repeat N}
+fi
+run_all "$repeat"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
