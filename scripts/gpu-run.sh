@@ -58,6 +58,7 @@ run_all() {
       continue
     fi
     echo "=== test binary $name"
+    local t0=$SECONDS
     local log
     log=$(mktemp)
     "./$t" --include-ignored 2>&1 | tee "$log"
@@ -76,6 +77,7 @@ run_all() {
     fi
     passed=$((passed + p))
     failed=$((failed + f))
+    echo "=== test binary $name: $((SECONDS - t0)) s"
     echo "test $name: $p passed, $f failed$(grep -E '^test .* FAILED$' "$log" | sed 's/^test /; /; s/ \.\.\. FAILED$//' | tr -d '\n')" >>"$verdict"
     rm -f "$log"
   done
@@ -88,12 +90,14 @@ run_all() {
       else
         echo "=== example $name"
       fi
+      local t0=$SECONDS
       if "./$e"; then
         ok=$((ok + 1))
       else
         echo "!!! example $name failed (run $i)"
         bad=$((bad + 1))
       fi
+      echo "=== example $name: $((SECONDS - t0)) s"
     done
     [ "$repeat" -gt 1 ] && echo "example $name: $ok of $repeat runs passed"
     echo "example $name: $ok of $repeat runs passed" >>"$verdict"
@@ -132,7 +136,7 @@ sanitize_one() {
   log=$(mktemp)
   # CUDA API errors are not reported: every one already surfaces as an Err that fails its
   # test, and the bad-input tests make some on purpose.
-  env "$@" timeout -k 10 540 "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
+  env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
     --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
   local rc=$?
   local summary
@@ -189,9 +193,16 @@ sanitize() {
       fi
       continue
     fi
-    if line=$(sanitize_one "$tool" "$prog"); then
+    local envs=()
+    if [ "$tool" = racecheck ] && [ "$prog" = tests/gpu_stress ]; then
+      # racecheck slows 16 host threads' launches by orders of magnitude: 20 iterations did not
+      # finish in 9 minutes on an H100 (2026-11-22); the study of issue 13 ran 2.
+      envs=(UM_STRESS_ITERS=2)
+      note=" (2 iterations under racecheck)"
+    fi
+    if line=$(sanitize_one "$tool" "$prog" "${envs[@]}"); then
       echo "$line"
-      echo "$tool $(basename "$prog"): clean" >>"$verdict"
+      echo "$tool $(basename "$prog"): clean$note" >>"$verdict"
       passed=$((passed + 1))
     else
       echo "$line"
