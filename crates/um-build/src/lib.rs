@@ -241,6 +241,7 @@ impl Kernels {
         let units: Vec<generate::Unit<'_>> = parsed
             .iter()
             .map(|(module, ptx_file, source, src)| generate::Unit {
+                file: src.clone(),
                 module: module.clone(),
                 // Shown in doc comments of the generated code: one line, whatever the name.
                 shown_path: src
@@ -293,6 +294,7 @@ pub fn generate_for(module: &str, cuda_source: &str, ptx: &str) -> Result<String
     let module = generate::module_name(module);
     generate::generate(
         &[generate::Unit {
+            file: PathBuf::from(format!("{}.cu", module.trim_start_matches("r#"))),
             ptx_file: format!("um-ptx/{}.ptx", module.trim_start_matches("r#")),
             shown_path: format!("{}.cu", module.trim_start_matches("r#")),
             module,

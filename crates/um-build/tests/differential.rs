@@ -287,7 +287,9 @@ const RUST_KEYWORDS: &[&str] = &[
     "typeof", "unsized", "virtual", "yield",
 ];
 const UNSPELLABLE: &[&str] = &["self", "Self", "super", "crate", "_"];
-const LAUNCHER_OWN: &[&str] = &["stream", "config", "threads", "KERNEL", "PTX", "__um"];
+const LAUNCHER_OWN: &[&str] = &[
+    "stream", "config", "threads", "KERNEL", "PTX", "__um", "None", "Some", "Ok", "Err",
+];
 const PRIMITIVES: &[&str] = &[
     "bool", "char", "str", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
     "u32", "u64", "u128", "usize",

@@ -205,6 +205,41 @@ fn names_rust_cannot_tell_apart_or_spell_are_refused() {
 }
 
 #[test]
+fn parameters_named_like_the_preludes_variants_are_renamed() {
+    // Found by the differential test: `None` as a parameter is the pattern `Option::None`
+    // (E0308), `Some`/`Ok`/`Err` cannot be shadowed by a parameter (E0530).
+    let code = um_build::generate_for(
+        "m",
+        "UM_SAFE_KERNEL void k(float *x, float None, float Some, float Ok, um::len32 Err) {}",
+        &ptx("k", &[".u64", ".f32", ".f32", ".f32", "len32"]),
+    )
+    .expect("generates");
+    assert!(code.contains("None_: f32, Some_: f32, Ok_: f32)"), "{code}");
+    assert!(code.contains("let Err_: u32 = "), "{code}");
+}
+
+#[test]
+fn every_generation_error_names_its_file_and_line() {
+    // Found by the differential test: errors about structs and launchers named no file.
+    for (src, line) in [
+        (
+            "struct self { float a; };\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}",
+            1,
+        ),
+        (
+            "UM_SAFE_KERNEL void k(float *x, um::len32 n) {}\nextern \"C\" __global__ void k_with(float *x, um::len32 n) {}",
+            2,
+        ),
+    ] {
+        let mut k = ptx("k", &[".u64", "len32"]);
+        k.push_str(&ptx("k_with", &[".u64", "len32"]));
+        let e = um_build::generate_for("m", src, &k).expect_err(src);
+        assert!(e.file().is_some(), "{src}: {e}");
+        assert_eq!(e.line(), Some(line), "{src}: {e}");
+    }
+}
+
+#[test]
 fn structs_named_like_the_launchers_types_or_generics_are_named_by_path() {
     // The launchers name um's types by full path and the file's structs as `self::Name`: a
     // struct called `Storage`, `K` or `M0` shadows nothing (they were Rust compile errors:
