@@ -38,15 +38,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context as TaskContext, Poll, Waker};
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::{Owned, PerThread, RawStream, Stream, StreamKind, StreamOptions};
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::managed::Managed;
+use crate::memory::managed::Managed;
+use crate::memory::state::{HostOwned, StreamOwned, SyncGroup};
+use crate::memory::storage::{Storage, Unified};
 use crate::sealed::PRIVATE;
-use crate::state::{HostOwned, StreamOwned, SyncGroup};
-use crate::storage::{Storage, Unified};
-use crate::stream::{Owned, PerThread, RawStream, Stream, StreamKind, StreamOptions};
-use crate::sys;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -226,11 +226,11 @@ mod event_thread {
     use std::sync::{Arc, Condvar, Mutex};
 
     use super::{Completion, lock};
-    use crate::context::Context;
     use crate::driver;
+    use crate::driver::context::Context;
+    use crate::driver::stream::RawStream;
+    use crate::driver::sys;
     use crate::error::{Error, Result};
-    use crate::stream::RawStream;
-    use crate::sys;
 
     struct Wait {
         event: sys::CUevent,
@@ -673,7 +673,7 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> SyncFuture<'s, T, K, M> {
     ) -> Self {
         // The owner's context: the callback (or event) goes on the owning stream.
         let (ctx, stream) = (
-            crate::state::owner_context(&memory).clone(),
+            crate::memory::state::owner_context(&memory).clone(),
             memory.stream(),
         );
         SyncFuture {
@@ -781,7 +781,7 @@ mod tests {
     use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
     use super::{Completion, on_stream_point};
-    use crate::sys;
+    use crate::driver::sys;
 
     #[derive(Default)]
     struct CountingWaker(AtomicUsize);

@@ -12,13 +12,13 @@ use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::asynchronous::Orphan;
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::state::{HostOwned, State};
-use crate::storage::{self, Mirror, Storage, Unified};
-use crate::stream::RawStream;
-use crate::sys;
+use crate::memory::state::{HostOwned, State};
+use crate::memory::storage::{self, Mirror, Storage, Unified};
 
 /// A managed (unified) allocation holding a `T` (or a `[T]`), in ownership state `S`.
 ///
@@ -498,7 +498,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
         if S::ON_STREAM {
             // The owner's context: after a `hand_off` to another device it is not the
             // allocation's.
-            let owner = crate::state::owner_context(self);
+            let owner = crate::memory::state::owner_context(self);
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
             // of being waited for here (see `asynchronous::defer_free`).
             if crate::asynchronous::dropping_scope()
@@ -540,7 +540,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
 #[cfg(test)]
 mod tests {
     use super::{byte_size, check_aligned, check_capacity};
-    use crate::Error;
+    use crate::error::Error;
 
     #[test]
     fn byte_sizes_are_checked() {

@@ -23,13 +23,15 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::managed::{Managed, check_aligned, check_capacity};
+use crate::memory::managed::{Managed, check_aligned, check_capacity};
+use crate::memory::state::HostOwned;
 use crate::sealed::Sealed;
-use crate::state::HostOwned;
-use crate::sys;
+
+mod coherent;
 
 /// The storages of a [`Managed`] allocation: [`Unified`], [`Coherent`] and [`Mirror`]. Sealed.
 pub trait Storage: Sealed + parts::HasParts + 'static {

@@ -12,12 +12,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::event::StreamEvent;
+use crate::driver::sys;
 use crate::error::Result;
-use crate::event::StreamEvent;
 use crate::sealed::Sealed;
-use crate::sys;
 
 /// An invariant lifetime: `Brand<'a>` and `Brand<'b>` are the same type only when `'a == 'b`.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;

@@ -3,10 +3,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::driver;
+use crate::driver::module::ModuleCache;
+use crate::driver::options::ContextOptions;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::module::ModuleCache;
-use crate::options::ContextOptions;
-use crate::sys;
 
 /// What `um` needs to know about the device, read once when the context is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +146,7 @@ impl Context {
                         std::sync::atomic::AtomicU64::new(1);
                     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 },
-                legacy_stream: crate::stream::next_stream_id(),
+                legacy_stream: crate::driver::stream::next_stream_id(),
                 raw,
                 device,
                 info,

@@ -50,15 +50,17 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::asynchronous::{Orphan, Passed, Released, SyncAllFuture, SyncFuture};
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::event::{Event, StreamEvent};
+use crate::driver::stream::{
+    Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer,
+};
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::event::{Event, StreamEvent};
-use crate::managed::Managed;
+use crate::memory::managed::Managed;
+use crate::memory::storage::{self, Storage};
 use crate::sealed::{PRIVATE, Private, Sealed};
-use crate::storage::{self, Storage};
-use crate::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer};
-use crate::sys;
 
 /// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
 /// crate can add a state.

@@ -11,13 +11,13 @@ use std::sync::OnceLock;
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::managed::{Fresh, Managed, alloc_managed, byte_size};
-use crate::state::HostOwned;
-use crate::storage::Coherent;
-use crate::sys;
+use crate::memory::managed::{Fresh, Managed, alloc_managed, byte_size};
+use crate::memory::state::HostOwned;
+use crate::memory::storage::Coherent;
 
 impl Fresh<Coherent> {
     /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
@@ -147,7 +147,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
 #[cfg(test)]
 mod tests {
     use super::first_lacking;
-    use crate::Error;
+    use crate::error::Error;
 
     #[test]
     fn one_device_without_concurrent_access_refuses_coherent_memory_on_all() {

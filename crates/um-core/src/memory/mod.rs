@@ -1,0 +1,5 @@
+//! The memory layer: `Managed<T, S, M>`, its states and transitions, and its storages.
+
+pub(crate) mod managed;
+pub mod state;
+pub mod storage;
