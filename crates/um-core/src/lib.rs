@@ -86,18 +86,17 @@
 // rustc lists a sealed trait's implementors in a diagnostic (`tests/ui/sealed/*`): the kernel
 // arguments of `launch` come first there.
 mod launch;
+mod wait;
 
-mod asynchronous;
 mod memory;
+
+mod reclaim;
 
 mod driver;
 
 mod error;
 mod sealed;
 
-pub use asynchronous::{SyncAllFuture, SyncFuture};
-#[doc(hidden)]
-pub use asynchronous::{orphans_pending, reap_pending, use_event_thread_for_waits};
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use driver::context::{Context, DeviceInfo};
@@ -115,6 +114,11 @@ pub use memory::managed::Managed;
 pub use memory::state::{HostOwned, State, StreamOwned, SyncGroup};
 pub use memory::storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
 pub use memory::{state, storage};
+#[doc(hidden)]
+pub use reclaim::completion::use_event_thread_for_waits;
+#[doc(hidden)]
+pub use reclaim::reaper::{orphans_pending, reap_pending};
+pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script
 /// (`$OUT_DIR/um_kernels.rs`): one module per `.cu` file, holding its PTX and a launcher per

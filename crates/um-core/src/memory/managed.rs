@@ -11,7 +11,6 @@ use std::ptr::{self, NonNull};
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
-use crate::asynchronous::Orphan;
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::stream::RawStream;
@@ -19,6 +18,8 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::state::{HostOwned, State};
 use crate::memory::storage::{self, Mirror, Storage, Unified};
+use crate::reclaim::defer::{defer_free, dropping_scope};
+use crate::reclaim::reaper::Orphan;
 
 /// A managed (unified) allocation holding a `T` (or a `[T]`), in ownership state `S`.
 ///
@@ -416,8 +417,22 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         self.stream
     }
 
-    /// Gives the allocation up without freeing it: its address and context, for a free that
-    /// waits for its stream without blocking a thread (see [`crate::asynchronous`]).
+    /// The context of the stream that owns the memory: the allocation's own, except after a
+    /// handoff to another device. Every stream-ordered call on the owner needs it current (and
+    /// the per-thread handle names a stream of the current context).
+    pub(crate) fn owner_context(&self) -> &Context {
+        if S::ON_STREAM {
+            // SAFETY: in a stream-owned state the owning stream is alive while the memory is: its
+            // brand is in `S`.
+            if let Some(owner) = unsafe { self.stream.events() } {
+                return owner.context();
+            }
+        }
+        &self.ctx
+    }
+
+    /// Gives the allocation up without freeing it, for a free that waits for its stream without
+    /// blocking a thread (see `crate::reclaim`).
     pub(crate) fn into_orphan(self) -> Orphan {
         let this = ManuallyDrop::new(self);
         // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is
@@ -429,11 +444,20 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     /// What an [`Orphan`] of this allocation must free: the managed allocation, or both halves
     /// of a mirror.
     fn orphan_parts(&self, ctx: Context) -> Orphan {
-        let orphan = Orphan::new(self.device_ptr(), ctx);
-        match self.mirror() {
-            Some(_) => orphan.with_pinned(self.host_ptr()),
-            None => orphan,
-        }
+        let device = self.device_ptr();
+        let host = self.mirror().map(|_| self.host_ptr().as_ptr() as usize);
+        let free = move || {
+            // SAFETY: `Orphan::new`'s contract: called once, with the context current, once no
+            // work can use the memory.
+            let _ = unsafe { driver::mem_free(device) };
+            if let Some(host) = host {
+                // SAFETY: as above, for the pinned half of the same mirror.
+                let _ = unsafe { driver::mem_free_pinned(host as *mut std::ffi::c_void) };
+            }
+        };
+        // SAFETY: `free` frees this allocation (both halves of a mirror), which the caller
+        // gives up: it never frees it itself.
+        unsafe { Orphan::new(ctx, free) }
     }
 
     /// The same allocation in state `S2`, associated with `stream`. Only `state.rs` calls this,
@@ -498,16 +522,11 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
         if S::ON_STREAM {
             // The owner's context: after a `hand_off` to another device it is not the
             // allocation's.
-            let owner = crate::memory::state::owner_context(self);
+            let owner = self.owner_context();
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
-            // of being waited for here (see `asynchronous::defer_free`).
-            if crate::asynchronous::dropping_scope()
-                && crate::asynchronous::defer_free(
-                    owner,
-                    self.stream,
-                    self.orphan_parts(self.ctx.clone()),
-                )
-                .is_ok()
+            // of being waited for here (see `crate::reclaim::defer`).
+            if dropping_scope()
+                && defer_free(owner, self.stream, self.orphan_parts(self.ctx.clone())).is_ok()
             {
                 return;
             }

@@ -1,5 +1,6 @@
 //! The memory layer: `Managed<T, S, M>`, its states and transitions, and its storages.
 
 pub(crate) mod managed;
+pub(crate) mod release;
 pub mod state;
 pub mod storage;

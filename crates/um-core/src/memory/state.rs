@@ -49,7 +49,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::asynchronous::{Orphan, Passed, Released, SyncAllFuture, SyncFuture};
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::event::{Event, StreamEvent};
@@ -59,7 +58,9 @@ use crate::driver::stream::{
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
+use crate::memory::release::{Passed, Released};
 use crate::memory::storage::{self, Storage};
+use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
 /// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
@@ -191,7 +192,7 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
     /// the wait, and only if a launch took the buffer as `&mut` since `attach`.
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
     pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
-        bind_owner_context(&self)?;
+        self.owner_context().bind()?;
         let after = release_to_host(&self)?;
         driver::stream_synchronize(self.stream().handle)?;
         Ok(self.retype(after))
@@ -354,44 +355,6 @@ fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind, M: Storage>(
     Ok(())
 }
 
-/// The context of the stream that owns `memory`: the allocation's own, except after a
-/// handoff to another device. Every stream-ordered call on the owner needs it current (and
-/// the per-thread handle names a stream of the current context).
-pub(crate) fn owner_context<T: ?Sized, S: State, M: Storage>(
-    memory: &Managed<T, S, M>,
-) -> &Context {
-    if S::ON_STREAM {
-        // SAFETY: in a stream-owned state the owning stream is alive while the memory is: its
-        // brand is in `S`.
-        if let Some(owner) = unsafe { memory.stream().events() } {
-            return owner.context();
-        }
-    }
-    memory.context()
-}
-
-/// Makes [`owner_context`] current.
-pub(crate) fn bind_owner_context<T: ?Sized, S: State, M: Storage>(
-    memory: &Managed<T, S, M>,
-) -> Result<()> {
-    owner_context(memory).bind()
-}
-
-impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
-    /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
-    /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
-    /// up to that point. No thread blocks while the GPU works.
-    ///
-    /// The future checks the stream's status before it hands the memory to the CPU: a fault of
-    /// an earlier kernel comes back as `Err` (and the memory is leaked, as with `sync`).
-    /// Dropping the future unfinished never waits: the memory is freed once the stream is done
-    /// (see [`SyncFuture`]).
-    pub fn sync_async(self) -> SyncFuture<'s, T, K, M> {
-        let released = bind_owner_context(&self).and_then(|()| release_to_host(&self));
-        SyncFuture::new(self, released.map(Released))
-    }
-}
-
 /// Sets (or removes) the advice of [`Transfer::HostResident`] on the whole allocation: preferred
 /// location the host, accessed by the allocation's own device. Both transitions that apply a
 /// policy (`attach` and `hand_off`) call it when the stream's policy and the memory's advice
@@ -449,7 +412,7 @@ fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
 
 /// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
 /// the memory stays associated with afterwards.
-fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
+pub(crate) fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
     memory: &Managed<T, StreamOwned<'_, K>, M>,
 ) -> Result<RawStream> {
     if let Some(mirror) = memory.mirror() {
@@ -547,13 +510,6 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
     pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
         group.sync_group(self, PRIVATE)
-    }
-
-    /// `sync_all` as a future: one host callback for the whole group, resolving to the
-    /// buffers in the host state (see [`Managed::sync_async`]).
-    pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {
-        let released = group.release_group(self, PRIVATE);
-        SyncAllFuture::new(group, self.context(), self.raw(), released)
     }
 }
 
