@@ -87,7 +87,7 @@ impl Completion {
         if EVENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) && event_thread::start() {
             return event_thread::enqueue(ctx, stream);
         }
-        let completion = Arc::new(Completion::new("test"));
+        let completion = Arc::new(Completion::new("cuStreamAddCallback"));
         let data = Arc::into_raw(Arc::clone(&completion))
             .cast_mut()
             .cast::<c_void>();
