@@ -111,13 +111,16 @@ pub use launch::codegen;
 pub use launch::geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use memory::managed::Managed;
-pub use memory::state::{HostOwned, State, StreamOwned, SyncGroup};
-pub use memory::storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
 pub use memory::{state, storage};
 #[doc(hidden)]
 pub use reclaim::completion::use_event_thread_for_waits;
 #[doc(hidden)]
 pub use reclaim::reaper::{orphans_pending, reap_pending};
+// Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
+#[doc(no_inline)]
+pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+#[doc(no_inline)]
+pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
 pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script

@@ -107,8 +107,12 @@ impl Attachable for PerThread {}
 ///
 /// Managed memory remembers the id of the stream it is associated with, which is how a
 /// re-attach to the same stream skips the driver call.
+///
+/// Public only because the storages' hidden contract (`storage::parts::HasParts`) names it; it
+/// lives in a private module, and its fields are the crate's.
+#[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RawStream {
+pub struct RawStream {
     pub(crate) handle: sys::CUstream,
     pub(crate) id: u64,
     /// The stream's transfer policy.

@@ -21,6 +21,7 @@ use crate::memory::state::StreamOwned;
 use crate::memory::storage::Storage;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
+#[doc(hidden)]
 pub mod codegen;
 pub(crate) mod geometry;
 

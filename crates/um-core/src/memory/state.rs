@@ -1,47 +1,46 @@
 //! The state machine of managed memory, in one place.
 //!
 //! ```text
-//!                 Managed::new / from_slice / zeroed ...   (cuMemAllocManaged, CU_MEM_ATTACH_HOST)
+//!          Managed::new / from_slice / zeroed ...      (the storage allocates, host-owned)
 //!                                   │
 //!                                   ▼
 //!                   ┌──────────────────────────────┐
-//!                   │   Managed<T, HostOwned>      │  Deref / DerefMut: the CPU reads and writes
+//!                   │   Managed<T, HostOwned, M>   │  Deref / DerefMut: the CPU reads and writes
 //!                   └──────────────────────────────┘
 //!        attach(self, &Stream<'s, K>)  │      ▲  sync(self)  /  Stream::sync_all((a, b, ..))
-//!   cuStreamAttachMemAsync(SINGLE)     │      │  cuStreamSynchronize (+ attach HOST first where
-//!   (skipped if already associated)    ▼      │  the device lacks concurrent managed access)
+//!   same context; the storage's attach │      │  the storage's release, then
+//!   enqueued on the stream             ▼      │  cuStreamSynchronize(owner)
 //!                   ┌──────────────────────────────┐
-//!                   │ Managed<T, StreamOwned<'s,K>>│  kernel argument on the stream branded 's;
+//!                   │Managed<T,StreamOwned<'s,K>,M>│  kernel argument on the stream branded 's;
 //!                   └──────────────────────────────┘  no CPU access of any kind
 //!                        │                  │   ▲
-//!                        │  hand_off(self,  │   │  cuEventRecord(A's event, A);
-//!                        │  &Stream<'t,K2>) │   │  cuStreamWaitEvent(B, event);
-//!                        │  K2: Attachable  └───┘  cuStreamAttachMemAsync(B, SINGLE);
-//!                        │                         B's Transfer policy; no host wait
+//!                        │  hand_off(self,  │   │  the storage's and the devices' checks;
+//!                        │  &Stream<'t,K2>) │   │  cuEventRecord(A's event, A);
+//!                        │  K2: Attachable  └───┘  cuStreamWaitEvent(B, event);
+//!                        │                         the storage's part on B; no host wait
 //!                        │                         (now StreamOwned<'t, K2>)
 //!                        ▼
-//!                  drop: wait for the owning stream, then cuMemFree
+//!                  drop: wait for the owning stream, then the storage's free
 //! ```
 //!
+//! This file sequences the transitions: the context and device checks, the event that orders
+//! two streams, the wait, and the retype that makes the new state true. What each storage
+//! enqueues at each point (a stream association, a copy, the stream's [`Transfer`](crate::Transfer) policy) is
+//! the storage's own part, in its file of [`crate::storage`], called through the `HasParts`
+//! contract: nothing here depends on which storage moves. With the default storage, `attach`
+//! enqueues `cuStreamAttachMemAsync(stream, ptr, 0, CU_MEM_ATTACH_SINGLE)` (skipped if the
+//! memory is still associated with that stream), and `sync` re-attaches to the host where the
+//! device lacks concurrent managed access.
+//!
 //! `hand_off` moves memory still in use on stream A to stream B: B's kernels run after A's,
-//! ordered on the GPU by A's event (made once per stream, see `event.rs`), and the CPU never
-//! waits. The memory then carries B's brand, so no launch on A can name it. Across devices it
-//! needs concurrent managed access on every device involved ([`Error::HandOffAcrossDevices`]).
-//!
-//! Mirrored memory (`Managed<T, S, Mirror>`, see [`crate::storage`]) takes the same
-//! transitions: there, `attach` enqueues a host-to-device copy instead of the stream
-//! association (only if the host may have written since the last copy), `sync` a
-//! device-to-host copy before its wait (only if a launch took the buffer as `&mut`), and
-//! `hand_off` only orders the two streams (device memory has no association to move).
-//!
-//! Coherent memory (`Managed<T, S, Coherent>`, managed memory attached globally, on devices
-//! with concurrent managed access only) takes them too, without any association call:
-//! `attach` applies the stream's transfer policy, `sync` waits, and `hand_off` is the event
-//! alone. The brands keep the promise the association would make.
+//! ordered on the GPU by A's event (made once per stream, see `driver/event.rs`), and the CPU
+//! never waits. The memory then carries B's brand, so no launch on A can name it. Across
+//! devices it needs concurrent managed access on every device involved
+//! ([`Error::HandOffAcrossDevices`]), and a storage may refuse other contexts altogether.
 //!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
-//! [`Transfer`] policy acts at the two transitions (prefetch, advice).
+//! [`Transfer`](crate::Transfer) policy acts at the transitions (prefetch, advice).
 //!
 //! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
 //! only way into a state is the transition that makes it true.
@@ -52,14 +51,12 @@ use std::marker::PhantomData;
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::event::{Event, StreamEvent};
-use crate::driver::stream::{
-    Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind, Transfer,
-};
+use crate::driver::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
 use crate::memory::release::{Passed, Released};
-use crate::memory::storage::{self, Storage};
+use crate::memory::storage::parts::Storage;
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
@@ -108,18 +105,17 @@ fn check_same_context<T: ?Sized, S: State, M: Storage, K: StreamKind>(
 }
 
 impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
-    /// Hands the memory to `stream`: enqueues `cuStreamAttachMemAsync(stream, ptr, 0,
-    /// CU_MEM_ATTACH_SINGLE)`, so that only kernels on that stream may use it and the CPU may
-    /// use it again once that stream's work is done.
+    /// Hands the memory to `stream`: enqueues on `stream` what the storage needs before the
+    /// stream's kernels may use the memory, so that only kernels on that stream may use it and
+    /// the CPU may use it again once that stream's work is done.
     ///
-    /// The whole allocation is attached (length 0); a partial attach is not expressible.
-    /// Attaching to the stream the memory is still associated with (after a `sync` from it)
-    /// makes no driver call. If the driver refuses, the memory is freed and the error returned.
+    /// With the default storage that is `cuStreamAttachMemAsync(stream, ptr, 0,
+    /// CU_MEM_ATTACH_SINGLE)` for the whole allocation (length 0; a partial attach is not
+    /// expressible), then the stream's [`Transfer`](crate::Transfer) policy. Attaching to the stream the memory is
+    /// still associated with (after a `sync` from it) makes no attach call. What the other
+    /// storages enqueue instead is in [`crate::storage`].
     ///
-    /// For mirrored memory, `attach` instead enqueues the copy of the host half to the device
-    /// half on `stream` (`cuMemcpyHtoDAsync`), and only if the host may have written since the
-    /// last copy (a `DerefMut`, or a fresh allocation). For coherent memory it makes no
-    /// association call: it applies the stream's [`Transfer`] policy and retypes.
+    /// If the driver refuses, the memory is freed and the error returned.
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
@@ -128,9 +124,8 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
         unsafe { self.hand_to(stream, sys::MEM_ATTACH_SINGLE) }
     }
 
-    /// The transition both `attach` and `attach_global` make: associate the whole allocation
-    /// with `stream` using `flag` (no driver call when already associated), apply the stream's
-    /// transfer policy, and retype.
+    /// The transition both `attach` and `attach_global` make: the storage's attach to `stream`
+    /// (with `flag`, where the storage associates memory with streams), then the retype.
     ///
     /// # Safety
     /// `flag` is `CU_MEM_ATTACH_SINGLE` only if `stream` is not the NULL stream.
@@ -141,29 +136,18 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         check_same_context(&self, stream)?;
         let target = stream.raw();
-        let (host, bytes) = (self.host_ptr(), self.size_in_bytes());
-        if let Some(mirror) = self.mirror_mut() {
-            stream.context().bind()?;
-            // SAFETY: the two halves of the mirror we own, host-owned until the retype below;
-            // `stream` is alive for the whole of 's and its context is current.
-            unsafe { storage::to_device(mirror, host, bytes, target.handle) }?;
-            return Ok(self.retype(target));
-        }
-        // Coherent memory keeps its global association: no driver call.
-        if self.associated() && self.stream().id != target.id {
-            self.context().bind()?;
-            // SAFETY: `self` is the start of a live managed allocation (we own it); `stream` is
-            // alive for the whole of 's; the flag suits the stream (the caller's guarantee).
-            unsafe { driver::stream_attach(target.handle, self.device_ptr(), flag) }?;
-        }
-        apply_transfer_on_attach(&mut self, target)?;
+        let host = self.host_ptr();
+        // SAFETY: the allocation is live and ours, host-owned until the retype below; `stream`
+        // is alive for the whole of 's and of the allocation's context (checked above); the flag
+        // suits the stream (the caller's guarantee).
+        unsafe { M::attach(host, self.allocation_mut(), target, flag, PRIVATE) }?;
         Ok(self.retype(target))
     }
 }
 
 impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
-    /// Hands the memory to the legacy default stream: enqueues, on the NULL stream,
-    /// `cuStreamAttachMemAsync(NULL, ptr, 0, CU_MEM_ATTACH_GLOBAL)`.
+    /// Hands the memory to the legacy default stream: as `attach`, with the association the NULL
+    /// stream accepts, `CU_MEM_ATTACH_GLOBAL`, enqueued on the NULL stream.
     ///
     /// The NULL stream refuses `CU_MEM_ATTACH_SINGLE` (it is not a specific stream), so the
     /// driver-level association is global. The types still restrict the memory to launches on
@@ -183,13 +167,14 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
 impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// Waits for the owning stream, then gives the memory back to the CPU.
     ///
-    /// On a device without concurrent managed access, the memory is first re-attached to the
-    /// host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more
-    /// work later. If the wait fails, the memory is dropped (and leaked if the stream may
-    /// still use it) and the error returned.
+    /// Before the wait it enqueues the storage's release to the host: with the default storage,
+    /// on a device without concurrent managed access, a re-attach to the host
+    /// (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more work
+    /// later; under [`Transfer::Prefetch`](crate::Transfer::Prefetch), a prefetch to the host. What the other storages
+    /// enqueue is in [`crate::storage`].
     ///
-    /// For mirrored memory, the copy of the device half to the host half is enqueued before
-    /// the wait, and only if a launch took the buffer as `&mut` since `attach`.
+    /// If the wait fails, the memory is dropped (and leaked if the stream may still use it) and
+    /// the error returned.
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
     pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
         self.owner_context().bind()?;
@@ -204,11 +189,12 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
     /// host: the second form of `attach`, for memory that is still in use on A.
     ///
     /// It enqueues, in order: a record of A's event on A (`cuEventRecord`, capturing every
-    /// kernel queued on A so far); a wait for that event on B (`cuStreamWaitEvent`); the
-    /// association of the whole allocation with B (`cuStreamAttachMemAsync(B, ptr, 0,
-    /// CU_MEM_ATTACH_SINGLE)`); and B's [`Transfer`] policy (`Prefetch` prefetches to B's
-    /// device, on B). Kernels launched on B afterwards run after A's kernels that used the
-    /// memory; the CPU never waits, and A may keep running other work.
+    /// kernel queued on A so far); a wait for that event on B (`cuStreamWaitEvent`); then the
+    /// storage's part on B. With the default storage, that is the association of the whole
+    /// allocation with B (`cuStreamAttachMemAsync(B, ptr, 0, CU_MEM_ATTACH_SINGLE)`) and B's
+    /// [`Transfer`](crate::Transfer) policy (`Prefetch` prefetches to B's device, on B); what the other storages
+    /// do is in [`crate::storage`]. Kernels launched on B afterwards run after A's kernels that
+    /// used the memory; the CPU never waits, and A may keep running other work.
     ///
     /// * Afterwards the memory carries B's brand: a launch on A cannot name it (a type error),
     ///   and `sync` or drop wait for B, which waits for A through the event.
@@ -219,11 +205,9 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
     ///   driver call.
     /// * Across devices (B of another context than A or than the allocation) every device
     ///   involved must have concurrent managed access; otherwise
-    ///   [`Error::HandOffAcrossDevices`], before any driver call. `HostResident` advice is kept
-    ///   for the allocation's own device only: on another device it acts as `OnDemand`.
-    ///
-    /// * Coherent memory stays attached globally: the event (and B's policy) is the whole
-    ///   handoff, with no association call.
+    ///   [`Error::HandOffAcrossDevices`], before any driver call. A storage may refuse another
+    ///   context altogether ([`Error::ContextMismatch`]). `HostResident` advice is kept for the
+    ///   allocation's own device only: on another device it acts as `OnDemand`.
     ///
     /// If a driver call fails, the memory is dropped (its drop waits for whichever stream may
     /// use it) and the error returned.
@@ -259,13 +243,7 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
         // is alive for this call.
         let owner = unsafe { from.events() };
         let from_ctx = owner.map_or(self.context(), StreamEvent::context);
-        if self.mirror().is_some()
-            && !(from_ctx.same_as(to.context()) && self.context().same_as(to.context()))
-        {
-            // The device half is plain device memory of the allocation's device: another
-            // device's kernels could reach it only through peer access, which um does not set up.
-            return Err(Error::ContextMismatch);
-        }
+        M::check_hand_off(self.context(), from_ctx, to.context())?;
         check_devices(self.context(), from_ctx, to.context())?;
         let temporary;
         let event: &Event = match owner {
@@ -280,25 +258,16 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
         // SAFETY: `from.handle` is the owning stream of `from_ctx` (alive for 'a), `target` a
         // live stream of `to`'s context (alive for 'b, as `to` is borrowed).
         unsafe { event.order(from.handle, to.context(), target.handle) }?;
-        if self.mirror().is_some() {
-            // Device memory has no stream association and mirrors no transfer policy: ordering
-            // B after A is the whole handoff.
-            return Ok(self.retype(target));
-        }
-        if self.associated() {
-            // `to`'s context is current (`order` left it so).
-            // SAFETY: `self` is the start of a live managed allocation we own; `target` is alive
-            // for 'b and is not the NULL stream (`K2: Attachable`). B waits for A before the
-            // attach takes effect, so the association changes only once A's kernels are done.
-            unsafe {
-                driver::stream_attach(target.handle, self.device_ptr(), sys::MEM_ATTACH_SINGLE)
-            }?;
-        }
-        // Coherent memory stays attached globally: the event is the whole handoff, and B's
-        // policy follows.
-        // From here B owns it: should the policy fail, the drop waits for B (and so for A).
+        // SAFETY: the allocation is live and ours, stream-owned by A; `target` is alive for 'b,
+        // is not the NULL stream (`K2: Attachable`), its context is current (`order` left it
+        // so), and it waits for A's work queued so far (the event above).
+        unsafe { M::hand_over(self.host_ptr(), self.allocation(), target, PRIVATE) }?;
+        // From here B owns it: should the rest fail, the drop waits for B (and so for A).
         let mut handed: Managed<T, StreamOwned<'b, K2>, M> = self.retype(target);
-        apply_transfer_on_hand_off(&mut handed, to)?;
+        let host = handed.host_ptr();
+        // SAFETY: the allocation is live and ours, stream-owned by B, alive for 'b, whose
+        // context is current.
+        unsafe { M::receive(host, handed.allocation_mut(), to.context(), PRIVATE) }?;
         Ok(handed)
     }
 }
@@ -322,145 +291,22 @@ fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
     }
 }
 
-/// What the receiving stream's [`Transfer`] policy does at a handoff (the stream's context is
-/// current). `HostResident` advice names the allocation's device; on a stream of another
-/// device it is removed instead, and the policy acts as `OnDemand`.
-fn apply_transfer_on_hand_off<T: ?Sized, K: StreamKind, M: Storage>(
-    m: &mut Managed<T, StreamOwned<'_, K>, M>,
-    to: &Stream<'_, K>,
-) -> Result<()> {
-    let target = to.raw();
-    if !to.context().info().concurrent_managed_access {
-        return Ok(());
-    }
-    let (ptr, bytes) = (m.device_ptr(), m.size_in_bytes());
-    let want_resident =
-        target.transfer == Transfer::HostResident && to.context().same_as(m.context());
-    if want_resident != m.is_host_resident() {
-        // Advice changes placement, never contents, so it may be given while A's kernels run.
-        set_host_resident_advice(m, want_resident)?;
-    }
-    if target.transfer == Transfer::Prefetch {
-        // SAFETY: live allocation of `bytes`; the stream is alive ('b); enqueued on B after the
-        // wait for A and the attach, so it moves pages once A is done with them.
-        unsafe {
-            driver::mem_prefetch(
-                ptr,
-                bytes,
-                sys::MemLocation::device(to.context().device()),
-                target.handle,
-            )
-        }?;
-    }
-    Ok(())
-}
-
-/// Sets (or removes) the advice of [`Transfer::HostResident`] on the whole allocation: preferred
-/// location the host, accessed by the allocation's own device. Both transitions that apply a
-/// policy (`attach` and `hand_off`) call it when the stream's policy and the memory's advice
-/// differ.
-fn set_host_resident_advice<T: ?Sized, S: State, M: Storage>(
-    m: &mut Managed<T, S, M>,
-    resident: bool,
-) -> Result<()> {
-    let (ptr, bytes, device) = (m.device_ptr(), m.size_in_bytes(), m.context().device());
-    let (preferred, accessed) = if resident {
-        (
-            sys::ADVISE_SET_PREFERRED_LOCATION,
-            sys::ADVISE_SET_ACCESSED_BY,
-        )
-    } else {
-        (
-            sys::ADVISE_UNSET_PREFERRED_LOCATION,
-            sys::ADVISE_UNSET_ACCESSED_BY,
-        )
-    };
-    // SAFETY: `m` is a live managed allocation of `bytes` that we own; advice changes where
-    // pages are placed, never their contents.
-    unsafe {
-        driver::mem_advise(ptr, bytes, preferred, sys::MemLocation::HOST)?;
-        driver::mem_advise(ptr, bytes, accessed, sys::MemLocation::device(device))?;
-    }
-    m.set_host_resident(resident);
-    Ok(())
-}
-
-/// What the stream's [`Transfer`] policy does when unified memory is handed to it.
-fn apply_transfer_on_attach<T: ?Sized, M: Storage>(
-    m: &mut Managed<T, HostOwned, M>,
-    target: RawStream,
-) -> Result<()> {
-    if !m.context().info().concurrent_managed_access {
-        return Ok(());
-    }
-    let (ptr, bytes, device) = (m.device_ptr(), m.size_in_bytes(), m.context().device());
-    let want_resident = target.transfer == Transfer::HostResident;
-    if want_resident != m.is_host_resident() {
-        m.context().bind()?;
-        set_host_resident_advice(m, want_resident)?;
-    }
-    if target.transfer == Transfer::Prefetch {
-        m.context().bind()?;
-        // SAFETY: live allocation of `bytes`, the stream is alive for 's; a prefetch after the
-        // attach in stream order moves pages only.
-        unsafe {
-            driver::mem_prefetch(ptr, bytes, sys::MemLocation::device(device), target.handle)
-        }?;
-    }
-    Ok(())
-}
-
-/// Enqueues whatever must precede the wait that ends stream ownership, and says which stream
-/// the memory stays associated with afterwards.
+/// Enqueues whatever must precede the wait that ends stream ownership (the storage's release;
+/// the owner's context is current), and says which stream the memory stays associated with
+/// afterwards. Every caller waits for the owning stream before the memory becomes host-owned:
+/// `sync`, `sync_all` and the sync futures (`crate::wait`).
 pub(crate) fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
     memory: &Managed<T, StreamOwned<'_, K>, M>,
 ) -> Result<RawStream> {
-    if let Some(mirror) = memory.mirror() {
-        // SAFETY: the two halves of the mirror we own, stream-owned by this live stream (brand
-        // 's), whose context the callers made current; every caller waits for the stream
-        // before the memory becomes host-owned.
-        unsafe {
-            storage::to_host(
-                mirror,
-                memory.host_ptr(),
-                memory.size_in_bytes(),
-                memory.stream().handle,
-            )
-        }?;
-        // A mirror has no association with a stream to keep.
-        return Ok(RawStream::NONE);
-    }
-    // Coherent memory exists only where the device has concurrent managed access.
-    if !memory.associated() || memory.context().info().concurrent_managed_access {
-        if memory.stream().transfer == Transfer::Prefetch {
-            // SAFETY: live allocation of `size_in_bytes`; the owning stream is alive (brand 's).
-            unsafe {
-                driver::mem_prefetch(
-                    memory.device_ptr(),
-                    memory.size_in_bytes(),
-                    sys::MemLocation::HOST,
-                    memory.stream().handle,
-                )
-            }?;
-        }
-        // The association stays; a later attach to the same stream needs no driver call.
-        Ok(memory.stream())
-    } else {
-        // SAFETY: live managed allocation we own; the owning stream is alive (brand 's).
-        unsafe {
-            driver::stream_attach(
-                memory.stream().handle,
-                memory.device_ptr(),
-                sys::MEM_ATTACH_HOST,
-            )
-        }?;
-        Ok(RawStream::NONE)
-    }
+    // SAFETY: the allocation is live and ours, stream-owned by its stream, alive for the
+    // memory's brand, whose context the callers made current; every caller waits for that
+    // stream before the memory becomes host-owned.
+    unsafe { M::release(memory.host_ptr(), memory.allocation(), PRIVATE) }
 }
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
-/// to six `Managed<_, StreamOwned<'s, K>, _>` (unified, coherent and mirrored mixed freely),
-/// and `Vec`s of one. Sealed.
+/// to six `Managed<_, StreamOwned<'s, K>, _>` (of any storages, mixed freely), and `Vec`s of
+/// one. Sealed.
 ///
 /// Its methods are `um`'s own: each takes a token that no other crate can name or make
 /// (`Private`), so they cannot be called from outside, hidden or not. Use

@@ -22,7 +22,7 @@ impl Context {
     ///
     /// The brand `'s` is generic in `f` exactly as in `with_stream`, so memory attached to the
     /// stream cannot leave `f`, across any number of `.await`s; nor can a future of such memory
-    /// ([`Managed::sync_async`]). Wait for the stream with `sync_async` / `sync_all_async`,
+    /// ([`Managed::sync_async`](crate::Managed::sync_async)). Wait for the stream with `sync_async` / `sync_all_async`,
     /// never with `sync`, on an executor thread.
     ///
     /// Dropping the returned future before it completes drops `f`'s future first, then the

@@ -1,10 +1,20 @@
-//! The constructors of [`Coherent`] memory: managed memory attached globally, on devices with
-//! concurrent managed access only. What the transitions do with it is in `crate::state`; what
-//! the storage is, in `crate::storage`.
+//! [`Coherent`]: CUDA managed memory attached globally, on devices with concurrent managed access
+//! only.
 //!
-//! They have their own names for the reason mirrored memory's do: `Managed::from_slice` keeps
-//! meaning unified memory.
+//! Its part of each transition:
+//!
+//! * allocation: `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`, refused unless every device of the
+//!   process has concurrent managed access; free, kernel address and orphan as for [`Unified`];
+//! * `attach`: no association call, only the stream's [`Transfer`](crate::Transfer) policy;
+//! * `sync`, before the wait: the owner's policy; the CPU may touch globally attached memory
+//!   while other streams run kernels, because the device has concurrent managed access;
+//! * `hand_off`, after the event: only B's policy (the event is the whole ordering);
+//! * launches mark nothing.
+//!
+//! The constructors have their own names for the reason mirrored memory's do:
+//! `Managed::from_slice` keeps meaning unified memory.
 
+use std::ffi::c_uint;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -13,16 +23,59 @@ use cust::memory::bytemuck::Zeroable;
 
 use crate::driver;
 use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::memory::managed::{Fresh, Managed, alloc_managed, byte_size};
+use crate::memory::managed::{Fresh, Managed};
 use crate::memory::state::HostOwned;
-use crate::memory::storage::Coherent;
+use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage};
+use crate::memory::storage::transfer::{self, Advice};
+use crate::memory::storage::unified::{Unified, managed_alloc, managed_orphan};
+use crate::reclaim::reaper::Orphan;
+use crate::sealed::{Private, Sealed};
 
-impl Fresh<Coherent> {
-    /// `bytes` (> 0) of globally attached managed memory, if the device has concurrent managed
-    /// access (as `ctx` reports it: the emulated mode of `ContextOptions` reports none).
-    fn alloc(ctx: &Context, bytes: usize, align: usize) -> Result<Self> {
+/// Storage: CUDA managed memory attached globally (`CU_MEM_ATTACH_GLOBAL`), for devices with
+/// concurrent managed access (every Pascal-or-later GPU on Linux); its constructors refuse
+/// other devices with [`Error::NeedsConcurrentManagedAccess`], and refuse every device while
+/// any device of the process lacks it (globally attached memory is reachable from all of them).
+///
+/// The states and the rules are those of [`Unified`]: a stream-owned buffer is reachable only
+/// by launches on its stream, the CPU only in the host state. What differs is that `um` never
+/// changes the driver's stream association. `cuStreamAttachMemAsync` is stream-ordered, and
+/// each one held both streams of a two-stage pipeline for 34 to 57 µs on an H200 (the C++
+/// probe `bench/pipeline_probe.cu`, docs/performance.md), and the first one in a process made
+/// every later launch of the process cost more host time. Without it:
+/// * `attach` makes no driver call besides the stream's [`Transfer`](crate::Transfer) policy;
+/// * `sync` waits for the owning stream (the CPU may touch globally attached memory while
+///   other streams run kernels, because the device has concurrent managed access);
+/// * `hand_off` is an event recorded on A and waited for on B, on one device or across devices.
+///
+/// The association's promise to the driver ("only kernels of this stream touch it") is the
+/// promise the brands already keep, so dropping the association loses no check. It loses the
+/// driver's freedom to let the CPU use the memory while the owning stream is busy on devices
+/// *without* concurrent access, which is why those devices are refused.
+///
+/// Allocate with [`Managed::from_slice_coherent`] and its siblings.
+#[derive(Debug)]
+pub struct Coherent {
+    _private: (),
+}
+
+/// A coherent allocation: `CoherentManaged<[f32]>` is `Managed<[f32], HostOwned, Coherent>`.
+pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
+
+impl Sealed for Coherent {}
+impl Storage for Coherent {
+    const NAME: &'static str = "coherent";
+}
+
+/// Managed memory as [`Unified`] has it, but never attached to a stream.
+impl HasParts for Coherent {
+    type Parts = Advice;
+
+    /// Concurrent managed access on `ctx`'s device (as `ctx` reports it: the emulated mode of
+    /// `ContextOptions` reports none), and on every device of the process.
+    fn admit(ctx: &Context) -> Result<()> {
         let info = ctx.info();
         if !info.concurrent_managed_access {
             return Err(Error::NeedsConcurrentManagedAccess {
@@ -32,10 +85,82 @@ impl Fresh<Coherent> {
         if let Some(device) = device_lacking_concurrent_access()? {
             return Err(Error::NeedsConcurrentManagedAccess { device });
         }
-        Ok(Fresh {
-            base: alloc_managed(ctx, bytes, align, true)?,
-            parts: (),
-        })
+        Ok(())
+    }
+
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
+        managed_alloc(size, true)
+    }
+
+    unsafe fn free(host: NonNull<u8>, parts: &Advice, token: Private) {
+        // SAFETY: the caller's guarantees; the allocation is managed memory, as Unified's.
+        unsafe { Unified::free(host, parts, token) }
+    }
+
+    #[inline]
+    fn device_ptr(host: NonNull<u8>, parts: &Advice) -> sys::CUdeviceptr {
+        Unified::device_ptr(host, parts)
+    }
+
+    #[inline]
+    fn footprint(bytes: usize) -> usize {
+        bytes
+    }
+
+    #[inline]
+    fn host_written(_: &mut Advice, _: Private) {}
+
+    #[inline]
+    fn device_written(_: &Advice, _: Private) {}
+
+    unsafe fn attach(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to: RawStream,
+        _: c_uint,
+        _: Private,
+    ) -> Result<()> {
+        // The memory keeps its global association: no attach, the policy only.
+        let ptr = Self::device_ptr(host, &a.parts);
+        // SAFETY: the caller's guarantees.
+        unsafe { transfer::on_attach(ptr, a.bytes, &a.ctx, &mut a.parts, to) }
+    }
+
+    unsafe fn release(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Result<RawStream> {
+        let ptr = Self::device_ptr(host, &a.parts);
+        // SAFETY: the caller's guarantees.
+        unsafe { transfer::on_release(ptr, a.bytes, &a.ctx, a.stream) }?;
+        Ok(a.stream)
+    }
+
+    fn check_hand_off(_: &Context, _: &Context, _: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn hand_over(
+        _: NonNull<u8>,
+        _: &Allocation<Self>,
+        _: RawStream,
+        _: Private,
+    ) -> Result<()> {
+        // Still attached globally: B's wait for A's event is the whole handoff.
+        Ok(())
+    }
+
+    unsafe fn receive(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to_ctx: &Context,
+        _: Private,
+    ) -> Result<()> {
+        let ptr = Self::device_ptr(host, &a.parts);
+        // SAFETY: the caller's guarantees.
+        unsafe { transfer::on_hand_off(ptr, a.bytes, &a.ctx, &mut a.parts, to_ctx, a.stream) }
+    }
+
+    unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan {
+        // SAFETY: the caller's guarantees; the allocation is managed memory, as Unified's.
+        unsafe { managed_orphan(Self::device_ptr(host, &a.parts), &a.ctx) }
     }
 }
 
@@ -77,8 +202,7 @@ fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Opti
 impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
     /// A coherent allocation holding `value`.
     pub fn new_coherent(ctx: &Context, value: T) -> Result<Self> {
-        let bytes = byte_size::<T>(1)?;
-        Ok(Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?.value(ctx, value))
+        Ok(Fresh::<T, Coherent>::new(ctx, 1)?.value(value))
     }
 
     /// A coherent allocation filled with zero bytes.
@@ -86,14 +210,7 @@ impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
     where
         T: Zeroable,
     {
-        let bytes = byte_size::<T>(1)?;
-        Ok(
-            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?.zeroed(
-                ctx,
-                bytes,
-                NonNull::cast,
-            ),
-        )
+        Ok(Fresh::<T, Coherent>::new(ctx, 1)?.zeroed())
     }
 }
 
@@ -102,11 +219,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
     ///
     /// If `f` panics, the allocation leaks (it is never read uninitialised).
     pub fn from_fn_coherent(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
-        let bytes = byte_size::<T>(len)?;
-        Ok(
-            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?
-                .filled(ctx, len, bytes, f),
-        )
+        Ok(Fresh::<T, Coherent>::new(ctx, len)?.filled(f))
     }
 
     /// A coherent copy of `data`.
@@ -135,12 +248,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
     where
         T: Zeroable,
     {
-        let bytes = byte_size::<T>(len)?;
-        let slice = |base: NonNull<u8>| NonNull::slice_from_raw_parts(base.cast::<T>(), len);
-        Ok(
-            Fresh::<Coherent>::alloc(ctx, bytes, std::mem::align_of::<T>())?
-                .zeroed(ctx, bytes, slice),
-        )
+        Ok(Fresh::<T, Coherent>::new(ctx, len)?.zeroed_slice())
     }
 }
 
