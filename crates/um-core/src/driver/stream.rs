@@ -10,10 +10,9 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, next_stream_id};
 use crate::driver::event::StreamEvent;
 use crate::driver::sys;
 use crate::error::Result;
@@ -147,12 +146,6 @@ impl RawStream {
 unsafe impl Send for RawStream {}
 // SAFETY: as above; RawStream is an immutable Copy value.
 unsafe impl Sync for RawStream {}
-
-/// A stream id never drawn before in this process (0 is `RawStream::NONE`'s).
-pub(crate) fn next_stream_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 thread_local! {
     /// The per-thread stream ids this thread has drawn, by context id.
@@ -434,7 +427,8 @@ impl Context {
 
 #[cfg(test)]
 mod tests {
-    use super::{next_stream_id, per_thread_stream_id};
+    use super::per_thread_stream_id;
+    use crate::driver::context::next_stream_id;
 
     #[test]
     fn per_thread_stream_ids_differ_by_context_and_by_thread() {

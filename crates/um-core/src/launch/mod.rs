@@ -17,7 +17,7 @@ use crate::driver::stream::{Stream, StreamKind};
 use crate::driver::{self, sys};
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
-use crate::memory::state::StreamOwned;
+use crate::memory::marker::StreamOwned;
 use crate::memory::storage::Storage;
 use crate::sealed::{PRIVATE, Private, Sealed};
 

@@ -22,7 +22,7 @@ use crate::driver::context::Context;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
-use crate::memory::state::{HostOwned, State};
+use crate::memory::marker::{HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
 use crate::reclaim::defer::{defer_free, dropping_scope};

@@ -46,52 +46,19 @@
 //! only way into a state is the transition that makes it true.
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::event::{Event, StreamEvent};
-use crate::driver::stream::{Attachable, Brand, Legacy, Owned, RawStream, Stream, StreamKind};
+use crate::driver::stream::{Attachable, Legacy, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
+pub use crate::memory::marker::{HostOwned, State, StreamOwned};
 use crate::memory::release::{Passed, Released};
 use crate::memory::storage::parts::Storage;
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
-
-/// The states of a [`Managed`] allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
-/// crate can add a state.
-pub trait State: Sealed {
-    /// Whether work on a stream may be using the memory.
-    #[doc(hidden)]
-    const ON_STREAM: bool;
-}
-
-/// State: the CPU owns the memory; no kernel can see it.
-pub struct HostOwned {
-    _private: (),
-}
-
-/// State: the stream with brand `'s`, of kind `K`, owns the memory. Only kernels launched on
-/// that stream may touch it; the CPU may not.
-///
-/// `K` defaults to [`Owned`], so `StreamOwned<'s>` is memory attached to a stream `um` created.
-/// With `K = PerThread` the state is neither `Send` nor `Sync`, because the per-thread default
-/// stream handle names another stream on every thread.
-pub struct StreamOwned<'s, K: StreamKind = Owned> {
-    _brand: Brand<'s>,
-    _kind: PhantomData<K>,
-}
-
-impl Sealed for HostOwned {}
-impl<K: StreamKind> Sealed for StreamOwned<'_, K> {}
-impl State for HostOwned {
-    const ON_STREAM: bool = false;
-}
-impl<K: StreamKind> State for StreamOwned<'_, K> {
-    const ON_STREAM: bool = true;
-}
 
 fn check_same_context<T: ?Sized, S: State, M: Storage, K: StreamKind>(
     memory: &Managed<T, S, M>,

@@ -27,7 +27,7 @@ use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
-use crate::memory::state::HostOwned;
+use crate::memory::marker::HostOwned;
 use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::memory::storage::unified::{Unified, managed_alloc, managed_orphan};

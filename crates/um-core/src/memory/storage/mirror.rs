@@ -34,7 +34,7 @@ use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
-use crate::memory::state::HostOwned;
+use crate::memory::marker::HostOwned;
 use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
