@@ -316,7 +316,7 @@ pub(crate) unsafe fn stream_destroy(s: sys::CUstream) -> Result<()> {
 
 pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {
     // SAFETY: `s` is a live stream handle or one of the special handles (legacy, per-thread);
-    // every `Stream` outlives the memory and calls that name it (see `stream.rs`).
+    // every `Stream` outlives the memory and calls that name it (see `driver/stream.rs`).
     check("cuStreamSynchronize", unsafe {
         sys::cuStreamSynchronize(s)
     })
