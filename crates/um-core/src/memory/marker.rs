@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 use crate::driver::stream::{Brand, Owned, StreamKind};
 use crate::sealed::Sealed;
 
-/// The states of a [`Managed`](crate::Managed) allocation: [`HostOwned`] and [`StreamOwned`]. Sealed: no other
-/// crate can add a state.
+/// The states of a [`Managed`](crate::Managed) allocation: [`HostOwned`] and [`StreamOwned`].
+/// Sealed: no other crate can add a state.
 pub trait State: Sealed {
     /// Whether work on a stream may be using the memory.
     #[doc(hidden)]

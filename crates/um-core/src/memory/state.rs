@@ -25,7 +25,7 @@
 //!
 //! This file sequences the transitions: the context and device checks, the event that orders
 //! two streams, the wait, and the retype that makes the new state true. What each storage
-//! enqueues at each point (a stream association, a copy, the stream's [`Transfer`](crate::Transfer) policy) is
+//! enqueues at each point (a stream association, a copy, the stream's [`Transfer`] policy) is
 //! the storage's own part, in its file of [`crate::storage`], called through the `HasParts`
 //! contract: nothing here depends on which storage moves. With the default storage, `attach`
 //! enqueues `cuStreamAttachMemAsync(stream, ptr, 0, CU_MEM_ATTACH_SINGLE)` (skipped if the
@@ -39,11 +39,13 @@
 //! ([`Error::HandOffAcrossDevices`]), and a storage may refuse other contexts altogether.
 //!
 //! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
-//! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's
-//! [`Transfer`](crate::Transfer) policy acts at the transitions (prefetch, advice).
+//! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's [`Transfer`]
+//! policy acts at the transitions (prefetch, advice).
 //!
 //! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
 //! only way into a state is the transition that makes it true.
+//!
+//! [`Transfer`]: crate::Transfer
 
 use std::fmt;
 
@@ -78,11 +80,13 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     ///
     /// With the default storage that is `cuStreamAttachMemAsync(stream, ptr, 0,
     /// CU_MEM_ATTACH_SINGLE)` for the whole allocation (length 0; a partial attach is not
-    /// expressible), then the stream's [`Transfer`](crate::Transfer) policy. Attaching to the stream the memory is
-    /// still associated with (after a `sync` from it) makes no attach call. What the other
+    /// expressible), then the stream's [`Transfer`] policy. Attaching to the stream the memory
+    /// is still associated with (after a `sync` from it) makes no attach call. What the other
     /// storages enqueue instead is in [`crate::storage`].
     ///
     /// If the driver refuses, the memory is freed and the error returned.
+    ///
+    /// [`Transfer`]: crate::Transfer
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
@@ -137,11 +141,13 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
     /// Before the wait it enqueues the storage's release to the host: with the default storage,
     /// on a device without concurrent managed access, a re-attach to the host
     /// (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more work
-    /// later; under [`Transfer::Prefetch`](crate::Transfer::Prefetch), a prefetch to the host. What the other storages
+    /// later; under [`Transfer::Prefetch`], a prefetch to the host. What the other storages
     /// enqueue is in [`crate::storage`].
     ///
     /// If the wait fails, the memory is dropped (and leaked if the stream may still use it) and
     /// the error returned.
+    ///
+    /// [`Transfer::Prefetch`]: crate::Transfer::Prefetch
     #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
     pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
         self.owner_context().bind()?;
@@ -159,9 +165,10 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
     /// kernel queued on A so far); a wait for that event on B (`cuStreamWaitEvent`); then the
     /// storage's part on B. With the default storage, that is the association of the whole
     /// allocation with B (`cuStreamAttachMemAsync(B, ptr, 0, CU_MEM_ATTACH_SINGLE)`) and B's
-    /// [`Transfer`](crate::Transfer) policy (`Prefetch` prefetches to B's device, on B); what the other storages
-    /// do is in [`crate::storage`]. Kernels launched on B afterwards run after A's kernels that
-    /// used the memory; the CPU never waits, and A may keep running other work.
+    /// [`Transfer`](crate::Transfer) policy (`Prefetch` prefetches to B's device, on B); what
+    /// the other storages do is in [`crate::storage`]. Kernels launched on B afterwards run
+    /// after A's kernels that used the memory; the CPU never waits, and A may keep running other
+    /// work.
     ///
     /// * Afterwards the memory carries B's brand: a launch on A cannot name it (a type error),
     ///   and `sync` or drop wait for B, which waits for A through the event.

@@ -22,8 +22,8 @@ impl Context {
     ///
     /// The brand `'s` is generic in `f` exactly as in `with_stream`, so memory attached to the
     /// stream cannot leave `f`, across any number of `.await`s; nor can a future of such memory
-    /// ([`Managed::sync_async`](crate::Managed::sync_async)). Wait for the stream with `sync_async` / `sync_all_async`,
-    /// never with `sync`, on an executor thread.
+    /// ([`Managed::sync_async`](crate::Managed::sync_async)). Wait for the stream with
+    /// `sync_async` / `sync_all_async`, never with `sync`, on an executor thread.
     ///
     /// Dropping the returned future before it completes drops `f`'s future first, then the
     /// stream (whose destruction lets queued work finish). Nothing in that drop waits for the
@@ -109,7 +109,7 @@ impl<F: Future> Future for DeferOnDrop<F> {
 
 impl<F> Drop for DeferOnDrop<F> {
     fn drop(&mut self) {
-        // Ends the deferral even if a drop in the closure's future panics.
+        // The mark holds until `_entered` drops, also if a drop in the closure's future panics.
         let _entered = DroppingScope::enter();
         // SAFETY: dropped in place exactly once, here; `inner` is never used again.
         unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
