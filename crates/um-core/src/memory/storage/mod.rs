@@ -29,11 +29,12 @@
 //! | a `&mut` launch | | | marks the device half written |
 //! | drop, orphan | `cuMemFree` | `cuMemFree` | `cuMemFree` + `cuMemFreeHost` |
 //!
-//! One file per storage (`unified.rs`, `coherent.rs`, `mirror.rs`) implements its part, with its
-//! constructors; `transfer.rs` holds the policies the two storages of managed memory share, and
-//! `parts.rs` the contract they all implement (`HasParts`) and the allocation checks. A new
-//! storage is a new file implementing that contract, and a line below: nothing in the state
-//! machine changes.
+//! One file per storage (`unified.rs`, `coherent.rs`, `mirror.rs`) implements its part, and
+//! holds its constructors where they have names of their own (`*_coherent`, `*_mirrored`; the
+//! default storage's are `Managed`'s own, `Managed::new`, `from_slice`, ...). `transfer.rs` holds
+//! the policies the two storages of managed memory share, and `parts.rs` the contract they all
+//! implement (`HasParts`) and the allocation checks. A new storage is a new file implementing
+//! that contract, and a line below: nothing in the state machine changes.
 
 pub(crate) mod parts;
 pub(crate) mod unified;
