@@ -82,42 +82,46 @@
 //! # }
 //! ```
 
-mod asynchronous;
-#[doc(hidden)]
-pub mod codegen;
-mod coherent;
-mod context;
-mod driver;
-mod error;
-mod event;
-mod geometry;
+// The layers, top first (`docs/design.md`, "Layers"). The order is also the order in which
+// rustc lists a sealed trait's implementors in a diagnostic (`tests/ui/sealed/*`): the kernel
+// arguments of `launch` come first there.
 mod launch;
-mod managed;
-mod module;
-mod options;
-mod sealed;
-pub mod state;
-pub mod storage;
-mod stream;
-mod sys;
+mod wait;
 
-pub use asynchronous::{SyncAllFuture, SyncFuture};
-#[doc(hidden)]
-pub use asynchronous::{orphans_pending, reap_pending, use_event_thread_for_waits};
-pub use context::{Context, DeviceInfo};
+mod memory;
+
+mod reclaim;
+
+mod driver;
+
+mod error;
+mod sealed;
+
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
-pub use error::{Error, Result};
-pub use geometry::Linear;
-pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
-pub use managed::Managed;
-pub use module::{Kernel, Module, ptx_isa_version};
-pub use options::ContextOptions;
-pub use state::{HostOwned, State, StreamOwned, SyncGroup};
-pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
-pub use stream::{
+pub use driver::context::{Context, DeviceInfo};
+pub use driver::module::{Kernel, Module, ptx_isa_version};
+pub use driver::options::ContextOptions;
+pub use driver::stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };
+pub use error::{Error, Result};
+#[doc(hidden)]
+pub use launch::codegen;
+pub use launch::geometry::Linear;
+pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
+pub use memory::managed::Managed;
+pub use memory::{state, storage};
+#[doc(hidden)]
+pub use reclaim::completion::use_event_thread_for_waits;
+#[doc(hidden)]
+pub use reclaim::reaper::{orphans_pending, reap_pending};
+// Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
+#[doc(no_inline)]
+pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+#[doc(no_inline)]
+pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
+pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script
 /// (`$OUT_DIR/um_kernels.rs`): one module per `.cu` file, holding its PTX and a launcher per

@@ -105,7 +105,7 @@ pub(crate) const ATTR_CONCURRENT_MANAGED_ACCESS: c_int = 89;
 
 // SAFETY (for the whole block): these are the C prototypes of `cuda.h` (CUDA 11 to 13 keep them
 // ABI-stable under these versioned symbol names), with `CUresult` spelled as `i32`. Each caller
-// in `driver.rs` documents why its arguments are valid.
+// in `driver/mod.rs` documents why its arguments are valid.
 unsafe extern "C" {
     pub(crate) fn cuInit(flags: c_uint) -> i32;
     pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> i32;

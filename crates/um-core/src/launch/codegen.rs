@@ -84,7 +84,7 @@ pub fn count<C: Count>(
 #[cfg(test)]
 mod tests {
     use super::{common_len, count};
-    use crate::Error;
+    use crate::error::Error;
 
     #[test]
     fn common_len_names_the_buffer_that_differs() {

@@ -3,10 +3,10 @@
 use std::ffi::CString;
 use std::sync::{Arc, PoisonError};
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::sys;
 
 /// A loaded module; unloaded when the last handle to it goes (always inside `Context`'s drop,
 /// with the context current, because every handle also holds the context).

@@ -15,9 +15,9 @@
 //!
 //! The 3-D [`LaunchConfig`](crate::LaunchConfig) remains for `unsafe` launches.
 
+use crate::driver::stream::{Stream, StreamKind};
 use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
-use crate::stream::{Stream, StreamKind};
 
 /// A one-dimensional launch: `blocks` blocks of `threads_per_block` threads, no dynamic shared
 /// memory. Only [`Linear::new`] and [`Linear::for_len`] make one, and both keep the invariants
@@ -134,7 +134,8 @@ impl From<Linear> for LaunchConfig {
 #[cfg(test)]
 mod tests {
     use super::Linear;
-    use crate::{Error, LaunchConfig};
+    use crate::error::Error;
+    use crate::launch::LaunchConfig;
 
     #[test]
     fn only_launches_with_distinct_31_bit_indices_exist() {

@@ -12,14 +12,18 @@ use std::ffi::c_void;
 
 use cust::memory::DeviceCopy;
 
+use crate::driver::module::{Function, Kernel};
+use crate::driver::stream::{Stream, StreamKind};
+use crate::driver::{self, sys};
 use crate::error::{Error, Result};
-use crate::managed::Managed;
-use crate::module::{Function, Kernel};
+use crate::memory::managed::Managed;
+use crate::memory::marker::StreamOwned;
+use crate::memory::storage::Storage;
 use crate::sealed::{PRIVATE, Private, Sealed};
-use crate::state::StreamOwned;
-use crate::storage::Storage;
-use crate::stream::{Stream, StreamKind};
-use crate::{driver, sys};
+
+#[doc(hidden)]
+pub mod codegen;
+pub(crate) mod geometry;
 
 /// Grid, block and dynamic shared memory of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -87,7 +87,7 @@ fn parse_flag(variable: &'static str, value: Option<&OsStr>) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::{ContextOptions, parse_flag};
-    use crate::Error;
+    use crate::error::Error;
     use std::ffi::OsStr;
 
     const VAR: &str = ContextOptions::EMULATE_NO_CONCURRENT_ACCESS_VAR;

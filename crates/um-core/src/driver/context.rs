@@ -3,10 +3,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::driver;
+use crate::driver::module::ModuleCache;
+use crate::driver::options::ContextOptions;
+use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::module::ModuleCache;
-use crate::options::ContextOptions;
-use crate::sys;
 
 /// What `um` needs to know about the device, read once when the context is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +146,7 @@ impl Context {
                         std::sync::atomic::AtomicU64::new(1);
                     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 },
-                legacy_stream: crate::stream::next_stream_id(),
+                legacy_stream: next_stream_id(),
                 raw,
                 device,
                 info,
@@ -219,6 +219,15 @@ impl Context {
     pub fn same_as(&self, other: &Context) -> bool {
         self.inner.raw == other.inner.raw
     }
+}
+
+/// A stream id never drawn before in this process (0 is `RawStream::NONE`'s): for every stream
+/// `um` creates, for each thread's per-thread stream, and for each handle's legacy stream
+/// (`RawStream`'s identity invariant, `driver/stream.rs`). Here because a `Context` draws the id
+/// of its legacy stream when it is made.
+pub(crate) fn next_stream_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl std::fmt::Debug for Context {

@@ -1,13 +1,23 @@
-//! The result layer: each driver call `um` makes, wrapped so that it returns [`Result`].
+//! The driver layer: everything that talks to the CUDA driver, and nothing about memory
+//! ownership.
 //!
-//! Every `unsafe` block of the crate that calls the driver lives here or names the invariant it
-//! relies on; the safe types in the other modules call only these functions.
+//! This file is the result layer: each driver call `um` makes, wrapped so that it returns
+//! [`Result`]. Every `unsafe` block of the crate that calls the driver lives here or names the
+//! invariant it relies on; the safe types call only these functions. Below it is [`sys`] (the
+//! raw entry points); beside it, the objects built on it: contexts ([`context`], [`options`]),
+//! modules and kernels ([`module`]), streams ([`stream`]) and events ([`event`]).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
 
 use crate::error::{Error, Result};
-use crate::sys;
+
+pub(crate) mod context;
+pub(crate) mod event;
+pub(crate) mod module;
+pub(crate) mod options;
+pub(crate) mod stream;
+pub(crate) mod sys;
 
 /// Turns a raw `CUresult` into `Ok` or a [`Error::Driver`] naming `call`.
 pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
@@ -306,7 +316,7 @@ pub(crate) unsafe fn stream_destroy(s: sys::CUstream) -> Result<()> {
 
 pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {
     // SAFETY: `s` is a live stream handle or one of the special handles (legacy, per-thread);
-    // every `Stream` outlives the memory and calls that name it (see `stream.rs`).
+    // every `Stream` outlives the memory and calls that name it (see `driver/stream.rs`).
     check("cuStreamSynchronize", unsafe {
         sys::cuStreamSynchronize(s)
     })

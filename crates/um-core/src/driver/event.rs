@@ -16,10 +16,10 @@
 
 use std::sync::OnceLock;
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::sys;
 use crate::error::Result;
-use crate::sys;
 
 /// An owned CUDA event (`CU_EVENT_DISABLE_TIMING`) of one context, destroyed on drop.
 pub(crate) struct Event {

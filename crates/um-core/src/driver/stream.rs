@@ -10,14 +10,13 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::context::Context;
 use crate::driver;
+use crate::driver::context::{Context, next_stream_id};
+use crate::driver::event::StreamEvent;
+use crate::driver::sys;
 use crate::error::Result;
-use crate::event::StreamEvent;
 use crate::sealed::Sealed;
-use crate::sys;
 
 /// An invariant lifetime: `Brand<'a>` and `Brand<'b>` are the same type only when `'a == 'b`.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
@@ -107,8 +106,12 @@ impl Attachable for PerThread {}
 ///
 /// Managed memory remembers the id of the stream it is associated with, which is how a
 /// re-attach to the same stream skips the driver call.
+///
+/// Public only because the storages' hidden contract (`storage::parts::HasParts`) names it; it
+/// lives in a private module, and its fields are the crate's.
+#[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RawStream {
+pub struct RawStream {
     pub(crate) handle: sys::CUstream,
     pub(crate) id: u64,
     /// The stream's transfer policy.
@@ -143,12 +146,6 @@ impl RawStream {
 unsafe impl Send for RawStream {}
 // SAFETY: as above; RawStream is an immutable Copy value.
 unsafe impl Sync for RawStream {}
-
-/// A stream id never drawn before in this process (0 is `RawStream::NONE`'s).
-pub(crate) fn next_stream_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 thread_local! {
     /// The per-thread stream ids this thread has drawn, by context id.
@@ -430,7 +427,8 @@ impl Context {
 
 #[cfg(test)]
 mod tests {
-    use super::{next_stream_id, per_thread_stream_id};
+    use super::per_thread_stream_id;
+    use crate::driver::context::next_stream_id;
 
     #[test]
     fn per_thread_stream_ids_differ_by_context_and_by_thread() {

@@ -1,0 +1,375 @@
+//! `Managed<T, S, M>`: one allocation, in state `S`, with storage `M`.
+//!
+//! This file holds what every storage shares: the allocation's bookkeeping, the constructors'
+//! common path ([`Fresh`]), host access and the drop. The states and the transitions between
+//! them are in [`crate::state`]; each storage's own part of allocation, transitions and freeing
+//! is in its file of [`crate::storage`], behind the `HasParts` contract, called statically.
+//!
+//! `Managed`'s own constructors (`new`, `from_slice`, ...) allocate the default storage,
+//! [`Unified`]; the other storages' constructors (`from_slice_mirrored`, `from_slice_coherent`,
+//! ...) are in their files.
+
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::ptr::{self, NonNull};
+
+use cust::memory::DeviceCopy;
+use cust::memory::bytemuck::Zeroable;
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
+use crate::driver::sys;
+use crate::error::Result;
+use crate::memory::marker::{HostOwned, State};
+use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
+use crate::memory::storage::unified::Unified;
+use crate::reclaim::defer::{defer_free, dropping_scope};
+use crate::reclaim::reaper::Orphan;
+use crate::sealed::PRIVATE;
+
+/// A managed (unified) allocation holding a `T` (or a `[T]`), in ownership state `S`.
+///
+/// * `Managed<T, HostOwned>`: the CPU owns it. It dereferences to `T`; no kernel can see it.
+/// * `Managed<T, StreamOwned<'s>>`: the stream with brand `'s` owns it. The CPU cannot touch
+///   it; kernels launched on that stream, and only those, take it as an argument.
+///
+/// The state changes only through [`attach`](Managed::attach), [`sync`](Managed::sync) and
+/// [`hand_off`](Managed::hand_off), which consume the value and return it in its new state (see
+/// [`crate::state`]).
+///
+/// The storage `M` is [`Unified`] (managed memory, the default), [`Coherent`](crate::Coherent)
+/// (managed memory attached globally, whose transitions make no association call) or
+/// [`Mirror`](crate::Mirror) (pinned host memory and device memory, copied at the transitions
+/// only when needed; see [`crate::storage`]). States, transitions and launches are the same for
+/// all three.
+pub struct Managed<T: ?Sized, S: State = HostOwned, M: Storage = Unified> {
+    /// The host address: of the managed allocation (which is also the device address), or of
+    /// the pinned half of a mirror.
+    ptr: NonNull<T>,
+    /// Size, context, stream association and the storage's own part.
+    alloc: Allocation<M>,
+    _state: PhantomData<S>,
+}
+
+// SAFETY: a `Managed` owns its allocation exclusively (like a `Box`), so moving it to another
+// thread moves the `T` with it; the driver calls it makes are thread-safe and bind the context
+// first. Where the state is tied to a thread (memory attached to the per-thread default
+// stream), `S` is `!Send` and so is the `Managed`.
+unsafe impl<T: ?Sized + Send, S: State + Send, M: Storage> Send for Managed<T, S, M> {}
+// SAFETY: `&Managed` gives `&T` (host state) or a kernel argument for the owning stream, whose
+// `Stream` is itself `Sync` exactly when `S` is.
+// The storage part is `Send + Sync` (a mirror's one shared mutation is an atomic flag).
+unsafe impl<T: ?Sized + Sync, S: State + Sync, M: Storage> Sync for Managed<T, S, M> {}
+
+/// Where a constructor writes: a fresh, host-accessible allocation of `T`s, of storage `M`.
+pub(crate) struct Fresh<T, M: Storage> {
+    base: NonNull<T>,
+    len: usize,
+    size: Size,
+    ctx: Context,
+    parts: M::Parts,
+}
+
+impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
+    /// Allocates `len` `T`s of storage `M` in `ctx`: the path of every constructor of every
+    /// storage, with the size, alignment and capacity checks of [`byte_size`] and [`allocate`].
+    pub(crate) fn new(ctx: &Context, len: usize) -> Result<Self> {
+        let size = byte_size::<T>(len)?;
+        let (base, parts) = allocate::<M>(ctx, size)?;
+        Ok(Fresh {
+            base: base.cast::<T>(),
+            len,
+            size,
+            ctx: ctx.clone(),
+            parts,
+        })
+    }
+
+    /// The allocation (of one `T`) holding `value`.
+    pub(crate) fn value(self, value: T) -> Managed<T, HostOwned, M> {
+        debug_assert_eq!(self.len, 1);
+        // SAFETY: `base` is a fresh host-accessible allocation of at least `size_of::<T>()`
+        // bytes, aligned for `T`: `byte_size` refused any `T` aligned above 256, and `allocate`
+        // checked its addresses against `align_of::<T>()`.
+        unsafe { self.base.as_ptr().write(value) };
+        let ptr = self.base;
+        self.into_managed(ptr)
+    }
+
+    /// The allocation (of one `T`) holding zero bytes.
+    pub(crate) fn zeroed(self) -> Managed<T, HostOwned, M>
+    where
+        T: Zeroable,
+    {
+        debug_assert_eq!(self.len, 1);
+        self.write_zeroes();
+        let ptr = self.base;
+        self.into_managed(ptr)
+    }
+
+    /// The allocation of `len` elements, element `i` set to `f(i)`. If `f` panics, the
+    /// allocation leaks (it is never read uninitialised).
+    pub(crate) fn filled(self, mut f: impl FnMut(usize) -> T) -> Managed<[T], HostOwned, M> {
+        for i in 0..self.len {
+            // SAFETY: `i < len`, inside the fresh allocation of `len` elements, each written
+            // once before the slice is ever read.
+            unsafe { self.base.as_ptr().add(i).write(f(i)) };
+        }
+        let ptr = NonNull::slice_from_raw_parts(self.base, self.len);
+        self.into_managed(ptr)
+    }
+
+    /// The allocation of `len` zeroed elements.
+    pub(crate) fn zeroed_slice(self) -> Managed<[T], HostOwned, M>
+    where
+        T: Zeroable,
+    {
+        self.write_zeroes();
+        let ptr = NonNull::slice_from_raw_parts(self.base, self.len);
+        self.into_managed(ptr)
+    }
+
+    fn write_zeroes(&self) {
+        // SAFETY: fresh host-accessible allocation of `size` bytes; the callers only ask for
+        // types for which all-zero is a valid value (`Zeroable`).
+        unsafe {
+            self.base
+                .cast::<u8>()
+                .as_ptr()
+                .write_bytes(0, self.size.bytes())
+        };
+    }
+
+    /// The allocation as `Managed`, host-owned, with `ptr` (its base address) as its value.
+    fn into_managed<U: ?Sized>(self, ptr: NonNull<U>) -> Managed<U, HostOwned, M> {
+        Managed {
+            ptr,
+            alloc: Allocation {
+                bytes: self.size.bytes(),
+                ctx: self.ctx,
+                stream: RawStream::NONE,
+                parts: self.parts,
+            },
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<T: DeviceCopy> Managed<T, HostOwned> {
+    /// Allocates managed memory attached to the host and moves `value` into it.
+    pub fn new(ctx: &Context, value: T) -> Result<Self> {
+        Ok(Fresh::<T, Unified>::new(ctx, 1)?.value(value))
+    }
+
+    /// Allocates managed memory attached to the host, filled with zero bytes.
+    pub fn zeroed(ctx: &Context) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        Ok(Fresh::<T, Unified>::new(ctx, 1)?.zeroed())
+    }
+}
+
+impl<T: DeviceCopy> Managed<[T], HostOwned> {
+    /// Allocates `len` elements attached to the host, element `i` set to `f(i)`.
+    ///
+    /// If `f` panics, the allocation leaks (it is never read uninitialised).
+    pub fn from_fn(ctx: &Context, len: usize, f: impl FnMut(usize) -> T) -> Result<Self> {
+        Ok(Fresh::<T, Unified>::new(ctx, len)?.filled(f))
+    }
+
+    /// Allocates a copy of `data`, attached to the host.
+    pub fn from_slice(ctx: &Context, data: &[T]) -> Result<Self> {
+        Self::from_fn(ctx, data.len(), |i| data[i])
+    }
+
+    /// Allocates the items of `iter`, attached to the host.
+    pub fn from_iter_in(ctx: &Context, iter: impl IntoIterator<Item = T>) -> Result<Self> {
+        let items: Vec<T> = iter.into_iter().collect();
+        Self::from_slice(ctx, &items)
+    }
+
+    /// Allocates `len` zeroed elements, attached to the host.
+    pub fn zeroed_slice(ctx: &Context, len: usize) -> Result<Self>
+    where
+        T: Zeroable,
+    {
+        Ok(Fresh::<T, Unified>::new(ctx, len)?.zeroed_slice())
+    }
+}
+
+impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
+    /// The largest alignment an element type may have: every allocation of every storage is
+    /// aligned to 256 bytes (the driver's guarantee for `cuMemAlloc` and `cuMemAllocManaged`,
+    /// and checked on every address). Constructors refuse a more aligned `T` with
+    /// [`Error::OverAligned`](crate::Error::OverAligned) before they allocate.
+    pub const MAX_ALIGN: usize = parts::MAX_ALIGN;
+
+    /// Size of the allocation in bytes (of each half, for a mirror).
+    pub fn size_in_bytes(&self) -> usize {
+        self.alloc.bytes
+    }
+
+    /// The context the memory was allocated in.
+    pub fn context(&self) -> &Context {
+        &self.alloc.ctx
+    }
+
+    /// Bytes of memory the allocation holds: its size for unified and coherent memory, twice its
+    /// size (host and device halves) for a mirror.
+    pub fn footprint_in_bytes(&self) -> usize {
+        M::footprint(self.alloc.bytes)
+    }
+
+    /// The address kernels use: the managed address (one for host and device), or a mirror's
+    /// device half.
+    #[inline]
+    pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
+        M::device_ptr(self.host_ptr(), &self.alloc.parts)
+    }
+
+    /// The host address (for managed memory, also the device address).
+    #[inline]
+    pub(crate) fn host_ptr(&self) -> NonNull<u8> {
+        self.ptr.cast::<u8>()
+    }
+
+    /// What the storage sees of the allocation, for the transitions (`crate::state`).
+    #[inline]
+    pub(crate) fn allocation(&self) -> &Allocation<M> {
+        &self.alloc
+    }
+
+    /// As `allocation`, mutable.
+    #[inline]
+    pub(crate) fn allocation_mut(&mut self) -> &mut Allocation<M> {
+        &mut self.alloc
+    }
+
+    /// A launch takes the buffer as `&mut`: the storage marks it (a mirror's `sync` copies the
+    /// device half back).
+    #[inline]
+    pub(crate) fn mark_device_written(&self) {
+        M::device_written(&self.alloc.parts, PRIVATE);
+    }
+
+    #[inline]
+    pub(crate) fn stream(&self) -> RawStream {
+        self.alloc.stream
+    }
+
+    /// The context of the stream that owns the memory: the allocation's own, except after a
+    /// handoff to another device. Every stream-ordered call on the owner needs it current (and
+    /// the per-thread handle names a stream of the current context).
+    pub(crate) fn owner_context(&self) -> &Context {
+        if S::ON_STREAM {
+            // SAFETY: in a stream-owned state the owning stream is alive while the memory is: its
+            // brand is in `S`.
+            if let Some(owner) = unsafe { self.alloc.stream.events() } {
+                return owner.context();
+            }
+        }
+        &self.alloc.ctx
+    }
+
+    /// Gives the allocation up without freeing it, for a free that waits for its stream without
+    /// blocking a thread (see `crate::reclaim`).
+    pub(crate) fn into_orphan(self) -> Orphan {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the orphan's free is the allocation's only one.
+        let orphan = unsafe { M::orphan(this.host_ptr(), &this.alloc, PRIVATE) };
+        // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is read
+        // out exactly once (the orphan holds a clone); the storage's part frees nothing.
+        drop(unsafe { ptr::read(&this.alloc.ctx) });
+        orphan
+    }
+
+    /// The same allocation in state `S2`, associated with `stream`. Only `state.rs` calls this,
+    /// once the driver calls that justify the new state have been made.
+    pub(crate) fn retype<S2: State>(self, stream: RawStream) -> Managed<T, S2, M> {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the bookkeeping (with the context and
+        // the storage part) is read out exactly once, so ownership of the allocation, the
+        // context and the part passes to the new value.
+        let alloc = unsafe { ptr::read(&this.alloc) };
+        Managed {
+            ptr: this.ptr,
+            alloc: Allocation { stream, ..alloc },
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<T, S: State, M: Storage> Managed<[T], S, M> {
+    /// Number of elements (metadata: readable in every state).
+    pub fn len(&self) -> usize {
+        self.ptr.len()
+    }
+
+    /// Whether the slice has no elements (never true: empty allocations are refused).
+    pub fn is_empty(&self) -> bool {
+        self.ptr.len() == 0
+    }
+}
+
+impl<T: ?Sized, M: Storage> Deref for Managed<T, HostOwned, M> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: in the host state no kernel or copy can touch the allocation: only
+        // stream-owned memory is passed to kernels, copies are enqueued only by `attach` (which
+        // makes the memory stream-owned) and by `sync` (which waits for them), and memory
+        // becomes host-owned only after its stream was synchronized (and, where the device
+        // lacks concurrent managed access, re-attached to the host). The memory is
+        // host-accessible (managed or pinned), initialised by every constructor, and owned
+        // exclusively by `self`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: ?Sized, M: Storage> DerefMut for Managed<T, HostOwned, M> {
+    fn deref_mut(&mut self) -> &mut T {
+        // The host may write: the storage marks it (a mirror's next `attach` copies).
+        M::host_written(&mut self.alloc.parts, PRIVATE);
+        // SAFETY: as in `deref`; `&mut self` makes the access exclusive.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
+    fn drop(&mut self) {
+        if S::ON_STREAM {
+            // The owner's context: after a `hand_off` to another device it is not the
+            // allocation's.
+            let owner = self.owner_context();
+            // While an unfinished async scope is dropped, the memory goes to the reaper instead
+            // of being waited for here (see `crate::reclaim::defer`).
+            if dropping_scope() {
+                // SAFETY: if `defer_free` takes the orphan, this drop returns without freeing;
+                // otherwise the orphan comes back and is dropped unfreed, and the drop goes on.
+                let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
+                if defer_free(owner, self.alloc.stream, orphan).is_ok() {
+                    return;
+                }
+            }
+            // A kernel queued on the owning stream may still use the memory: wait for it
+            // first. If the wait fails (a sticky error from a faulting kernel, say), the GPU
+            // may still hold the memory, so it is leaked rather than freed.
+            if owner.bind().is_err()
+                || driver::stream_synchronize(self.alloc.stream.handle).is_err()
+            {
+                return;
+            }
+        }
+        // Without the context nothing can be freed safely: leak.
+        if self.alloc.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: the allocation came from the storage's `alloc` (through `allocate`); `retype`
+        // and `into_orphan` hand ownership on without dropping, so this is the one free; its
+        // context is current; no kernel or copy can use it any more (host state, or its stream
+        // just completed).
+        unsafe { M::free(self.host_ptr(), &self.alloc.parts, PRIVATE) };
+    }
+}

@@ -1,0 +1,452 @@
+//! The state machine of managed memory, in one place.
+//!
+//! ```text
+//!          Managed::new / from_slice / zeroed ...      (the storage allocates, host-owned)
+//!                                   │
+//!                                   ▼
+//!                   ┌──────────────────────────────┐
+//!                   │   Managed<T, HostOwned, M>   │  Deref / DerefMut: the CPU reads and writes
+//!                   └──────────────────────────────┘
+//!        attach(self, &Stream<'s, K>)  │      ▲  sync(self)  /  Stream::sync_all((a, b, ..))
+//!   same context; the storage's attach │      │  the storage's release, then
+//!   enqueued on the stream             ▼      │  cuStreamSynchronize(owner)
+//!                   ┌──────────────────────────────┐
+//!                   │Managed<T,StreamOwned<'s,K>,M>│  kernel argument on the stream branded 's;
+//!                   └──────────────────────────────┘  no CPU access of any kind
+//!                        │                  │   ▲
+//!                        │  hand_off(self,  │   │  the storage's and the devices' checks;
+//!                        │  &Stream<'t,K2>) │   │  cuEventRecord(A's event, A);
+//!                        │  K2: Attachable  └───┘  cuStreamWaitEvent(B, event);
+//!                        │                         the storage's part on B; no host wait
+//!                        │                         (now StreamOwned<'t, K2>)
+//!                        ▼
+//!                  drop: wait for the owning stream, then the storage's free
+//! ```
+//!
+//! This file sequences the transitions: the context and device checks, the event that orders
+//! two streams, the wait, and the retype that makes the new state true. What each storage
+//! enqueues at each point (a stream association, a copy, the stream's [`Transfer`] policy) is
+//! the storage's own part, in its file of [`crate::storage`], called through the `HasParts`
+//! contract: nothing here depends on which storage moves. With the default storage, `attach`
+//! enqueues `cuStreamAttachMemAsync(stream, ptr, 0, CU_MEM_ATTACH_SINGLE)` (skipped if the
+//! memory is still associated with that stream), and `sync` re-attaches to the host where the
+//! device lacks concurrent managed access.
+//!
+//! `hand_off` moves memory still in use on stream A to stream B: B's kernels run after A's,
+//! ordered on the GPU by A's event (made once per stream, see `driver/event.rs`), and the CPU
+//! never waits. The memory then carries B's brand, so no launch on A can name it. Across
+//! devices it needs concurrent managed access on every device involved
+//! ([`Error::HandOffAcrossDevices`]), and a storage may refuse other contexts altogether.
+//!
+//! Memory for kernels on the legacy default stream, which refuses `CU_MEM_ATTACH_SINGLE`, takes
+//! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's [`Transfer`]
+//! policy acts at the transitions (prefetch, advice).
+//!
+//! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
+//! only way into a state is the transition that makes it true.
+//!
+//! [`Transfer`]: crate::Transfer
+
+use std::fmt;
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::event::{Event, StreamEvent};
+use crate::driver::stream::{Attachable, Legacy, RawStream, Stream, StreamKind};
+use crate::driver::sys;
+use crate::error::{Error, Result};
+use crate::memory::managed::Managed;
+pub use crate::memory::marker::{HostOwned, State, StreamOwned};
+use crate::memory::release::{Passed, Released};
+use crate::memory::storage::parts::Storage;
+use crate::reclaim::reaper::Orphan;
+use crate::sealed::{PRIVATE, Private, Sealed};
+
+fn check_same_context<T: ?Sized, S: State, M: Storage, K: StreamKind>(
+    memory: &Managed<T, S, M>,
+    stream: &Stream<'_, K>,
+) -> Result<()> {
+    if memory.context().same_as(stream.context()) {
+        Ok(())
+    } else {
+        Err(Error::ContextMismatch)
+    }
+}
+
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
+    /// Hands the memory to `stream`: enqueues on `stream` what the storage needs before the
+    /// stream's kernels may use the memory, so that only kernels on that stream may use it and
+    /// the CPU may use it again once that stream's work is done.
+    ///
+    /// With the default storage that is `cuStreamAttachMemAsync(stream, ptr, 0,
+    /// CU_MEM_ATTACH_SINGLE)` for the whole allocation (length 0; a partial attach is not
+    /// expressible), then the stream's [`Transfer`] policy. Attaching to the stream the memory
+    /// is still associated with (after a `sync` from it) makes no attach call. What the other
+    /// storages enqueue instead is in [`crate::storage`].
+    ///
+    /// If the driver refuses, the memory is freed and the error returned.
+    ///
+    /// [`Transfer`]: crate::Transfer
+    pub fn attach<'s, K: Attachable>(
+        self,
+        stream: &Stream<'s, K>,
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
+        // SAFETY: `K: Attachable`, so `stream` is not the NULL stream.
+        unsafe { self.hand_to(stream, sys::MEM_ATTACH_SINGLE) }
+    }
+
+    /// The transition both `attach` and `attach_global` make: the storage's attach to `stream`
+    /// (with `flag`, where the storage associates memory with streams), then the retype.
+    ///
+    /// # Safety
+    /// `flag` is `CU_MEM_ATTACH_SINGLE` only if `stream` is not the NULL stream.
+    unsafe fn hand_to<'s, K: StreamKind>(
+        mut self,
+        stream: &Stream<'s, K>,
+        flag: std::ffi::c_uint,
+    ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
+        check_same_context(&self, stream)?;
+        let target = stream.raw();
+        let host = self.host_ptr();
+        // SAFETY: the allocation is live and ours, host-owned until the retype below; `stream`
+        // is alive for the whole of 's and of the allocation's context (checked above); the flag
+        // suits the stream (the caller's guarantee).
+        unsafe { M::attach(host, self.allocation_mut(), target, flag, PRIVATE) }?;
+        Ok(self.retype(target))
+    }
+}
+
+impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
+    /// Hands the memory to the legacy default stream: as `attach`, with the association the NULL
+    /// stream accepts, `CU_MEM_ATTACH_GLOBAL`, enqueued on the NULL stream.
+    ///
+    /// The NULL stream refuses `CU_MEM_ATTACH_SINGLE` (it is not a specific stream), so the
+    /// driver-level association is global. The types still restrict the memory to launches on
+    /// the legacy stream (it carries that scope's brand), and the CPU regains it with `sync`,
+    /// which waits for the legacy stream. Use it where kernels run on the legacy stream (the
+    /// seed's single-threaded, no-option programs); everywhere else, `attach` to a stream of
+    /// your own.
+    pub fn attach_global<'s>(
+        self,
+        stream: &Stream<'s, Legacy>,
+    ) -> Result<Managed<T, StreamOwned<'s, Legacy>, M>> {
+        // SAFETY: GLOBAL is a legal flag on the NULL stream.
+        unsafe { self.hand_to(stream, sys::MEM_ATTACH_GLOBAL) }
+    }
+}
+
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
+    /// Waits for the owning stream, then gives the memory back to the CPU.
+    ///
+    /// Before the wait it enqueues the storage's release to the host: with the default storage,
+    /// on a device without concurrent managed access, a re-attach to the host
+    /// (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more work
+    /// later; under [`Transfer::Prefetch`], a prefetch to the host. What the other storages
+    /// enqueue is in [`crate::storage`].
+    ///
+    /// If the wait fails, the memory is dropped (and leaked if the stream may still use it) and
+    /// the error returned.
+    ///
+    /// [`Transfer::Prefetch`]: crate::Transfer::Prefetch
+    #[must_use = "`sync` returns the memory: drop the Result and the buffer is freed"]
+    pub fn sync(self) -> Result<Managed<T, HostOwned, M>> {
+        self.owner_context().bind()?;
+        let after = release_to_host(&self)?;
+        driver::stream_synchronize(self.stream().handle)?;
+        Ok(self.retype(after))
+    }
+}
+
+impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
+    /// Hands the memory from the stream that owns it (A) to `to` (B) without waiting on the
+    /// host: the second form of `attach`, for memory that is still in use on A.
+    ///
+    /// It enqueues, in order: a record of A's event on A (`cuEventRecord`, capturing every
+    /// kernel queued on A so far); a wait for that event on B (`cuStreamWaitEvent`); then the
+    /// storage's part on B. With the default storage, that is the association of the whole
+    /// allocation with B (`cuStreamAttachMemAsync(B, ptr, 0, CU_MEM_ATTACH_SINGLE)`) and B's
+    /// [`Transfer`](crate::Transfer) policy (`Prefetch` prefetches to B's device, on B); what
+    /// the other storages do is in [`crate::storage`]. Kernels launched on B afterwards run
+    /// after A's kernels that used the memory; the CPU never waits, and A may keep running other
+    /// work.
+    ///
+    /// * Afterwards the memory carries B's brand: a launch on A cannot name it (a type error),
+    ///   and `sync` or drop wait for B, which waits for A through the event.
+    /// * `K` may be any kind, the legacy stream included (memory of `attach_global`); `to` must
+    ///   be [`Attachable`]: the legacy stream refuses a single association.
+    /// * Between the streams of one `with_streams` set (one brand) the new owner is recorded
+    ///   and checked at launch; handing memory to the stream that already owns it makes no
+    ///   driver call.
+    /// * Across devices (B of another context than A or than the allocation) every device
+    ///   involved must have concurrent managed access; otherwise
+    ///   [`Error::HandOffAcrossDevices`], before any driver call. A storage may refuse another
+    ///   context altogether ([`Error::ContextMismatch`]). `HostResident` advice is kept for the
+    ///   allocation's own device only: on another device it acts as `OnDemand`.
+    ///
+    /// If a driver call fails, the memory is dropped (its drop waits for whichever stream may
+    /// use it) and the error returned.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// # use um_core::{Context, Managed, StreamOptions};
+    /// # let ctx = Context::new(0)?;
+    /// let data = Managed::from_slice(&ctx, &[1.0f32; 1024])?;
+    /// let data = ctx.with_stream(StreamOptions::new(), |a| {
+    ///     ctx.with_stream(StreamOptions::new(), |b| {
+    ///         let data = data.attach(a)?;
+    ///         // ... kernels on `a` ...
+    ///         let data = data.hand_off(b)?; // no host wait
+    ///         // ... kernels on `b`, which start once `a`'s are done ...
+    ///         data.sync() // waits for `b` (and so for `a`'s kernels before the handoff)
+    ///     })
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "`hand_off` returns the memory: drop the Result and the buffer is freed"]
+    pub fn hand_off<'b, K2: Attachable>(
+        self,
+        to: &Stream<'b, K2>,
+    ) -> Result<Managed<T, StreamOwned<'b, K2>, M>> {
+        let from = self.stream();
+        let target = to.raw();
+        if from.id == target.id {
+            // The same stream (of a `with_streams` set): already associated, already ordered.
+            return Ok(self.retype(target));
+        }
+        // SAFETY: the memory is in state `StreamOwned<'a, K>`, so its owning stream (brand 'a)
+        // is alive for this call.
+        let owner = unsafe { from.events() };
+        let from_ctx = owner.map_or(self.context(), StreamEvent::context);
+        M::check_hand_off(self.context(), from_ctx, to.context())?;
+        check_devices(self.context(), from_ctx, to.context())?;
+        let temporary;
+        let event: &Event = match owner {
+            Some(owner) => owner.get()?,
+            // Unreachable (stream-owned memory always names its `Stream`), but correct anyway:
+            // an event made for this handoff only, destroyed once the wait is enqueued.
+            None => {
+                temporary = Event::new(from_ctx)?;
+                &temporary
+            }
+        };
+        // SAFETY: `from.handle` is the owning stream of `from_ctx` (alive for 'a), `target` a
+        // live stream of `to`'s context (alive for 'b, as `to` is borrowed).
+        unsafe { event.order(from.handle, to.context(), target.handle) }?;
+        // SAFETY: the allocation is live and ours, stream-owned by A; `target` is alive for 'b,
+        // is not the NULL stream (`K2: Attachable`), its context is current (`order` left it
+        // so), and it waits for A's work queued so far (the event above).
+        unsafe { M::hand_over(self.host_ptr(), self.allocation(), target, PRIVATE) }?;
+        // From here B owns it: should the rest fail, the drop waits for B (and so for A).
+        let mut handed: Managed<T, StreamOwned<'b, K2>, M> = self.retype(target);
+        let host = handed.host_ptr();
+        // SAFETY: the allocation is live and ours, stream-owned by B, alive for 'b, whose
+        // context is current.
+        unsafe { M::receive(host, handed.allocation_mut(), to.context(), PRIVATE) }?;
+        Ok(handed)
+    }
+}
+
+/// A handoff between contexts needs concurrent managed access on every device involved: the
+/// allocation's, the current owner's and the receiver's.
+fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
+    if memory.same_as(to) && from.same_as(to) {
+        return Ok(());
+    }
+    match [memory, from, to]
+        .into_iter()
+        .find(|c| !c.info().concurrent_managed_access)
+    {
+        None => Ok(()),
+        Some(lacking) => Err(Error::HandOffAcrossDevices {
+            from: from.info().ordinal,
+            to: to.info().ordinal,
+            lacking: lacking.info().ordinal,
+        }),
+    }
+}
+
+/// Enqueues whatever must precede the wait that ends stream ownership (the storage's release;
+/// the owner's context is current), and says which stream the memory stays associated with
+/// afterwards. Every caller waits for the owning stream before the memory becomes host-owned:
+/// `sync`, `sync_all` and the sync futures (`crate::wait`).
+pub(crate) fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
+    memory: &Managed<T, StreamOwned<'_, K>, M>,
+) -> Result<RawStream> {
+    // SAFETY: the allocation is live and ours, stream-owned by its stream, alive for the
+    // memory's brand, whose context the callers made current; every caller waits for that
+    // stream before the memory becomes host-owned.
+    unsafe { M::release(memory.host_ptr(), memory.allocation(), PRIVATE) }
+}
+
+/// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
+/// to six `Managed<_, StreamOwned<'s, K>, _>` (of any storages, mixed freely), and `Vec`s of
+/// one. Sealed.
+///
+/// Its methods are `um`'s own: each takes a token that no other crate can name or make
+/// (`Private`), so they cannot be called from outside, hidden or not. Use
+/// [`Stream::sync_all`] and [`Stream::sync_all_async`].
+pub trait SyncGroup<'s, K: StreamKind>: Sealed {
+    /// The same buffers in the host state.
+    type Host;
+    #[doc(hidden)]
+    fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host>;
+    /// Checks the owners and enqueues each buffer's release to the host (what `sync_group`
+    /// does before its wait).
+    #[doc(hidden)]
+    fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>>;
+    /// The buffers in the host state, once the stream has passed the releases (which only a
+    /// sync future can prove).
+    #[doc(hidden)]
+    fn host_group(self, passed: Passed, _: Private) -> Self::Host;
+    /// The buffers given up, for a free once the stream is done.
+    #[doc(hidden)]
+    fn orphan_group(self, _: Private) -> Vec<Orphan>;
+}
+
+/// The association after the next release, in order (`NONE`, which only costs a re-attach
+/// later, should the list be short, which it never is).
+fn next_after(after: &mut std::vec::IntoIter<Released>) -> RawStream {
+    after.next().map_or(RawStream::NONE, |r| r.0)
+}
+
+impl<'s, K: StreamKind> Stream<'s, K> {
+    /// Waits once for this stream and gives all of `group` back to the CPU: one
+    /// `cuStreamSynchronize` for any number of buffers, where a `sync` per buffer would repeat
+    /// the wait.
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// # use um_core::{Context, Managed, StreamOptions};
+    /// # let ctx = Context::new(0)?;
+    /// # let a = Managed::from_slice(&ctx, &[1.0f32; 4])?;
+    /// # let b = Managed::from_slice(&ctx, &[2.0f32; 4])?;
+    /// let (a, b) = ctx.with_stream(StreamOptions::new(), |stream| {
+    ///     let (a, b) = (a.attach(stream)?, b.attach(stream)?);
+    ///     stream.sync_all((a, b))
+    /// })?;
+    /// assert_eq!(a[0] + b[0], 3.0);
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "`sync_all` returns the memory: drop the Result and the buffers are freed"]
+    pub fn sync_all<G: SyncGroup<'s, K>>(&self, group: G) -> Result<G::Host> {
+        group.sync_group(self, PRIVATE)
+    }
+}
+
+/// Every buffer of a group carries the stream's brand 's, so all of them belong to `stream`,
+/// except where `stream` is one of a `with_streams` set, whose streams share a brand: that is
+/// checked here, at run time.
+fn check_owner<K: StreamKind>(owners: &[u64], stream: &Stream<'_, K>) -> Result<()> {
+    match owners.iter().position(|id| *id != stream.raw().id) {
+        Some(argument) => Err(Error::StreamMismatch { argument }),
+        None => Ok(()),
+    }
+}
+
+macro_rules! sync_group_for_tuples {
+    ($( ($($t:ident $m:ident $v:ident $after:ident),+) )+) => {$(
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> Sealed
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+) {}
+        impl<'s, K: StreamKind, $($t: ?Sized, $m: Storage),+> SyncGroup<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
+        {
+            type Host = ($(Managed<$t, HostOwned, $m>,)+);
+            fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host> {
+                let ($($v,)+) = self;
+                let owners = [$($v.stream().id),+];
+                check_owner(&owners, stream)?;
+                stream.context().bind()?;
+                $( let $after = release_to_host(&$v)?; )+
+                driver::stream_synchronize(stream.raw().handle)?;
+                Ok(($($v.retype($after),)+))
+            }
+            fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>> {
+                let ($($v,)+) = self;
+                check_owner(&[$($v.stream().id),+], stream)?;
+                stream.context().bind()?;
+                Ok(vec![$( Released(release_to_host($v)?) ),+])
+            }
+            fn host_group(self, passed: Passed, _: Private) -> Self::Host {
+                let ($($v,)+) = self;
+                let mut after = passed.into_after();
+                ($($v.retype(next_after(&mut after)),)+)
+            }
+            fn orphan_group(self, _: Private) -> Vec<Orphan> {
+                let ($($v,)+) = self;
+                vec![$($v.into_orphan()),+]
+            }
+        }
+    )+};
+}
+
+sync_group_for_tuples! {
+    (A MA a a2)
+    (A MA a a2, B MB b b2)
+    (A MA a a2, B MB b b2, C MC c c2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2)
+    (A MA a a2, B MB b b2, C MC c c2, D MD d d2, E ME e e2, F MF f f2)
+}
+
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> Sealed for Vec<Managed<T, StreamOwned<'s, K>, M>> {}
+impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
+    for Vec<Managed<T, StreamOwned<'s, K>, M>>
+{
+    type Host = Vec<Managed<T, HostOwned, M>>;
+    fn sync_group(self, stream: &Stream<'s, K>, _: Private) -> Result<Self::Host> {
+        let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
+        check_owner(&owners, stream)?;
+        stream.context().bind()?;
+        let after = self
+            .iter()
+            .map(release_to_host)
+            .collect::<Result<Vec<_>>>()?;
+        driver::stream_synchronize(stream.raw().handle)?;
+        Ok(self
+            .into_iter()
+            .zip(after)
+            .map(|(m, s)| m.retype(s))
+            .collect())
+    }
+    fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>> {
+        let owners: Vec<u64> = self.iter().map(|m| m.stream().id).collect();
+        check_owner(&owners, stream)?;
+        stream.context().bind()?;
+        self.iter()
+            .map(|m| release_to_host(m).map(Released))
+            .collect()
+    }
+    fn host_group(self, passed: Passed, _: Private) -> Self::Host {
+        let mut after = passed.into_after();
+        self.into_iter()
+            .map(|m| m.retype(next_after(&mut after)))
+            .collect()
+    }
+    fn orphan_group(self, _: Private) -> Vec<Orphan> {
+        self.into_iter().map(Managed::into_orphan).collect()
+    }
+}
+
+impl<T: ?Sized + fmt::Debug, M: Storage> fmt::Debug for Managed<T, HostOwned, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Managed")
+            .field("state", &"HostOwned")
+            .field("storage", &M::NAME)
+            .field("value", &&**self)
+            .finish()
+    }
+}
+
+/// Shows the size and the owning stream, never the contents: reading them on the CPU while the
+/// stream may run is exactly what this state forbids.
+impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for Managed<T, StreamOwned<'_, K>, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Managed")
+            .field("state", &"StreamOwned")
+            .field("storage", &M::NAME)
+            .field("stream_kind", &K::NAME)
+            .field("stream_id", &self.stream().id)
+            .field("bytes", &self.size_in_bytes())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,331 @@
+//! The contract between `Managed` and its storages: the public, sealed [`Storage`] trait, and
+//! [`HasParts`], through which each storage does its own part of every transition.
+//!
+//! The state machine (`crate::state`) sequences a transition (the context and device checks, a
+//! handoff's event, the retype) and calls the storage at fixed points; it never asks which
+//! storage it moves. What `Managed` knows of its storage is what this file says: a part of its
+//! own ([`HasParts::Parts`]), an allocation and a free, the address a kernel gets, and one method
+//! per point of a transition. Every call is static (`M: Storage` is a type parameter): no
+//! transition, launch or drop dispatches dynamically or allocates for its storage.
+//!
+//! The allocation checks live here too, so that every storage passes them: the size and
+//! alignment of the element type ([`byte_size`], the only maker of a [`Size`]), the free memory
+//! of the GPU, and the alignment of every address a storage returns ([`allocate`]).
+
+use std::ffi::c_uint;
+use std::mem;
+use std::ptr::NonNull;
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
+use crate::driver::sys;
+use crate::error::{Error, Result};
+use crate::reclaim::reaper::Orphan;
+use crate::sealed::{PRIVATE, Private, Sealed};
+
+/// The storages of a [`Managed`](crate::Managed) allocation: [`Unified`](crate::Unified),
+/// [`Coherent`](crate::Coherent) and [`Mirror`](crate::Mirror). Sealed.
+pub trait Storage: Sealed + HasParts + 'static {
+    /// What the storage is called in messages.
+    #[doc(hidden)]
+    const NAME: &'static str;
+}
+
+/// What a storage keeps besides the host address, and its part of every transition.
+///
+/// Public only because it bounds [`Storage`]; it lives in a module no other crate can name, and
+/// every method that allocates, frees, enqueues, or changes a buffer's association or flags
+/// takes the token [`Private`], which no other crate can make: none of them can be called from
+/// outside `um`, through a `Storage` bound or otherwise.
+///
+/// `host` is always the allocation's host address (what [`alloc`](HasParts::alloc) returned)
+/// and `a` the rest of it. The `unsafe` methods enqueue work on streams; their callers (the
+/// transitions) guarantee what each `# Safety` says.
+#[allow(unreachable_pub)]
+pub trait HasParts: Sized {
+    /// What the storage keeps per allocation besides the host address. Dropping it frees
+    /// nothing: only [`free`](HasParts::free) does.
+    type Parts: Send + Sync + 'static;
+
+    /// Whether the storage may allocate in `ctx` at all: checked first, before the free memory.
+    fn admit(ctx: &Context) -> Result<()>;
+
+    /// Allocates `size` in `ctx`, which is current and has that many bytes free: the host
+    /// address and the storage's part. A failure leaks nothing. [`allocate`] checks the
+    /// addresses' alignment afterwards.
+    fn alloc(ctx: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Self::Parts)>;
+
+    /// Frees what [`alloc`](HasParts::alloc) made.
+    ///
+    /// # Safety
+    /// `host` and `parts` came from one `alloc` of this storage and are freed once; the
+    /// allocation's context is current; no kernel or copy can still use them.
+    unsafe fn free(host: NonNull<u8>, parts: &Self::Parts, _: Private);
+
+    /// The address a kernel gets.
+    fn device_ptr(host: NonNull<u8>, parts: &Self::Parts) -> sys::CUdeviceptr;
+
+    /// Bytes of memory an allocation of `bytes` holds.
+    fn footprint(bytes: usize) -> usize;
+
+    /// The CPU may write the buffer (a `DerefMut` in the host state).
+    fn host_written(parts: &mut Self::Parts, _: Private);
+
+    /// A launch takes the buffer as `&mut`: its kernel may write it.
+    fn device_written(parts: &Self::Parts, _: Private);
+
+    /// At `attach` (and `attach_global`), before the retype: enqueues on `to` what must come
+    /// before `to`'s kernels may use the buffer. On `Err` the buffer, still host-owned, is
+    /// dropped (freed) by the caller.
+    ///
+    /// # Safety
+    /// `host` and `a` are one live allocation of this storage that the caller owns, in the host
+    /// state; `to` is a live stream of `a.ctx`'s context; `flag` is `CU_MEM_ATTACH_SINGLE` only
+    /// if `to` is not the NULL stream.
+    unsafe fn attach(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to: RawStream,
+        flag: c_uint,
+        _: Private,
+    ) -> Result<()>;
+
+    /// At `sync` (and `sync_all`, and the making of a sync future), before the wait: enqueues on
+    /// the owning stream (`a.stream`) what must come before the CPU may touch the buffer, and
+    /// says which stream the buffer stays associated with once it is back on the host.
+    ///
+    /// # Safety
+    /// `host` and `a` are one live allocation of this storage that the caller owns, stream-owned
+    /// by `a.stream`, a live stream whose context is current; the caller waits for that stream
+    /// before the CPU touches the buffer.
+    unsafe fn release(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Result<RawStream>;
+
+    /// At `hand_off`, before any driver call: refuses a handoff that the storage cannot make
+    /// between the allocation's context `memory`, the owner's `from` and the receiver's `to`.
+    fn check_hand_off(memory: &Context, from: &Context, to: &Context) -> Result<()>;
+
+    /// At `hand_off`, once `to` waits (on the GPU) for the work queued on the owner so far, and
+    /// before the retype: enqueues on `to` what must come before `to` owns the buffer. On `Err`
+    /// the buffer is dropped as the old owner's.
+    ///
+    /// # Safety
+    /// `host` and `a` are one live allocation of this storage that the caller owns,
+    /// stream-owned by `a.stream`; `to` is a live stream, not the NULL stream, whose context is
+    /// current, and which waits for `a.stream`'s work queued before this call.
+    unsafe fn hand_over(
+        host: NonNull<u8>,
+        a: &Allocation<Self>,
+        to: RawStream,
+        _: Private,
+    ) -> Result<()>;
+
+    /// At `hand_off`, after the retype: what the new owner (`a.stream`, of context `to_ctx`)
+    /// wants of the buffer. On `Err` the buffer is dropped as the new owner's.
+    ///
+    /// # Safety
+    /// `host` and `a` are one live allocation of this storage that the caller owns,
+    /// stream-owned by `a.stream`, a live stream of `to_ctx`, which is current.
+    unsafe fn receive(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to_ctx: &Context,
+        _: Private,
+    ) -> Result<()>;
+
+    /// The allocation given up, for a free that waits for its stream without blocking a thread
+    /// (`crate::reclaim`): an orphan whose free is this storage's free of it.
+    ///
+    /// # Safety
+    /// The caller gives the allocation up: it frees the allocation itself only if the orphan
+    /// is dropped without reaching the reaper, and never after handing it there.
+    unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan;
+}
+
+/// What a storage sees of one allocation: everything `Managed` keeps but the typed host address
+/// and the state.
+#[allow(unreachable_pub)]
+pub struct Allocation<M: HasParts> {
+    /// Size in bytes (of each half, for a storage of two).
+    pub(crate) bytes: usize,
+    /// The context the memory was allocated in.
+    pub(crate) ctx: Context,
+    /// The stream the allocation is associated with (`RawStream::NONE` when it is attached to
+    /// the host). In a stream-owned state it is the owning stream.
+    pub(crate) stream: RawStream,
+    /// The storage's own part.
+    pub(crate) parts: M::Parts,
+}
+
+/// The checked size of a new allocation, and the alignment its element type needs. Only
+/// [`byte_size`] makes one, so every allocation has passed its checks.
+#[allow(unreachable_pub)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    bytes: usize,
+    align: usize,
+}
+
+impl Size {
+    /// The number of bytes (> 0).
+    pub(crate) fn bytes(self) -> usize {
+        self.bytes
+    }
+}
+
+/// Checked byte size of `len` elements of `T`, refusing zero, and refusing a `T` that needs a
+/// larger alignment than every allocation has ([`MAX_ALIGN`]). Every constructor of every
+/// storage calls it before it allocates: [`allocate`] takes only its result.
+pub(crate) fn byte_size<T>(len: usize) -> Result<Size> {
+    let align = mem::align_of::<T>();
+    if align > MAX_ALIGN {
+        return Err(Error::OverAligned {
+            align,
+            max: MAX_ALIGN,
+        });
+    }
+    let elem_size = mem::size_of::<T>();
+    let bytes = len
+        .checked_mul(elem_size)
+        .ok_or(Error::SizeOverflow { len, elem_size })?;
+    if bytes == 0 {
+        return Err(Error::ZeroSized { len, elem_size });
+    }
+    Ok(Size { bytes, align })
+}
+
+/// The alignment every allocation of every storage has: the driver's guarantee for
+/// `cuMemAlloc` and `cuMemAllocManaged` ("aligned to at least 256 bytes"), and checked on
+/// every address anyway (see [`check_aligned`]).
+pub(crate) const MAX_ALIGN: usize = 256;
+
+/// `Ok` if `address` is aligned to `align` (a power of two); otherwise
+/// [`Error::OverAligned`] with the alignment the address has. Every allocation's addresses
+/// (host and device) pass through it with `align_of::<T>()`, so that a driver that ever broke
+/// its guarantee would give an `Err`, never a misaligned `&T`.
+pub(crate) fn check_aligned(address: usize, align: usize) -> Result<()> {
+    if address % align == 0 {
+        return Ok(());
+    }
+    Err(Error::OverAligned {
+        align,
+        max: 1 << address.trailing_zeros(),
+    })
+}
+
+/// The guard before every allocation: refuse more than the GPU has free, unless the context
+/// allows oversubscription.
+pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<()> {
+    if bytes > free && !allow {
+        return Err(Error::WouldOversubscribe { bytes, free });
+    }
+    Ok(())
+}
+
+/// Allocates `size` of storage `M` in `ctx`, for every constructor of every storage: the
+/// storage's [`admit`](HasParts::admit), then the guard against taking more than the GPU has
+/// free (oversubscribed managed memory can hang a shared GPU), then the storage's allocation,
+/// whose addresses (host and device) must be aligned for the element type. A failure leaks
+/// nothing.
+pub(crate) fn allocate<M: HasParts>(ctx: &Context, size: Size) -> Result<(NonNull<u8>, M::Parts)> {
+    M::admit(ctx)?;
+    ctx.bind()?;
+    let (free, _) = driver::mem_info()?;
+    check_capacity(size.bytes, free, ctx.oversubscription_allowed())?;
+    let (host, parts) = M::alloc(ctx, size, PRIVATE)?;
+    let aligned = check_aligned(host.as_ptr() as usize, size.align)
+        .and_then(|()| check_aligned(M::device_ptr(host, &parts) as usize, size.align));
+    if let Err(e) = aligned {
+        // SAFETY: allocated just now by `M::alloc`, in `ctx`, which is current; nothing else
+        // has the addresses.
+        unsafe { M::free(host, &parts, PRIVATE) };
+        return Err(e);
+    }
+    Ok((host, parts))
+}
+
+/// The error of a driver call that reported success but returned a null address.
+pub(crate) fn null_pointer(call: &'static str) -> Error {
+    Error::Driver {
+        call,
+        code: 0,
+        name: "CUDA_SUCCESS".to_owned(),
+        description: "returned a null pointer".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Size, byte_size, check_aligned, check_capacity};
+    use crate::error::Error;
+
+    #[test]
+    fn byte_sizes_are_checked() {
+        assert_eq!(byte_size::<f32>(3).map(Size::bytes), Ok(12));
+        assert_eq!(
+            byte_size::<f32>(0),
+            Err(Error::ZeroSized {
+                len: 0,
+                elem_size: 4
+            })
+        );
+        assert_eq!(
+            byte_size::<()>(5),
+            Err(Error::ZeroSized {
+                len: 5,
+                elem_size: 0
+            })
+        );
+        assert_eq!(
+            byte_size::<u64>(usize::MAX / 4),
+            Err(Error::SizeOverflow {
+                len: usize::MAX / 4,
+                elem_size: 8
+            })
+        );
+    }
+
+    #[test]
+    fn element_types_aligned_above_256_bytes_are_refused_before_allocating() {
+        #[repr(C, align(256))]
+        struct Ok256([u8; 16]);
+        #[repr(C, align(512))]
+        struct Page512([u8; 16]);
+        #[repr(C, align(8192))]
+        struct Page([u8; 16]);
+        assert_eq!(byte_size::<Ok256>(2).map(Size::bytes), Ok(512));
+        for (got, align) in [
+            (byte_size::<Page512>(1), 512),
+            (byte_size::<Page>(1), 8192),
+            (byte_size::<Page>(0), 8192),
+        ] {
+            assert_eq!(got, Err(Error::OverAligned { align, max: 256 }));
+        }
+    }
+
+    #[test]
+    fn an_address_less_aligned_than_its_type_is_refused() {
+        assert_eq!(check_aligned(0x1000, 256), Ok(()));
+        assert_eq!(check_aligned(0x1000, 4096), Ok(()));
+        assert_eq!(
+            check_aligned(0x1100, 512),
+            Err(Error::OverAligned {
+                align: 512,
+                max: 256
+            })
+        );
+    }
+
+    #[test]
+    fn more_than_free_is_refused_unless_allowed() {
+        assert_eq!(check_capacity(10, 10, false), Ok(()));
+        assert_eq!(
+            check_capacity(11, 10, false),
+            Err(Error::WouldOversubscribe {
+                bytes: 11,
+                free: 10
+            })
+        );
+        assert_eq!(check_capacity(11, 10, true), Ok(()));
+    }
+}

@@ -1,0 +1,172 @@
+//! [`Unified`], the default storage: CUDA managed memory, attached to one stream at a time.
+//!
+//! Its part of each transition:
+//!
+//! * allocation: `cuMemAllocManaged(CU_MEM_ATTACH_HOST)`; free: `cuMemFree`, as for an orphan;
+//!   kernels get the managed address, the same as the host's;
+//! * `attach`: `cuStreamAttachMemAsync(stream, ptr, 0, flag)` (`CU_MEM_ATTACH_SINGLE`, or
+//!   `GLOBAL` for the legacy stream), unless the memory is still associated with that stream,
+//!   then the stream's [`Transfer`](crate::Transfer) policy;
+//! * `sync`, before the wait: the owner's policy, and the association stays (a later attach to
+//!   the same stream makes no call); where the device lacks concurrent managed access, instead
+//!   a re-attach to the host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the
+//!   stream runs later work;
+//! * `hand_off`, after the event: `cuStreamAttachMemAsync(B, ptr, 0, CU_MEM_ATTACH_SINGLE)`, on
+//!   B after its wait for A, then B's policy;
+//! * launches mark nothing.
+//!
+//! Its constructors are `Managed`'s own (`Managed::new`, `from_slice`, ...: see
+//! `crate::memory::managed`), which names this storage as its default.
+
+use std::ffi::c_uint;
+use std::ptr::NonNull;
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
+use crate::driver::sys;
+use crate::error::Result;
+use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
+use crate::memory::storage::transfer::{self, Advice};
+use crate::reclaim::reaper::Orphan;
+use crate::sealed::{Private, Sealed};
+
+/// Storage: CUDA managed (unified) memory, one address for host and device, pages migrated by
+/// the driver (and by the stream's [`Transfer`](crate::Transfer) policy). The default.
+#[derive(Debug)]
+pub struct Unified {
+    _private: (),
+}
+
+impl Sealed for Unified {}
+impl Storage for Unified {
+    const NAME: &'static str = "unified";
+}
+
+impl HasParts for Unified {
+    type Parts = Advice;
+
+    fn admit(_: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
+        managed_alloc(size, false)
+    }
+
+    unsafe fn free(host: NonNull<u8>, parts: &Advice, _: Private) {
+        // SAFETY: the caller's guarantees.
+        let _ = unsafe { driver::mem_free(Self::device_ptr(host, parts)) };
+    }
+
+    #[inline]
+    fn device_ptr(host: NonNull<u8>, _: &Advice) -> sys::CUdeviceptr {
+        host.as_ptr() as usize as sys::CUdeviceptr
+    }
+
+    #[inline]
+    fn footprint(bytes: usize) -> usize {
+        bytes
+    }
+
+    #[inline]
+    fn host_written(_: &mut Advice, _: Private) {}
+
+    #[inline]
+    fn device_written(_: &Advice, _: Private) {}
+
+    unsafe fn attach(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to: RawStream,
+        flag: c_uint,
+        _: Private,
+    ) -> Result<()> {
+        let ptr = Self::device_ptr(host, &a.parts);
+        if a.stream.id != to.id {
+            a.ctx.bind()?;
+            // SAFETY: the start of a live managed allocation we own; `to` is alive; the flag
+            // suits the stream (the caller's guarantees).
+            unsafe { driver::stream_attach(to.handle, ptr, flag) }?;
+        }
+        // SAFETY: the caller's guarantees; the attach, if any, is enqueued.
+        unsafe { transfer::on_attach(ptr, a.bytes, &a.ctx, &mut a.parts, to) }
+    }
+
+    unsafe fn release(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Result<RawStream> {
+        let ptr = Self::device_ptr(host, &a.parts);
+        if a.ctx.info().concurrent_managed_access {
+            // SAFETY: the caller's guarantees.
+            unsafe { transfer::on_release(ptr, a.bytes, &a.ctx, a.stream) }?;
+            // The association stays; a later attach to the same stream needs no driver call.
+            return Ok(a.stream);
+        }
+        // SAFETY: a live managed allocation we own; the owning stream is alive and its context
+        // current (the caller's guarantees).
+        unsafe { driver::stream_attach(a.stream.handle, ptr, sys::MEM_ATTACH_HOST) }?;
+        Ok(RawStream::NONE)
+    }
+
+    fn check_hand_off(_: &Context, _: &Context, _: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn hand_over(
+        host: NonNull<u8>,
+        a: &Allocation<Self>,
+        to: RawStream,
+        _: Private,
+    ) -> Result<()> {
+        // SAFETY: the start of a live managed allocation we own; `to` is alive, current and not
+        // the NULL stream, and waits for A before the attach takes effect, so the association
+        // changes only once A's kernels are done (the caller's guarantees).
+        unsafe {
+            driver::stream_attach(
+                to.handle,
+                Self::device_ptr(host, &a.parts),
+                sys::MEM_ATTACH_SINGLE,
+            )
+        }
+    }
+
+    unsafe fn receive(
+        host: NonNull<u8>,
+        a: &mut Allocation<Self>,
+        to_ctx: &Context,
+        _: Private,
+    ) -> Result<()> {
+        let ptr = Self::device_ptr(host, &a.parts);
+        // SAFETY: the caller's guarantees; the attach to the new owner is enqueued.
+        unsafe { transfer::on_hand_off(ptr, a.bytes, &a.ctx, &mut a.parts, to_ctx, a.stream) }
+    }
+
+    unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan {
+        // SAFETY: the caller's guarantee.
+        unsafe { managed_orphan(Self::device_ptr(host, &a.parts), &a.ctx) }
+    }
+}
+
+/// `size` of managed memory attached to the host, or globally (`global`), in the current
+/// context: the allocation of both storages of managed memory.
+pub(crate) fn managed_alloc(size: Size, global: bool) -> Result<(NonNull<u8>, Advice)> {
+    let dptr = driver::mem_alloc_managed(size.bytes(), global)?;
+    // Managed memory has one address for host and device; the driver never returns 0 on
+    // success, but a null check costs nothing.
+    let host =
+        NonNull::new(dptr as usize as *mut u8).ok_or_else(|| null_pointer("cuMemAllocManaged"))?;
+    Ok((host, Advice::default()))
+}
+
+/// The orphan of the managed allocation at `ptr`, of `ctx`: freed with `cuMemFree`.
+///
+/// # Safety
+/// As for [`HasParts::orphan`]: the caller gives the allocation up.
+pub(crate) unsafe fn managed_orphan(ptr: sys::CUdeviceptr, ctx: &Context) -> Orphan {
+    let free = move || {
+        // SAFETY: `Orphan::new`'s contract: called once, with the context current, once no work
+        // can use the memory.
+        let _ = unsafe { driver::mem_free(ptr) };
+    };
+    // SAFETY: `free` frees this managed allocation and nothing else; the caller gives it up.
+    unsafe { Orphan::new(ctx.clone(), free) }
+}

@@ -1,0 +1,340 @@
+//! A point in a stream, reported once the stream has run up to it: the completion that wakes a
+//! sync future, and the one behind which `Managed`'s drop leaves memory to the reaper.
+//!
+//! # The mechanism
+//!
+//! [`Completion::enqueue`] puts a host callback (`cuStreamAddCallback`) on the stream, after
+//! whatever its caller enqueued first (a sync future: what `sync` enqueues before its wait). A
+//! driver thread calls it once the stream has reached that point. The callback only records
+//! the stream's status, takes the registered [`Waker`] and wakes it, and hands the orphans left
+//! to it to the reaper: it makes no CUDA call (the driver forbids them there). The future,
+//! polled again, checks the stream's status (`cuStreamQuery` returns a sticky error) and hands
+//! the buffers to the CPU. No thread blocks and nothing polls.
+//!
+//! `cuStreamAddCallback` and not `cuLaunchHostFunc`: the driver does not call a host function
+//! at all once the context has met an error, so a future waiting on one would never wake. A
+//! stream callback is called exactly once, with the error if there was one.
+//!
+//! The callback's data is a [`Completion`] in an `Arc`: the driver holds one reference, taken
+//! back and released inside the callback, so the data lives until the callback has run even
+//! if the future is dropped first.
+//!
+//! The alternative, kept for measurement (`use_event_thread_for_waits`), is an event per point
+//! and one thread that waits for the events in order (`event_thread` below).
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::RawStream;
+use crate::driver::sys;
+use crate::error::Result;
+use crate::reclaim::lock;
+use crate::reclaim::reaper::{self, Orphan};
+
+/// What a future and the driver callback share.
+pub(crate) struct Completion {
+    slot: Mutex<Slot>,
+    /// The driver call whose status the completion carries, for errors.
+    source: &'static str,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The status the callback was given; `None` until it has run.
+    status: Option<i32>,
+    /// The task to wake when the callback runs.
+    waker: Option<Waker>,
+    /// The buffers of a future dropped before the callback ran.
+    orphans: Vec<Orphan>,
+}
+
+/// The stream callback. It makes no CUDA call: it records the status, hands the buffers of a
+/// dropped future to the reaper, and wakes the waiting task.
+unsafe extern "system" fn on_stream_point(_stream: sys::CUstream, status: i32, data: *mut c_void) {
+    // SAFETY: `data` is the `Arc::into_raw` of `Completion::enqueue`, whose reference the driver
+    // held; it calls this exactly once, so the reference is taken back exactly once.
+    let completion = unsafe { Arc::from_raw(data.cast_const().cast::<Completion>()) };
+    completion.complete(status);
+    // The last reference may go here: a `Completion` then holds no context and no buffer (the
+    // orphans went to the reaper), so its drop makes no CUDA call either.
+}
+
+/// Whether waits use the event thread instead of stream callbacks (the measured alternative).
+static EVENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Chooses the mechanism of the waits made from now on: `false` (the default) a stream
+/// callback per wait; `true` an event per wait, waited for by one helper thread `um` owns. For
+/// the benchmark that compares them (`examples/async_requests.rs`); both are correct.
+#[doc(hidden)]
+pub fn use_event_thread_for_waits(on: bool) {
+    EVENT_THREAD.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Completion {
+    pub(crate) fn new(source: &'static str) -> Self {
+        Completion {
+            slot: Mutex::default(),
+            source,
+        }
+    }
+
+    /// Arranges for the completion to be signalled once `stream` has run everything enqueued
+    /// so far: a stream callback, or an event for the event thread.
+    pub(crate) fn enqueue(ctx: &Context, stream: RawStream) -> Result<Arc<Completion>> {
+        if EVENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) && event_thread::start() {
+            return event_thread::enqueue(ctx, stream);
+        }
+        let completion = Arc::new(Completion::new("cuStreamAddCallback"));
+        let data = Arc::into_raw(Arc::clone(&completion))
+            .cast_mut()
+            .cast::<c_void>();
+        // SAFETY: `stream` is alive (its brand is on the buffers the caller holds); the
+        // callback makes no CUDA call, cannot unwind (it only locks, moves and wakes), and
+        // `data` is a strong reference that stays valid until the callback takes it back.
+        let enqueued = unsafe { driver::stream_add_callback(stream.handle, on_stream_point, data) };
+        // On failure the reference given to the driver is leaked (a few bytes, on an error
+        // path): reclaiming it would be a double release if the driver ran the callback anyway.
+        enqueued.map(|()| completion)
+    }
+
+    fn complete(&self, status: i32) {
+        let (waker, orphans) = {
+            let mut slot = lock(&self.slot);
+            slot.status = Some(status);
+            (slot.waker.take(), std::mem::take(&mut slot.orphans))
+        };
+        if !orphans.is_empty() {
+            reaper::hand_over(orphans, status == sys::SUCCESS);
+        }
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The callback's status once it has run; otherwise registers the task's waker.
+    pub(crate) fn poll_status(&self, cx: &mut TaskContext<'_>) -> Poll<i32> {
+        let mut slot = lock(&self.slot);
+        if let Some(status) = slot.status {
+            return Poll::Ready(status);
+        }
+        match &mut slot.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            waker => *waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The driver call whose status the completion carries, for errors.
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// Whether the stream has reported the point (for `Debug`).
+    pub(crate) fn is_reported(&self) -> bool {
+        lock(&self.slot).status.is_some()
+    }
+
+    /// Leaves `orphans` to the completion: the reaper frees them once the stream has passed the
+    /// point, or leaks them if it met an error. Whether the callback has run or not, no CUDA
+    /// call is made here (`cuMemFree` may wait for the device).
+    pub(crate) fn leave(&self, orphans: Vec<Orphan>) {
+        if let Some((status, orphans)) = self.abandon(orphans) {
+            reaper::expect(orphans.len());
+            reaper::hand_over(orphans, status == sys::SUCCESS);
+        }
+    }
+
+    /// For a future dropped unfinished: leaves `orphans` to the callback, or, if it has run
+    /// already, gives them back with its status.
+    fn abandon(&self, orphans: Vec<Orphan>) -> Option<(i32, Vec<Orphan>)> {
+        let mut slot = lock(&self.slot);
+        if let Some(status) = slot.status {
+            return Some((status, orphans));
+        }
+        // Counted before the callback can see them, so `reap_pending` never misses them.
+        reaper::expect(orphans.len());
+        slot.orphans = orphans;
+        slot.waker = None;
+        None
+    }
+}
+
+/// The alternative mechanism: an event recorded per wait, and one thread that waits for the
+/// events in order (`cuEventSynchronize`, sleeping) and completes each. Head-of-line: a slow
+/// stream's event delays the completions queued behind it.
+mod event_thread {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    use super::Completion;
+    use crate::driver;
+    use crate::driver::context::Context;
+    use crate::driver::stream::RawStream;
+    use crate::driver::sys;
+    use crate::error::{Error, Result};
+    use crate::reclaim::lock;
+
+    struct Wait {
+        event: sys::CUevent,
+        ctx: Context,
+        completion: Arc<Completion>,
+    }
+
+    // SAFETY: an event handle is an opaque token the driver accepts from any thread.
+    unsafe impl Send for Wait {}
+
+    struct Queue {
+        waits: VecDeque<Wait>,
+        thread: bool,
+    }
+
+    static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+        waits: VecDeque::new(),
+        thread: false,
+    });
+    static WORK: Condvar = Condvar::new();
+
+    /// Starts the thread unless it runs; whether it does.
+    pub(super) fn start() -> bool {
+        let mut q = lock(&QUEUE);
+        if !q.thread {
+            q.thread = std::thread::Builder::new()
+                .name("um-events".to_owned())
+                .spawn(run)
+                .is_ok();
+        }
+        q.thread
+    }
+
+    /// Records an event on `stream` (the caller made `ctx` current) and queues it for the
+    /// thread, which [`start`] started.
+    pub(super) fn enqueue(ctx: &Context, stream: RawStream) -> Result<Arc<Completion>> {
+        let event = driver::event_create_blocking()?;
+        // SAFETY: fresh event; the stream is alive (its brand is on the caller's buffers).
+        if let Err(e) = unsafe { driver::event_record(event, stream.handle) } {
+            // SAFETY: created above, destroyed once.
+            let _ = unsafe { driver::event_destroy(event) };
+            return Err(e);
+        }
+        let completion = Arc::new(Completion::new("cuEventSynchronize"));
+        lock(&QUEUE).waits.push_back(Wait {
+            event,
+            ctx: ctx.clone(),
+            completion: Arc::clone(&completion),
+        });
+        WORK.notify_one();
+        Ok(completion)
+    }
+
+    fn run() {
+        loop {
+            let wait = {
+                let mut q = lock(&QUEUE);
+                loop {
+                    if let Some(w) = q.waits.pop_front() {
+                        break w;
+                    }
+                    q = WORK
+                        .wait(q)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            let status = match wait.ctx.bind() {
+                // SAFETY: the event is alive until destroyed below.
+                Ok(()) => unsafe { driver::event_synchronize_raw(wait.event) },
+                Err(Error::Driver { code, .. }) => code,
+                Err(_) => sys::ERROR_NOT_READY,
+            };
+            // SAFETY: created in `enqueue`, destroyed once, here.
+            let _ = unsafe { driver::event_destroy(wait.event) };
+            wait.completion.complete(status);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+    use super::{Completion, on_stream_point};
+    use crate::driver::sys;
+
+    #[derive(Default)]
+    struct CountingWaker(AtomicUsize);
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What the driver does with `Completion::enqueue`'s reference: calls the callback once.
+    fn run_callback(completion: &Arc<Completion>, status: i32) {
+        let data = Arc::into_raw(Arc::clone(completion))
+            .cast_mut()
+            .cast::<std::ffi::c_void>();
+        // SAFETY: `data` is a strong reference, taken back once by the callback, as the driver
+        // would.
+        unsafe { on_stream_point(std::ptr::null_mut(), status, data) };
+    }
+
+    #[test]
+    fn the_callback_wakes_the_registered_task_once_and_releases_its_reference() {
+        let completion = Arc::new(Completion::new("test"));
+        let counter = Arc::new(CountingWaker::default());
+        let waker = Waker::from(Arc::clone(&counter));
+        let mut cx = TaskContext::from_waker(&waker);
+        assert_eq!(completion.poll_status(&mut cx), Poll::Pending);
+        assert_eq!(completion.poll_status(&mut cx), Poll::Pending);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0, "nothing woke it yet");
+        run_callback(&completion, sys::SUCCESS);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken exactly once");
+        assert_eq!(
+            Arc::strong_count(&completion),
+            1,
+            "the driver's reference is released"
+        );
+        assert_eq!(completion.poll_status(&mut cx), Poll::Ready(sys::SUCCESS));
+    }
+
+    #[test]
+    fn the_callback_status_carries_the_stream_error() {
+        let completion = Arc::new(Completion::new("test"));
+        run_callback(&completion, 700); // CUDA_ERROR_ILLEGAL_ADDRESS
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        assert_eq!(completion.poll_status(&mut cx), Poll::Ready(700));
+    }
+
+    #[test]
+    fn a_future_dropped_before_the_callback_leaves_its_buffers_to_it() {
+        let completion = Arc::new(Completion::new("test"));
+        assert!(completion.abandon(Vec::new()).is_none(), "not run: kept");
+        run_callback(&completion, sys::SUCCESS);
+        let after = completion.abandon(Vec::new());
+        assert!(
+            matches!(after, Some((sys::SUCCESS, ref v)) if v.is_empty()),
+            "run: given back"
+        );
+    }
+
+    #[test]
+    fn the_callback_data_outlives_a_dropped_future() {
+        let completion = Arc::new(Completion::new("test"));
+        let data = Arc::into_raw(Arc::clone(&completion))
+            .cast_mut()
+            .cast::<std::ffi::c_void>();
+        let weak = Arc::downgrade(&completion);
+        drop(completion); // the future goes away first
+        assert!(
+            weak.upgrade().is_some(),
+            "the driver's reference keeps it alive"
+        );
+        // SAFETY: as in `run_callback`.
+        unsafe { on_stream_point(std::ptr::null_mut(), sys::SUCCESS, data) };
+        assert!(weak.upgrade().is_none(), "released inside the callback");
+    }
+}

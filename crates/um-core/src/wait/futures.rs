@@ -1,0 +1,251 @@
+//! `sync` as a future: [`SyncFuture`] (of [`Managed::sync_async`]) and [`SyncAllFuture`] (of
+//! [`Stream::sync_all_async`]).
+//!
+//! Making the future enqueues, on the owning stream, what `sync` enqueues before its wait (the
+//! storage's release to the host, `crate::state`), then a completion
+//! (`crate::reclaim::completion`: a stream callback that wakes the task). Polled after the
+//! callback ran, the future checks the stream's status (`cuStreamQuery` returns a sticky error)
+//! and only then retypes the buffers to the host. No thread blocks and nothing polls.
+//!
+//! # Cancellation
+//!
+//! Dropping a future before its stream reached the point must neither free the buffers (a
+//! kernel may still use them) nor wait for the stream (the drop runs on an executor thread).
+//! The drop gives the buffers up as orphans and leaves them to the completion; the callback,
+//! when it runs, passes them to the reaper (`crate::reclaim::reaper`), which frees them. If the
+//! stream met an error, the memory is leaked, as a failed `sync` leaks it.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use crate::driver;
+use crate::driver::context::Context;
+use crate::driver::stream::{Owned, RawStream, Stream, StreamKind};
+use crate::driver::sys;
+use crate::error::{Error, Result};
+use crate::memory::managed::Managed;
+use crate::memory::marker::{HostOwned, StreamOwned};
+use crate::memory::release::{Passed, Released};
+use crate::memory::state::{SyncGroup, release_to_host};
+use crate::memory::storage::{Storage, Unified};
+use crate::reclaim::completion::Completion;
+use crate::sealed::PRIVATE;
+
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
+    /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
+    /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
+    /// up to that point. No thread blocks while the GPU works.
+    ///
+    /// The future checks the stream's status before it hands the memory to the CPU: a fault of
+    /// an earlier kernel comes back as `Err` (and the memory is leaked, as with `sync`).
+    /// Dropping the future unfinished never waits: the memory is freed once the stream is done
+    /// (see [`SyncFuture`]).
+    pub fn sync_async(self) -> SyncFuture<'s, T, K, M> {
+        let released = self
+            .owner_context()
+            .bind()
+            .and_then(|()| release_to_host(&self));
+        SyncFuture::new(self, released.map(Released))
+    }
+}
+
+impl<'s, K: StreamKind> Stream<'s, K> {
+    /// `sync_all` as a future: one host callback for the whole group, resolving to the
+    /// buffers in the host state (see [`Managed::sync_async`]).
+    pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {
+        let released = group.release_group(self, PRIVATE);
+        SyncAllFuture::new(group, self.context(), self.raw(), released)
+    }
+}
+
+enum Waiting {
+    /// The callback is enqueued; the buffers return to the host associated as `after` says.
+    Enqueued {
+        completion: Arc<Completion>,
+        after: Vec<Released>,
+        ctx: Context,
+        stream: RawStream,
+    },
+    /// Enqueueing failed; the error is returned at the first poll.
+    Failed(Error),
+    /// The output has been returned.
+    Done,
+}
+
+/// The future of [`Stream::sync_all_async`]: resolves to the buffers of `G` in the host state
+/// once the stream has reached the point where the future was made.
+///
+/// Dropping it unfinished hands the buffers to `um`'s reaper, which frees them once the stream
+/// has passed that point; the drop itself never waits.
+///
+/// # Panics
+/// When polled again after it returned `Ready` (the `Future` contract leaves that open).
+#[must_use = "futures do nothing unless awaited; dropping this one frees the buffers once the stream is done"]
+pub struct SyncAllFuture<'s, K: StreamKind, G: SyncGroup<'s, K>> {
+    group: Option<G>,
+    waiting: Waiting,
+    _stream: PhantomData<StreamOwned<'s, K>>,
+}
+
+// No field is structurally pinned: the future moves its buffers out by value.
+impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Unpin for SyncAllFuture<'s, K, G> {}
+
+impl<'s, K: StreamKind, G: SyncGroup<'s, K>> SyncAllFuture<'s, K, G> {
+    /// `released` is the outcome of enqueueing the releases to the host; on success the
+    /// callback is enqueued after them.
+    pub(crate) fn new(
+        group: G,
+        ctx: &Context,
+        stream: RawStream,
+        released: Result<Vec<Released>>,
+    ) -> Self {
+        let waiting =
+            match released.and_then(|after| Ok((after, Completion::enqueue(ctx, stream)?))) {
+                Ok((after, completion)) => Waiting::Enqueued {
+                    completion,
+                    after,
+                    ctx: ctx.clone(),
+                    stream,
+                },
+                Err(e) => Waiting::Failed(e),
+            };
+        SyncAllFuture {
+            group: Some(group),
+            waiting,
+            _stream: PhantomData,
+        }
+    }
+}
+
+impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> {
+    type Output = Result<G::Host>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let status = match &this.waiting {
+            Waiting::Enqueued { completion, .. } => match completion.poll_status(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(status) => status,
+            },
+            Waiting::Failed(_) | Waiting::Done => 0,
+        };
+        let (group, waiting) = (
+            this.group.take(),
+            std::mem::replace(&mut this.waiting, Waiting::Done),
+        );
+        let Some(group) = group else {
+            panic!("a sync future was polled after it completed");
+        };
+        match waiting {
+            Waiting::Failed(e) => {
+                // Like a failed `sync`: the buffers' drop waits for the stream, and leaks them
+                // if that fails.
+                drop(group);
+                Poll::Ready(Err(e))
+            }
+            Waiting::Enqueued {
+                completion,
+                after,
+                ctx,
+                stream,
+            } => {
+                // The stream's status: the callback's, and then the stream's own, which
+                // carries a sticky error of the context. "Not ready" only means later work.
+                let checked = if status == sys::SUCCESS {
+                    ctx.bind()
+                        .and_then(|()| driver::stream_query(stream.handle))
+                        .map(drop)
+                } else {
+                    Err(driver::driver_error(completion.source(), status))
+                };
+                match checked {
+                    Ok(()) => Poll::Ready(Ok(group.host_group(Passed::new(after), PRIVATE))),
+                    Err(e) => {
+                        // The GPU may still hold the memory: leak it, never free it.
+                        drop(group.orphan_group(PRIVATE));
+                        Poll::Ready(Err(e))
+                    }
+                }
+            }
+            Waiting::Done => panic!("a sync future was polled after it completed"),
+        }
+    }
+}
+
+impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Drop for SyncAllFuture<'s, K, G> {
+    fn drop(&mut self) {
+        let Some(group) = self.group.take() else {
+            return;
+        };
+        match &self.waiting {
+            Waiting::Enqueued { completion, .. } => {
+                // The callback hands the buffers to the reaper; if it has run already, they go
+                // there now. Either way no CUDA call here (`cuMemFree` may wait for the device).
+                completion.leave(group.orphan_group(PRIVATE));
+            }
+            // Nothing was enqueued: the buffers' own drop waits for the stream, as for `sync`.
+            Waiting::Failed(_) | Waiting::Done => drop(group),
+        }
+    }
+}
+
+impl<'s, K: StreamKind, G: SyncGroup<'s, K>> fmt::Debug for SyncAllFuture<'s, K, G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.waiting {
+            Waiting::Enqueued { completion, .. } => {
+                if completion.is_reported() {
+                    "ready"
+                } else {
+                    "waiting"
+                }
+            }
+            Waiting::Failed(_) => "failed",
+            Waiting::Done => "done",
+        };
+        f.debug_struct("SyncAllFuture")
+            .field("stream_kind", &K::NAME)
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of [`Managed::sync_async`]: resolves to the buffer in the host state once its
+/// stream has reached the point where the future was made. Cancellation as for
+/// [`SyncAllFuture`].
+#[must_use = "futures do nothing unless awaited; dropping this one frees the buffer once the stream is done"]
+pub struct SyncFuture<'s, T: ?Sized, K: StreamKind = Owned, M: Storage = Unified> {
+    inner: SyncAllFuture<'s, K, (Managed<T, StreamOwned<'s, K>, M>,)>,
+}
+
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> SyncFuture<'s, T, K, M> {
+    pub(crate) fn new(
+        memory: Managed<T, StreamOwned<'s, K>, M>,
+        released: Result<Released>,
+    ) -> Self {
+        // The owner's context: the callback (or event) goes on the owning stream.
+        let (ctx, stream) = (memory.owner_context().clone(), memory.stream());
+        SyncFuture {
+            inner: SyncAllFuture::new((memory,), &ctx, stream, released.map(|r| vec![r])),
+        }
+    }
+}
+
+impl<'s, T: ?Sized, K: StreamKind, M: Storage> Future for SyncFuture<'s, T, K, M> {
+    type Output = Result<Managed<T, HostOwned, M>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().inner)
+            .poll(cx)
+            .map(|r| r.map(|(m,)| m))
+    }
+}
+
+impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for SyncFuture<'_, T, K, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
