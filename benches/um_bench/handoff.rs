@@ -44,6 +44,7 @@ fn record(imp: &str, variant: &str, rounds: &[Vec<f64>], unit: &'static str) -> 
         median: median(&medians),
         min: rounds.iter().map(|r| min(r)).fold(f64::INFINITY, f64::min),
         unit,
+        paired: None,
     }
 }
 

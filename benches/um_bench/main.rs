@@ -14,6 +14,7 @@
 
 mod cpp;
 mod handoff;
+mod paired;
 mod report;
 mod runs;
 
@@ -41,6 +42,19 @@ pub(crate) struct Record {
     pub(crate) min: f64,
     /// Unit of `median` and `min`.
     pub(crate) unit: &'static str,
+    /// For a variant measured against a reference in the same process, round by round: the
+    /// paired difference (section 1b).
+    pub(crate) paired: Option<Paired>,
+}
+
+/// A paired difference to a reference, per round: median and mean with 95% intervals.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Paired {
+    pub(crate) median: f64,
+    pub(crate) median_ci: (f64, f64),
+    pub(crate) mean: f64,
+    pub(crate) mean_ci: (f64, f64),
+    pub(crate) rounds: usize,
 }
 
 pub(crate) struct Options {
@@ -61,8 +75,9 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "launch",
+    "launch_paired",
     "run_task",
     "mirror",
     "bandwidth",
@@ -252,6 +267,10 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     let mut records = Vec::new();
     if opts.wants("launch") {
         records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);
+        save(&records)?;
+    }
+    if opts.wants("launch_paired") {
+        records.extend(paired::launch_paired(ctx, 2000)?);
         save(&records)?;
     }
     for &mib in opts.sizes_mib.iter().filter(|_| opts.wants("run_task")) {

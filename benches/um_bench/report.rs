@@ -44,7 +44,7 @@ pub(crate) fn json(info: &DeviceInfo, records: &[Record]) -> String {
     for (i, r) in records.iter().enumerate() {
         let _ = writeln!(
             s,
-            "    {{\"scenario\": \"{}\", \"impl\": \"{}\", \"variant\": \"{}\", \"mib\": {}, \"threads\": {}, \"median\": {:.4}, \"min\": {:.4}, \"unit\": \"{}\"}}{}",
+            "    {{\"scenario\": \"{}\", \"impl\": \"{}\", \"variant\": \"{}\", \"mib\": {}, \"threads\": {}, \"median\": {:.4}, \"min\": {:.4}, \"unit\": \"{}\"{}}}{}",
             r.scenario,
             esc(&r.imp),
             esc(&r.variant),
@@ -53,6 +53,10 @@ pub(crate) fn json(info: &DeviceInfo, records: &[Record]) -> String {
             r.median,
             r.min,
             r.unit,
+            r.paired.map_or(String::new(), |p| format!(
+                ", \"vs_raw_median\": {:.4}, \"vs_raw_median_ci\": [{:.4}, {:.4}], \"vs_raw_mean\": {:.4}, \"vs_raw_mean_ci\": [{:.4}, {:.4}], \"rounds\": {}",
+                p.median, p.median_ci.0, p.median_ci.1, p.mean, p.mean_ci.0, p.mean_ci.1, p.rounds
+            )),
             if i + 1 < records.len() { "," } else { "" }
         );
     }
@@ -110,6 +114,54 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
             format!("{d:+.3} µs"),
             d <= 0.1,
         ));
+    }
+
+    // 1b. paired launches
+    if records.iter().any(|r| r.scenario == "launch_paired") {
+        let rounds = records
+            .iter()
+            .find_map(|r| r.paired.map(|p| p.rounds))
+            .unwrap_or(0);
+        let _ = writeln!(
+            md,
+            "\n### 1b. The same, paired in one process\n\nEvery variant in one process, on one context and kernel, taking turns batch by batch ({rounds} rounds of 64 launches each, the order rotating every round); per round, each um variant's µs per launch minus the raw call's. The raw reference is `cuLaunchKernel` called from Rust (`cust::sys`) with the function handle looked up once. Intervals are 95%: of the median from order statistics, of the mean from its standard error.\n\n| variant | median µs per launch | min µs | vs raw: median (95% CI) | vs raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
+        );
+        for r in records.iter().filter(|r| r.scenario == "launch_paired") {
+            let (m, mean) = r
+                .paired
+                .map_or(("(reference)".to_owned(), String::new()), |p| {
+                    (
+                        format!(
+                            "{:+.3} ({:+.3} .. {:+.3})",
+                            p.median, p.median_ci.0, p.median_ci.1
+                        ),
+                        format!(
+                            "{:+.3} ({:+.3} .. {:+.3})",
+                            p.mean, p.mean_ci.0, p.mean_ci.1
+                        ),
+                    )
+                });
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.3} | {m} | {mean} |",
+                r.variant, r.median, r.min
+            );
+        }
+        if let Some(p) = find(
+            records,
+            "launch_paired",
+            "um",
+            crate::paired::VARIANTS[0],
+            0,
+        )
+        .and_then(|r| r.paired)
+        {
+            goals.push((
+                "typed launch, host cost vs raw cuLaunchKernel in one process (median of paired rounds, 95% CI): ≤ +0.1 µs".into(),
+                format!("{:+.3} µs ({:+.3} .. {:+.3})", p.median, p.median_ci.0, p.median_ci.1),
+                p.median_ci.1 <= 0.1,
+            ));
+        }
     }
 
     // 2. run_task

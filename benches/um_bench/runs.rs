@@ -59,6 +59,7 @@ impl Rounds {
             median: median(&self.medians),
             min: self.min,
             unit,
+            paired: None,
         }
     }
 }
@@ -703,6 +704,7 @@ pub(crate) fn bandwidth(cpp: Option<&Baseline>, mib: usize) -> Res<Vec<Record>> 
             median: cpp::number(&line, "median_gbps")?,
             min: cpp::number(&line, "max_gbps")?,
             unit: "GB/s",
+            paired: None,
         });
     }
     Ok(out)
@@ -1000,6 +1002,7 @@ pub(crate) fn footprint(ctx: &Context) -> Res<Vec<Record>> {
         median: mib(bytes),
         min: mib(bytes),
         unit: "MiB",
+        paired: None,
     };
     Ok(vec![
         record("unified", unified.footprint_in_bytes()),
