@@ -353,3 +353,20 @@ fn mirrored_memory_is_not_handed_between_the_per_thread_streams_of_two_devices()
         .expect_err("a mirror's device half belongs to device 0");
     assert_eq!(err, Error::ContextMismatch, "{err}");
 }
+
+/// A foreign stream of another context is refused before anything runs on it.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn a_foreign_stream_of_another_device_is_refused() {
+    let (a, _b) = two_contexts();
+    let cudarc = cudarc::driver::CudaContext::new(1).expect("cudarc context of device 1");
+    let stream = cudarc.new_stream().expect("stream of device 1");
+    // SAFETY: cudarc keeps the stream alive for the call.
+    let got = unsafe { a.with_foreign_stream(stream.cu_stream().cast(), |_| Ok(())) };
+    assert_eq!(
+        got,
+        Err(Error::InvalidForeignStream {
+            reason: "a stream of another context"
+        })
+    );
+}

@@ -143,6 +143,13 @@ pub enum Error {
         /// The block asked for.
         block: (u32, u32, u32),
     },
+    /// A handle given to [`Context::with_foreign_stream`](crate::Context::with_foreign_stream)
+    /// that cannot be one: a special handle, or a stream of another context.
+    #[error("not a foreign stream of this context: {reason}")]
+    InvalidForeignStream {
+        /// Why.
+        reason: &'static str,
+    },
     /// The launch's block has more threads than the kernel allows: its `__launch_bounds__`, its
     /// registers, or the device's limit (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`). Checked
     /// before the launch (the driver would refuse it too).

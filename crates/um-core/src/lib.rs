@@ -100,6 +100,7 @@ mod sealed;
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use driver::context::{Context, DeviceInfo};
+pub use driver::foreign::Foreign;
 pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::stream::{
@@ -111,6 +112,7 @@ pub use launch::codegen;
 pub use launch::geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use memory::managed::Managed;
+pub use memory::raw::{DevicePtr, DevicePtrMut};
 pub use memory::{state, storage};
 #[doc(hidden)]
 pub use reclaim::completion::use_event_thread_for_waits;
@@ -223,6 +225,12 @@ mod facts {
     const_assert_eq!(std::mem::size_of::<Unified>(), 0);
     const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
     const_assert_eq!(std::mem::size_of::<Coherent>(), 0);
+
+    // A foreign stream is shared by threads like an owned one, and so is its memory.
+    assert_impl_all!(Stream<'static, Foreign>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Foreign>>: Send, Sync);
+    // A device address is a borrow of its buffer: it moves where the buffer may.
+    assert_impl_all!(DevicePtr<'static, f32>: Send, Sync);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

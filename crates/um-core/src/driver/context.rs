@@ -219,6 +219,20 @@ impl Context {
     pub fn same_as(&self, other: &Context) -> bool {
         self.inner.raw == other.inner.raw
     }
+
+    /// The driver's handle of this (primary) context (`CUcontext`), for a library that takes
+    /// one. Getting it is safe; using it is a foreign call. `um` retains the context for as
+    /// long as this `Context` (or any clone, buffer or stream of it) lives: do not release or
+    /// destroy it, nor reset the device, and do not use the handle after the last of them is
+    /// dropped.
+    pub fn as_raw(&self) -> *mut std::ffi::c_void {
+        self.inner.raw.cast()
+    }
+
+    /// Whether `ctx` is this context's driver handle.
+    pub(crate) fn is(&self, ctx: sys::CUcontext) -> bool {
+        self.inner.raw == ctx
+    }
 }
 
 /// A stream id never drawn before in this process (0 is `RawStream::NONE`'s): for every stream

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 
 pub(crate) mod context;
 pub(crate) mod event;
+pub(crate) mod foreign;
 pub(crate) mod module;
 pub(crate) mod options;
 pub(crate) mod stream;
@@ -312,6 +313,19 @@ pub(crate) fn stream_priority_range() -> Result<(i32, i32)> {
 pub(crate) unsafe fn stream_destroy(s: sys::CUstream) -> Result<()> {
     // SAFETY: guaranteed by the caller.
     check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(s) })
+}
+
+/// The context a stream belongs to (`cuStreamGetCtx`).
+///
+/// # Safety
+/// `s` is a live stream handle (not destroyed).
+pub(crate) unsafe fn stream_context(s: sys::CUstream) -> Result<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer; `s` is live (the caller's guarantee).
+    check("cuStreamGetCtx", unsafe {
+        sys::cuStreamGetCtx(s, &mut ctx)
+    })?;
+    Ok(ctx)
 }
 
 pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {

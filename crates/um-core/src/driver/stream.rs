@@ -203,7 +203,12 @@ impl<K: StreamKind> Drop for Stream<'_, K> {
 
 impl<'s, K: StreamKind> Stream<'s, K> {
     /// A stream of `ctx` with the given handle, id and policy, and its (not yet made) event.
-    fn from_raw(ctx: &Context, handle: sys::CUstream, id: u64, transfer: Transfer) -> Self {
+    pub(crate) fn from_raw(
+        ctx: &Context,
+        handle: sys::CUstream,
+        id: u64,
+        transfer: Transfer,
+    ) -> Self {
         let events = Arc::new(StreamEvent::new(ctx.clone()));
         Stream {
             ctx: ctx.clone(),
@@ -236,6 +241,21 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         driver::stream_synchronize(self.raw.handle)
+    }
+
+    /// The driver's handle of this stream (`CUstream`), for a library call that `um` does not
+    /// make itself (cuBLAS, NCCL, a cudarc kernel): see `docs/interop.md`.
+    ///
+    /// Getting the handle is safe; every use of it is a foreign call, and so `unsafe`. What such
+    /// a call may do: enqueue work on this stream that touches only memory it owns or memory
+    /// `um` owns *on this stream* (through [`Managed::device_ptr`](crate::Managed::device_ptr)
+    /// and [`device_ptr_mut`](crate::Managed::device_ptr_mut)), while the stream's scope runs.
+    /// What it must never do: destroy the stream, synchronize it into a state `um` did not
+    /// expect (waiting is harmless), capture it into a graph, or use the handle after the
+    /// scope's closure returned (an owned stream is destroyed then). The special handles of the
+    /// per-thread and legacy streams are returned as they are (`CU_STREAM_PER_THREAD`, NULL).
+    pub fn as_raw(&self) -> *mut std::ffi::c_void {
+        self.raw.handle.cast()
     }
 
     pub(crate) fn raw(&self) -> RawStream {

@@ -80,6 +80,8 @@ pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_STREAM_DEFAULT`.
 pub(crate) const STREAM_DEFAULT: c_uint = 0x0;
 
+/// `CU_STREAM_LEGACY`: the explicit handle of the legacy default stream.
+pub(crate) const STREAM_LEGACY_HANDLE: CUstream = 0x1 as CUstream;
 /// `CU_STREAM_PER_THREAD`: a handle that names the calling thread's default stream.
 pub(crate) const STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
 /// The NULL stream: with the non-`_ptsz` entry points declared here it is the legacy default
@@ -164,6 +166,7 @@ unsafe extern "C" {
     ) -> i32;
     pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> i32;
     pub(crate) fn cuStreamSynchronize(stream: CUstream) -> i32;
+    pub(crate) fn cuStreamGetCtx(stream: CUstream, ctx: *mut CUcontext) -> i32;
     pub(crate) fn cuStreamQuery(stream: CUstream) -> i32;
     pub(crate) fn cuStreamAttachMemAsync(
         stream: CUstream,

@@ -2,6 +2,7 @@
 
 pub(crate) mod managed;
 pub(crate) mod marker;
+pub(crate) mod raw;
 pub(crate) mod release;
 pub mod state;
 pub mod storage;

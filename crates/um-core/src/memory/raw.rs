@@ -1,0 +1,114 @@
+//! The door to libraries `um` does not wrap: the device address of a stream-owned buffer, for a
+//! call enqueued on the buffer's own stream (`docs/interop.md`).
+//!
+//! Getting an address is safe, as `slice::as_ptr` is; using it is a foreign call, and so
+//! `unsafe`. The types still do what they can: only a stream-owned buffer has an address (a
+//! host-owned one is the CPU's), the borrow says how long the address may be used, and the
+//! `&mut` form marks mirrored memory written, so that its `sync` copies the device half back.
+
+use std::marker::PhantomData;
+
+use crate::driver::stream::StreamKind;
+use crate::memory::managed::Managed;
+use crate::memory::marker::StreamOwned;
+use crate::memory::storage::Storage;
+
+/// The device address and length of a stream-owned buffer that a foreign call may read, for
+/// as long as the borrow `'b` (see [`Managed::as_device_ptr`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DevicePtr<'b, T> {
+    address: u64,
+    len: usize,
+    _borrow: PhantomData<&'b [T]>,
+}
+
+/// The device address and length of a stream-owned buffer that a foreign call may read and
+/// write, for as long as the borrow `'b` (see [`Managed::as_device_ptr_mut`]).
+#[derive(Debug)]
+pub struct DevicePtrMut<'b, T> {
+    address: u64,
+    len: usize,
+    _borrow: PhantomData<&'b mut [T]>,
+}
+
+impl<T> DevicePtr<'_, T> {
+    /// The address (`CUdeviceptr`), as the driver API and most libraries take it.
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The address as a typed pointer, as the runtime API and cuBLAS take it. Device memory:
+    /// never dereference it on the CPU.
+    pub fn as_ptr(&self) -> *const T {
+        self.address as usize as *const T
+    }
+
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements (never: `um` refuses empty allocations).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<T> DevicePtrMut<'_, T> {
+    /// The address (`CUdeviceptr`), as the driver API and most libraries take it.
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The address as a typed pointer, as the runtime API and cuBLAS take it. Device memory:
+    /// never dereference it on the CPU.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.address as usize as *mut T
+    }
+
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements (never: `um` refuses empty allocations).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
+    /// The buffer's device address, for a foreign call (a cuBLAS or NCCL call, a kernel launched
+    /// by another library) that only **reads** it.
+    ///
+    /// What the call may do with it, and what makes that sound (the caller of the foreign,
+    /// `unsafe` function guarantees it):
+    /// * enqueue work **on this buffer's stream** (its [`Stream::as_raw`](crate::Stream::as_raw)),
+    ///   and on no other stream: the stream is what keeps every other use of the memory out;
+    /// * read at most [`len`](DevicePtr::len) elements from the address;
+    /// * only while the borrow lasts: once it ends, the buffer may be handed off, synced (the
+    ///   CPU then owns it) or dropped (freed after the stream's work, including the call's).
+    ///
+    /// It never lets safe code reach the buffer from the CPU or from another stream: a
+    /// host-owned buffer has no address to give, and the address itself can only be used by
+    /// `unsafe` code.
+    pub fn as_device_ptr(&self) -> DevicePtr<'_, T> {
+        DevicePtr {
+            address: self.device_ptr(),
+            len: self.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// As [`as_device_ptr`](Managed::as_device_ptr), for a call that may also **write** the
+    /// buffer (every element it writes from one thread of its own, or atomically). Mirrored
+    /// memory is marked written, so that its next `sync` copies the device half back.
+    pub fn as_device_ptr_mut(&mut self) -> DevicePtrMut<'_, T> {
+        self.mark_device_written();
+        DevicePtrMut {
+            address: self.device_ptr(),
+            len: self.len(),
+            _borrow: PhantomData,
+        }
+    }
+}
