@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the bundle folder that scripts/gpu-bundle.sh made.
 #
-#   run.sh [--repeat N]  every test binary with --include-ignored (GPU tests included), then
+#   run.sh [--repeat N] [--examples-only]
+#                       every test binary with --include-ignored (GPU tests included), then
 #                       every example, N times each (default 1). Each test counts as one pass
 #                       or failure, each run of an example as one; the last line is
 #                       "N passed, N failed". A per-example count is printed when N > 1.
+#                       --examples-only skips the test binaries.
 #   run.sh --sanitize [TOOL ...]
 #                       every test binary and example under compute-sanitizer, once per tool
 #                       (default: memcheck racecheck synccheck initcheck). A program passes when
@@ -50,6 +52,7 @@ run_all() {
   passed=0
   failed=0
   for t in tests/*; do
+    [ -n "${examples_only:-}" ] && break
     local name
     name=$(basename "$t")
     if [ "$name" = gpu_two_devices ] && [ "${gpus:-0}" -lt 2 ]; then
@@ -316,9 +319,14 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 
 repeat=1
-if [ "${1:-}" = "--repeat" ]; then
-  repeat=${2:?usage: run.sh --repeat N}
-fi
+examples_only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeat) repeat=${2:?usage: run.sh --repeat N}; shift 2 ;;
+    --examples-only) examples_only=1; shift ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 run_all "$repeat"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
