@@ -286,3 +286,36 @@ fn a_block_larger_than_the_kernels_launch_bounds_is_refused() {
     let k = ctx.kernel(testing::PTX, "bounded_add").expect("kernel");
     assert_eq!(k.max_threads_per_block(), 64);
 }
+
+/// Issue 18's red team, suspect 4: typed launchers keep no reference to the `Context` handle
+/// whose module they launch, and a handle unloads its modules when its last clone goes. Here
+/// memory of handle `h2` runs a kernel of handle `h1`'s module on an `h1` stream, is handed to an
+/// `h2` stream, and `h1` is dropped while the kernel still runs. A handle's drop now waits for
+/// the context's work before it unloads a module, so the kernel finishes its work and the
+/// result is exact (and the sanitizer pass sees no error).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn dropping_a_handle_whose_kernel_still_runs_unloads_nothing_under_it() {
+    let h2 = gpu();
+    let n = 4096;
+    let data = Managed::from_fn(&h2, n, |_| 1.0f32).expect("alloc");
+    let spin_ns = if std::env::var_os("UM_SANITIZE").is_some() {
+        10_000_000
+    } else {
+        300_000_000
+    };
+    let data = h2
+        .with_stream(StreamOptions::new(), |outer| {
+            let h1 = gpu();
+            assert!(h1.same_as(&h2));
+            let d = h1.with_stream(StreamOptions::new(), |inner| {
+                let mut d = data.attach(inner)?;
+                testing::spin_then_add(inner, &mut d, 1.0, spin_ns)?;
+                d.hand_off(outer)
+            })?;
+            drop(h1);
+            d.sync()
+        })
+        .expect("the kernel of a dropped handle completes");
+    assert!(data.iter().all(|v| *v == 2.0), "{}", data[0]);
+}

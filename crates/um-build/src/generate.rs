@@ -10,6 +10,10 @@
 //!   `M0`, ...) never stand for a struct of the same name, nor a struct for them;
 //! * the module's own items are named `self::PTX`, `self::k_with`, so no parameter shadows them;
 //! * macros are `::core::include_str!` and friends, so no `macro_rules!` of the user's does;
+//! * the PTX is included by a path relative to the generated file (`um-ptx/<m>.ptx` beside
+//!   it), so a launcher embeds the very file um-build checked, wherever the output folder is:
+//!   with a path under `$OUT_DIR`, two kernel folders built into two output folders of one
+//!   crate (`Kernels::out_dir`) embedded each other's PTX (issue 18's red team, hole 2);
 //! * every C name becomes a Rust identifier one to one ([`rust_ident`]): Rust keywords become
 //!   raw identifiers (`r#type`), the launchers' own parameter names get a `_`, and two C names
 //!   that would still meet are refused, as are names Rust cannot spell at all (`self`, `_`);
@@ -514,7 +518,7 @@ fn write_unit(out: &mut String, u: &Unit<'_>, arch: &str) -> Result<()> {
          use super::__um;\n\n\
          /// The PTX of `{path}`, built for `{arch}`. A `static`: one address for every user,\n\
          /// which is what the per-context module cache looks up first.\n\
-         pub static PTX: &str = ::core::include_str!(::core::concat!(::core::env!(\"OUT_DIR\"), \"/{ptx}\"));\n\n",
+         pub static PTX: &str = ::core::include_str!(\"{ptx}\");\n\n",
         path = u.shown_path,
         module = u.module,
         ptx = u.ptx_file,

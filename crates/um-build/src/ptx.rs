@@ -93,6 +93,9 @@ fn dynamic_shared(ptx: &str) -> Vec<String> {
 struct Body<'a> {
     name: String,
     entry: bool,
+    /// From the name to the body: the parameter list, then the performance directives
+    /// (`.maxntid`, `.reqntid`, `.blocksareclusters`, ...).
+    header: &'a str,
     text: &'a str,
 }
 
@@ -137,6 +140,7 @@ fn bodies(ptx: &str) -> Vec<Body<'_>> {
         out.push(Body {
             name,
             entry: directive == ".entry",
+            header: &ptx[from..header_end],
             text: &ptx[header_end..end],
         });
         from = end;
@@ -210,7 +214,52 @@ fn scalar_matches(s: Scalar, p: &PtxParam) -> bool {
 /// and alignment; and that no safe kernel reaches dynamic shared memory.
 pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
     check_entries(source, ptx)?;
-    check_dynamic_shared(source, ptx)
+    check_dynamic_shared(source, ptx)?;
+    check_launch_directives(source, ptx)
+}
+
+/// The entry directives that fix the shape of a block, which a safe launch cannot honour: a
+/// `Linear` launch has blocks of its own size, one-dimensional. `__block_size__((x, y, z))`
+/// compiles to `.reqntid x, y, z` and `.blocksareclusters`, under which the grid counts
+/// clusters and the GPU runs blocks of the compiled shape whatever the launch says: a
+/// y-extended block (two threads per index) or 1024 times the threads `Linear` counted (an
+/// index past 2^31). Found by issue 18's red team.
+const SHAPE_DIRECTIVES: [&str; 2] = [".blocksareclusters", ".reqntid"];
+
+/// Refuses a safe kernel whose PTX entry fixes its block shape ([`SHAPE_DIRECTIVES`]), however
+/// the declaration got there (a prototype with the attribute on the definition in a header, a
+/// redefined marker). `.maxntid` (`__launch_bounds__`), `.maxnreg`, `.minnctapersm` and cluster
+/// dimensions (`__cluster_dims__`: a grid they do not divide is refused by the driver) change no
+/// thread's index and stay allowed.
+pub(crate) fn check_launch_directives(source: &Source, ptx: &str) -> Result<()> {
+    let bodies = bodies(ptx);
+    for k in source.kernels.iter().filter(|k| k.safe) {
+        let Some(entry) = bodies.iter().find(|b| b.entry && b.name == k.name) else {
+            continue; // the entry check of `check` reports it
+        };
+        // The directives come after the parameter list.
+        let directives = entry
+            .header
+            .rfind(')')
+            .map_or("", |at| &entry.header[at + 1..]);
+        if let Some(d) = SHAPE_DIRECTIVES.iter().find(|d| {
+            directives
+                .split_whitespace()
+                .any(|w| w.trim_end_matches(',') == **d)
+        }) {
+            return Err(Error::new(format!(
+                "its PTX entry fixes the block's shape (`{d}`, from `__block_size__`), which a \
+                 safe launch cannot honour: a `Linear` launch decides the block"
+            ))
+            .kernel(&k.name)
+            .at(k.line)
+            .help(
+                "remove `__block_size__` from the kernel, or declare it `extern \"C\" __global__` \
+                 (an unsafe launcher, whose caller guarantees the launch)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_entries(source: &Source, ptx: &str) -> Result<()> {
@@ -352,6 +401,63 @@ mod tests {
             }
             // An unsafe kernel may use it: its LaunchConfig says how much.
             assert_eq!(check_dynamic_shared(&decl(name, false), DYNAMIC), Ok(()));
+        }
+    }
+
+    /// What nvcc 13.0 wrote for `__block_size__((32,4,1))`, `__launch_bounds__(64)`,
+    /// `__cluster_dims__(2,1,1)` and `__maxnreg__(32)` (compute_90).
+    const SHAPES: &str = r#"
+.visible .entry bump(
+	.param .u64 bump_param_0
+)
+.blocksareclusters
+.reqntid 32, 4, 1
+.reqnctapercluster 1, 1, 1
+{
+	ret;
+}
+.visible .entry lb(
+	.param .u64 lb_param_0
+)
+.maxntid 64, 1, 1
+{
+	ret;
+}
+.visible .entry cl(
+	.param .u64 cl_param_0
+)
+.explicitcluster
+.reqnctapercluster 2, 1, 1
+{
+	ret;
+}
+.visible .entry mr(
+	.param .u64 mr_param_0
+)
+.maxnreg 32
+{
+	ret;
+}
+"#;
+
+    #[test]
+    fn a_safe_kernel_whose_block_shape_is_fixed_is_refused() {
+        let decl = |name: &str, safe: bool| {
+            let marker = if safe {
+                "UM_SAFE_KERNEL"
+            } else {
+                "extern \"C\" __global__"
+            };
+            parse(&format!("{marker} void {name}(float *x) {{}}")).expect("parses")
+        };
+        for (name, refused) in [("bump", true), ("lb", false), ("cl", false), ("mr", false)] {
+            let got = check_launch_directives(&decl(name, true), SHAPES);
+            assert_eq!(got.is_err(), refused, "{name}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.message().contains("__block_size__"), "{e}");
+                assert_eq!(e.kernel_name(), Some(name));
+            }
+            assert_eq!(check_launch_directives(&decl(name, false), SHAPES), Ok(()));
         }
     }
 

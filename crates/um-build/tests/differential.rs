@@ -2987,9 +2987,10 @@ fn parse_generated(code: &str) -> Result<Vec<GenModule>, String> {
             if line == "}" {
                 modules.push(module.take().unwrap());
             } else if let Some(p) = line.strip_prefix("pub static PTX: &str = ") {
-                let start = p.find("\"/").ok_or_else(bad)? + 1;
+                // `::core::include_str!("um-ptx/<m>.ptx")`: relative to the generated file.
+                let start = p.find('"').ok_or_else(bad)? + 1;
                 let end = start + p[start..].find('"').ok_or_else(bad)?;
-                m.ptx = p[start..end].to_owned();
+                m.ptx = format!("/{}", &p[start..end]);
             } else if line.starts_with("#[derive(") {
                 default = line.contains("Default");
             } else if let Some(s) = line.strip_prefix("pub struct ") {
@@ -3134,18 +3135,20 @@ fn show_case(id: usize, case: &Case) -> String {
     s
 }
 
-/// A copy of a case's generated file that reads its PTX from an absolute path.
+/// A copy of a case's generated file that reads its PTX from an absolute path (the generated
+/// file names it relative to itself, and the copy lives elsewhere).
 fn rewrite_ptx_paths(code: &str, out: &Path) -> String {
-    const FROM: &str = "::core::concat!(::core::env!(\"OUT_DIR\"), \"";
+    const FROM: &str = "::core::include_str!(\"";
     let mut result = String::new();
     let mut rest = code;
     while let Some(at) = rest.find(FROM) {
-        result.push_str(&rest[..at]);
+        result.push_str(&rest[..at + FROM.len()]);
         let after = &rest[at + FROM.len()..];
-        let end = after.find("\")").unwrap();
-        let path = format!("{}{}", out.display(), &after[..end]);
-        result.push_str(&format!("{path:?}"));
-        rest = &after[end + 2..];
+        let end = after.find('"').unwrap();
+        let path = out.join(&after[..end]);
+        let quoted = format!("{}", path.display());
+        result.push_str(&quoted.replace('\\', "/"));
+        rest = &after[end..];
     }
     result.push_str(rest);
     result

@@ -400,3 +400,90 @@ fn file_and_struct_names_that_collided_with_rust_build() {
         "{code}"
     );
 }
+
+/// Issue 18's red team, hole 1: `__block_size__((x, y, z))` on a safe kernel's definition, out
+/// of um-build's reading (a prototype with the definition in a header, or a redefined marker),
+/// fixes the block's shape (`.reqntid`, `.blocksareclusters`): the GPU then ran y-extended blocks
+/// (a data race through `um::indices`) or 1024 times the threads `Linear` counted (an index past
+/// 2^31). Refused from the PTX entry, however it got there. Needs an architecture that has the
+/// attribute (compute_90).
+#[test]
+fn a_safe_kernel_whose_definition_fixes_its_block_shape_is_refused() {
+    let header = "#pragma once\n#include \"um.cuh\"\n\
+        extern \"C\" __global__ void __block_size__((32, 4, 1)) bump(float *x, um::len32 n) {\n\
+            for (auto i : um::indices(n)) x[i] += 1.0f;\n}\n";
+    let e = build_with(
+        &[
+            (
+                "race.cu",
+                "#include \"um.cuh\"\nUM_SAFE_KERNEL void bump(float *x, um::len32 n);\n#include \"race_impl.cuh\"\n",
+            ),
+            ("race_impl.cuh", header),
+        ],
+        &["-arch=compute_90"],
+    )
+    .expect_err("__block_size__ behind a prototype");
+    assert!(e.to_string().contains("__block_size__"), "{e}");
+    assert_eq!(e.kernel_name(), Some("bump"), "{e}");
+    // The marker redefined after um.cuh.
+    let e = build_with(
+        &[(
+            "race.cu",
+            "#include \"um.cuh\"\n#undef UM_SAFE_KERNEL\n\
+             #define UM_SAFE_KERNEL extern \"C\" __global__ __block_size__((1024, 1, 1))\n\
+             UM_SAFE_KERNEL void put(float *x, float v, um::ilen32 n) {\n\
+                 int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = v; }\n",
+        )],
+        &["-arch=compute_90"],
+    )
+    .expect_err("__block_size__ through the marker");
+    assert!(e.to_string().contains("fixes the block's shape"), "{e}");
+    // `__launch_bounds__` and `__cluster_dims__` change no index: still safe.
+    build_with(
+        &[(
+            "ok.cu",
+            "#include \"um.cuh\"\n\
+             UM_SAFE_KERNEL void __launch_bounds__(64) a(float *x, um::len32 n) { for (auto i : um::indices(n)) x[i] = 1.0f; }\n",
+        )],
+        &["-arch=compute_90"],
+    )
+    .expect("__launch_bounds__ is allowed");
+}
+
+/// Issue 18's red team, hole 2: the generated `PTX` static read
+/// `$OUT_DIR/um-ptx/<m>.ptx`, not the file um-build checked in `Kernels::out_dir`: two kernel
+/// folders built into two output folders of one crate embedded each other's PTX (an f64 kernel
+/// behind an f32 launcher). The path is now relative to the generated file, beside which
+/// um-build writes the PTX it checked.
+#[test]
+fn each_output_folder_embeds_its_own_ptx() {
+    let root = std::env::temp_dir().join(format!("um-build-outdir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let mut generated = Vec::new();
+    for (folder, ty) in [("kernels_f64", "double"), ("kernels_f32", "float")] {
+        let dir = root.join(folder);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("twice.cu"),
+            format!(
+                "#include \"um.cuh\"\nUM_SAFE_KERNEL void twice({ty} *x, um::len32 n) {{ for (auto i : um::indices(n)) x[i] *= 2; }}\n"
+            ),
+        )
+        .unwrap();
+        let out = root.join("out").join(folder);
+        let built = um_build::Kernels::new(&dir)
+            .out_dir(&out)
+            .build()
+            .expect("builds");
+        let code = std::fs::read_to_string(&built.generated).unwrap();
+        assert!(
+            code.contains("pub static PTX: &str = ::core::include_str!(\"um-ptx/twice.ptx\");"),
+            "{code}"
+        );
+        // The file the static names, beside the generated one, is the one for this folder.
+        let ptx = std::fs::read_to_string(out.join("um-ptx/twice.ptx")).unwrap();
+        generated.push(ptx.contains(".f64"));
+    }
+    assert_eq!(generated, [true, false]);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,6 +1,6 @@
 //! The CUDA context: driver initialisation, device choice, and what the device can do.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::driver;
 use crate::driver::module::ModuleCache;
@@ -74,15 +74,25 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Modules belong to the context: unload them while it is still retained.
+        // Modules belong to the context: unload them while it is still retained. A kernel of
+        // one of them may still run: launches keep no reference to the handle, and memory of
+        // another handle of the device may be on a stream of this one (issue 18's red team,
+        // suspect 4). `cuModuleUnload` documents no wait, so wait for the context's work first,
+        // and only when there is a module to unload. Should the wait fail (a sticky error), the
+        // modules are leaked rather than unloaded under a kernel.
         if self.bind().is_ok() {
-            let modules = std::mem::take(
-                &mut *self
-                    .modules
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            drop(modules);
+            let mut cache = self
+                .modules
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !cache.is_empty() {
+                let modules = std::mem::take(&mut *cache);
+                if driver::ctx_synchronize().is_ok() {
+                    drop(modules);
+                } else {
+                    std::mem::forget(modules);
+                }
+            }
         }
         driver::primary_ctx_release(self.device);
     }
@@ -249,5 +259,64 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context")
             .field("device", &self.inner.info)
             .finish_non_exhaustive()
+    }
+}
+
+/// The first device of the process without concurrent managed access, if any.
+///
+/// Globally attached memory is reachable from every device, not only the allocation's
+/// (`cuMemAllocManaged`: "accessible from any stream on any device"), and on a device without
+/// concurrent managed access the CPU may touch no such memory while any kernel runs there. A
+/// kernel on that other device (through `um` or not) would then make every CPU access to a
+/// host-owned buffer that is attached globally a fault, which the states cannot prevent: so
+/// coherent memory needs every device to have it, not only the allocation's, and unified memory
+/// that `attach_global` attached goes back to the host attached to the host where any device
+/// lacks it. (The emulated mode belongs to one handle and changes nothing physical: the
+/// storages check it on their own context, not here.)
+///
+/// The devices of a process are fixed once the driver is initialised, so the answer is asked
+/// of the driver once and kept (an error is not kept: the next allocation asks again).
+pub(crate) fn device_lacking_concurrent_access() -> Result<Option<usize>> {
+    static ANSWER: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(answer) = ANSWER.get() {
+        return Ok(*answer);
+    }
+    let answer = first_lacking((0..driver::device_count()?).map(|ordinal| {
+        let device = driver::device_get(ordinal)?;
+        Ok(driver::device_attribute(device, sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0)
+    }))?;
+    Ok(*ANSWER.get_or_init(|| answer))
+}
+
+/// The ordinal of the first device whose concurrent managed access is `false`, given each
+/// device's answer in order; the first error stops the search.
+fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Option<usize>> {
+    for (ordinal, concurrent) in devices.into_iter().enumerate() {
+        if !concurrent? {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_lacking;
+    use crate::error::Error;
+
+    #[test]
+    fn one_device_without_concurrent_access_refuses_coherent_memory_on_all() {
+        assert_eq!(first_lacking([]), Ok(None));
+        assert_eq!(first_lacking([Ok(true), Ok(true)]), Ok(None));
+        assert_eq!(first_lacking([Ok(true), Ok(false), Ok(true)]), Ok(Some(1)));
+        assert_eq!(first_lacking([Ok(false), Ok(false)]), Ok(Some(0)));
+        let err = Error::InvalidDevice {
+            ordinal: 1,
+            count: 1,
+        };
+        assert_eq!(
+            first_lacking([Ok(true), Err(err.clone()), Ok(false)]),
+            Err(err)
+        );
     }
 }

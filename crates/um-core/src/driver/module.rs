@@ -47,6 +47,11 @@ struct CachedKernel {
 }
 
 impl ModuleCache {
+    /// Whether no module is loaded.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// The module loaded from `ptx`: by address first, then by text. Rust does not promise that
     /// the same `'static` text has one address everywhere (a `const` may be copied at each use),
     /// so a miss by address compares the texts before the caller loads the module again; the

@@ -84,7 +84,8 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// is still associated with (after a `sync` from it) makes no attach call. What the other
     /// storages enqueue instead is in [`crate::storage`].
     ///
-    /// If the driver refuses, the memory is freed and the error returned.
+    /// If the driver refuses, the memory is dropped as the stream's (its drop waits for the stream, then
+    /// frees it, or leaks it if the wait fails) and the error returned.
     ///
     /// [`Transfer`]: crate::Transfer
     pub fn attach<'s, K: Attachable>(
@@ -111,8 +112,18 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
         // SAFETY: the allocation is live and ours, host-owned until the retype below; `stream`
         // is alive for the whole of 's and of the allocation's context (checked above); the flag
         // suits the stream (the caller's guarantee).
-        unsafe { M::attach(host, self.allocation_mut(), target, flag, PRIVATE) }?;
-        Ok(self.retype(target))
+        let attached = unsafe { M::attach(host, self.allocation_mut(), target, flag, PRIVATE) };
+        // Either way the memory is now the stream's: a storage may have enqueued work on it
+        // (the association, a copy) before a later call failed, so a failed attach drops it as
+        // stream-owned, which waits for the stream before the free (and leaks if that fails).
+        let owned: Managed<T, StreamOwned<'s, K>, M> = self.retype(target);
+        match attached {
+            Ok(()) => Ok(owned),
+            Err(e) => {
+                drop(owned);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -16,13 +16,11 @@
 
 use std::ffi::c_uint;
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
-use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, device_lacking_concurrent_access};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -164,41 +162,6 @@ impl HasParts for Coherent {
     }
 }
 
-/// The first device of the process without concurrent managed access, if any.
-///
-/// Globally attached memory is reachable from every device, not only the allocation's
-/// (`cuMemAllocManaged`: "accessible from any stream on any device"), and on a device without
-/// concurrent managed access the CPU may touch no such memory while any kernel runs there. A
-/// kernel on that other device (through `um` or not) would then make every CPU access to a
-/// host-owned coherent buffer a fault, which the states cannot prevent: so every device must
-/// have it, not only the allocation's. (The emulated mode belongs to one handle and changes
-/// nothing physical: it is checked on `ctx` above, not here.)
-///
-/// The devices of a process are fixed once the driver is initialised, so the answer is asked
-/// of the driver once and kept (an error is not kept: the next allocation asks again).
-fn device_lacking_concurrent_access() -> Result<Option<usize>> {
-    static ANSWER: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(answer) = ANSWER.get() {
-        return Ok(*answer);
-    }
-    let answer = first_lacking((0..driver::device_count()?).map(|ordinal| {
-        let device = driver::device_get(ordinal)?;
-        Ok(driver::device_attribute(device, sys::ATTR_CONCURRENT_MANAGED_ACCESS)? != 0)
-    }))?;
-    Ok(*ANSWER.get_or_init(|| answer))
-}
-
-/// The ordinal of the first device whose concurrent managed access is `false`, given each
-/// device's answer in order; the first error stops the search.
-fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Option<usize>> {
-    for (ordinal, concurrent) in devices.into_iter().enumerate() {
-        if !concurrent? {
-            return Ok(Some(ordinal));
-        }
-    }
-    Ok(None)
-}
-
 impl<T: DeviceCopy> Managed<T, HostOwned, Coherent> {
     /// A coherent allocation holding `value`.
     pub fn new_coherent(ctx: &Context, value: T) -> Result<Self> {
@@ -249,27 +212,5 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
         T: Zeroable,
     {
         Ok(Fresh::<T, Coherent>::new(ctx, len)?.zeroed_slice())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::first_lacking;
-    use crate::error::Error;
-
-    #[test]
-    fn one_device_without_concurrent_access_refuses_coherent_memory_on_all() {
-        assert_eq!(first_lacking([]), Ok(None));
-        assert_eq!(first_lacking([Ok(true), Ok(true)]), Ok(None));
-        assert_eq!(first_lacking([Ok(true), Ok(false), Ok(true)]), Ok(Some(1)));
-        assert_eq!(first_lacking([Ok(false), Ok(false)]), Ok(Some(0)));
-        let err = Error::InvalidDevice {
-            ordinal: 1,
-            count: 1,
-        };
-        assert_eq!(
-            first_lacking([Ok(true), Err(err.clone()), Ok(false)]),
-            Err(err)
-        );
     }
 }

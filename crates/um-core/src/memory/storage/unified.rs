@@ -22,7 +22,7 @@ use std::ffi::c_uint;
 use std::ptr::NonNull;
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, device_lacking_concurrent_access};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
@@ -95,7 +95,13 @@ impl HasParts for Unified {
 
     unsafe fn release(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Result<RawStream> {
         let ptr = Self::device_ptr(host, &a.parts);
-        if a.ctx.info().concurrent_managed_access {
+        // Memory of `attach_global` (the NULL stream's association) is reachable from every
+        // device: where any device of the process lacks concurrent managed access, the CPU may
+        // not touch it while a kernel runs there, so it goes back attached to the host, as
+        // coherent memory is refused outright (red team of issue 18, suspect 3).
+        let global = a.stream.handle.is_null();
+        let everywhere = !global || device_lacking_concurrent_access()?.is_none();
+        if a.ctx.info().concurrent_managed_access && everywhere {
             // SAFETY: the caller's guarantees.
             unsafe { transfer::on_release(ptr, a.bytes, &a.ctx, a.stream) }?;
             // The association stays; a later attach to the same stream needs no driver call.
