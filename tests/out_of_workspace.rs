@@ -1,17 +1,26 @@
-//! A user's crate, outside this workspace, that depends on `um` and `um-build` by path and
-//! brings its own kernels: it must build with nothing but its own `build.rs` (no GPU needed),
-//! and a kernel that breaks the safe-launcher convention must fail that build with a message
-//! that names the file, the line and the parameter.
+//! Crates outside this workspace, as users write them, that depend on `um-cuda` and `um-build`
+//! through the dependency lines of the docs (`um-cuda = "0.1"`, `um-build = "0.1"`), redirected
+//! to this workspace by `[patch.crates-io]`:
 //!
-//! Needs cargo and nvcc (as every build of `um` does); not part of the GPU bundle.
+//! * one that brings its own kernels must build with nothing but its own `build.rs` (no GPU
+//!   needed), and a kernel that breaks the safe-launcher convention must fail that build with a
+//!   message that names the file, the line and the parameter, as the first line of the build
+//!   script's output;
+//! * README's quick start, copied block by block, with its `.cargo/config.toml`, must build and
+//!   run up to the GPU; and the rustdoc front page of `um` must show the same code;
+//! * one with no kernels of its own must build without nvcc.
+//!
+//! Needs cargo and nvcc (but the last), no GPU; not part of the GPU bundle. `.ci/run` builds a
+//! crate with no kernels against the packaged crates too (`scripts/package-check.sh`).
 #![allow(clippy::expect_used)]
 
+use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const BUILD_RS: &str = r#"fn main() {
-    um_build::Kernels::new("kernels").arch("compute_75").build().unwrap();
+    um_build::Kernels::new("kernels").arch("compute_75").build_or_exit();
 }
 "#;
 
@@ -68,42 +77,92 @@ fn write(dir: &Path, rel: &str, text: &str) {
     fs::write(path, text).expect("write");
 }
 
-/// A fresh crate in a temporary directory, as a user would lay it out.
-fn user_crate(name: &str, kernels: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::temp_dir().join(format!("um-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    let manifest = format!(
-        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
-         [dependencies]\num = {{ path = {:?} }}\n\n\
-         [build-dependencies]\num-build = {{ path = {:?} }}\n\n\
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `[package]` of a fresh crate, then `dependencies` as the user writes them, then what points
+/// them at this workspace instead of crates.io.
+fn manifest(name: &str, dependencies: &str) -> String {
+    let root = root();
+    format!(
+        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n{dependencies}\n\n\
+         # This workspace, as if it were published.\n[patch.crates-io]\n\
+         um-cuda = {{ path = {:?} }}\num-build = {{ path = {:?} }}\n\n\
          # Not part of any workspace around it.\n[workspace]\n",
         root.display().to_string(),
         root.join("crates/um-build").display().to_string(),
-    );
-    write(&dir, "Cargo.toml", &manifest);
-    write(&dir, "build.rs", BUILD_RS);
-    write(&dir, "kernels/scale.cu", kernels);
-    write(&dir, "src/main.rs", MAIN_RS);
+    )
+}
+
+/// A fresh crate in a temporary directory: `files` are (path, text).
+fn fresh_crate(name: &str, dependencies: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("um-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    write(&dir, "Cargo.toml", &manifest(name, dependencies));
+    for (rel, text) in files {
+        write(&dir, rel, text);
+    }
     // The versions this workspace was tested with.
-    fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy Cargo.lock");
+    fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy Cargo.lock");
     dir
 }
 
+const USER_DEPENDENCIES: &str =
+    "[dependencies]\num-cuda = \"0.1\"\n\n[build-dependencies]\num-build = \"0.1\"";
+
+/// A user's crate with its own kernels, as a user would lay it out.
+fn user_crate(name: &str, kernels: &str) -> PathBuf {
+    fresh_crate(
+        name,
+        USER_DEPENDENCIES,
+        &[
+            ("build.rs", BUILD_RS),
+            ("kernels/scale.cu", kernels),
+            ("src/main.rs", MAIN_RS),
+        ],
+    )
+}
+
 /// `cargo build` in `dir`, with a target directory kept between runs (dependencies compile
-/// once). The CUDA paths come from the environment cargo gives this test (`.cargo/config.toml`
-/// of the workspace: `CUDA_LIBRARY_PATH`, `UM_LOCAL_NVCC`), as a user sets them for theirs.
-fn cargo_build(dir: &Path) -> Output {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// once), and `env` set (a `None` value removes the variable). The CUDA paths come from the
+/// environment cargo gives this test (`.cargo/config.toml` of the workspace:
+/// `CUDA_LIBRARY_PATH`, `UM_LOCAL_NVCC`) unless `env` says otherwise.
+fn cargo_build_with(dir: &Path, env: &[(&str, Option<OsString>)]) -> Output {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    Command::new(cargo)
-        .arg("build")
-        .arg("--quiet")
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
         .current_dir(dir)
-        .env("CARGO_TARGET_DIR", root.join("target/out-of-workspace"))
-        .env_remove("RUSTFLAGS")
-        .output()
-        .expect("run cargo")
+        .env("CARGO_TARGET_DIR", root().join("target/out-of-workspace"))
+        .env_remove("RUSTFLAGS");
+    for (key, value) in env {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.output().expect("run cargo")
+}
+
+fn cargo_build(dir: &Path) -> Output {
+    cargo_build_with(dir, &[])
+}
+
+/// Runs what `cargo_build` built: without a GPU it must stop at the context with um's error
+/// (exit `no_gpu_exit`, `no_gpu_says` on stdout or stderr); with one, exit 0 saying `ok_says`.
+fn run_up_to_the_gpu(exe_name: &str, no_gpu_exit: i32, no_gpu_says: &str, ok_says: &str) {
+    let exe = root().join("target/out-of-workspace/debug").join(exe_name);
+    let run = Command::new(&exe).output().expect("run the user's program");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    match run.status.code() {
+        Some(code) if code == no_gpu_exit => assert!(said.contains(no_gpu_says), "{said}"),
+        Some(0) => assert!(said.contains(ok_says), "{said}"),
+        other => panic!("exit {other:?}: {said}"),
+    }
 }
 
 #[test]
@@ -115,19 +174,8 @@ fn a_user_crate_outside_the_workspace_builds_and_runs_up_to_the_gpu() {
         "the user's crate did not build:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let exe =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/out-of-workspace/debug/user-crate");
-    let run = Command::new(&exe).output().expect("run the user's program");
-    let stdout = String::from_utf8_lossy(&run.stdout);
     // Without a GPU it stops at the context, with um's own error; with one it checks results.
-    match run.status.code() {
-        Some(2) => assert!(stdout.contains("no CUDA-capable device"), "{stdout}"),
-        Some(0) => assert!(stdout.contains("user-crate: ok"), "{stdout}"),
-        other => panic!(
-            "exit {other:?}: {stdout}{}",
-            String::from_utf8_lossy(&run.stderr)
-        ),
-    }
+    run_up_to_the_gpu("user-crate", 2, "no CUDA-capable device", "user-crate: ok");
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -142,13 +190,220 @@ fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
     let out = cargo_build(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the broken crate built");
-    assert!(
-        stderr.contains("kernels/scale.cu:4: kernel `scale`: parameter `x`: the buffer `x` of a safe kernel has no length after it"),
+    // What the build script printed (cargo indents it under `--- stderr`): um-build's message
+    // from its first line, with no panic or `Result::unwrap()` around it (`build_or_exit`).
+    let script = stderr
+        .split_once("--- stderr\n")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no `--- stderr` section:\n{stderr}"));
+    let first = script.lines().next().unwrap_or_default().trim();
+    assert_eq!(
+        first,
+        format!(
+            "{}/kernels/scale.cu:4: kernel `scale`: parameter `x`: the buffer `x` of a safe kernel has no length after it",
+            dir.display()
+        ),
         "{stderr}"
     );
     assert!(
-        stderr.contains("help: declare `um::len32 x_len` after `x`"),
+        script.contains("help: declare `um::len32 x_len` after `x`"),
         "{stderr}"
     );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("unwrap()"),
+        "{stderr}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The fenced blocks of `text` whose first line is a comment naming a file (`// build.rs`,
+/// `# Cargo.toml: ...`), as (file, block without that line's hidden lines); `doc` strips the
+/// lines that rustdoc hides (`# ...`) from Rust blocks.
+fn named_blocks(text: &str, doc: bool) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(lang) = line.trim().strip_prefix("```") else {
+            continue;
+        };
+        let rust = doc && matches!(lang, "" | "rust" | "no_run" | "rust,ignore" | "rust,no_run");
+        let body: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| l.trim() != "```")
+            .filter(|l| !(rust && (l.starts_with("# ") || *l == "#")))
+            .collect();
+        let first = body.first().copied().unwrap_or_default();
+        let name = first
+            .strip_prefix("// ")
+            .or_else(|| first.strip_prefix("# "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|n| n.trim_end_matches(':').to_owned());
+        if let Some(name) = name.filter(|n| n.contains('.')) {
+            blocks.push((name, body.join("\n") + "\n"));
+        }
+    }
+    blocks
+}
+
+/// README's "Quick start" section.
+fn readme_quick_start() -> Vec<(String, String)> {
+    let readme = fs::read_to_string(root().join("README.md")).expect("README.md");
+    let start = readme
+        .find("\n## Quick start")
+        .expect("README has a Quick start");
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
+    named_blocks(&rest[..end], false)
+}
+
+/// The nvcc this test's environment leads to, as a user names it in `NVCC`.
+fn nvcc_path() -> PathBuf {
+    let candidates = [
+        std::env::var_os("NVCC").map(PathBuf::from),
+        std::env::var_os("CUDA_PATH").map(|p| PathBuf::from(p).join("bin/nvcc")),
+        Some(PathBuf::from("/usr/local/cuda/bin/nvcc")),
+        std::env::var_os("UM_LOCAL_NVCC").map(PathBuf::from),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
+        .expect("nvcc (bash scripts/setup.sh installs it)")
+}
+
+#[test]
+fn the_readme_quick_start_builds_and_runs_up_to_the_gpu() {
+    let blocks = readme_quick_start();
+    let names: Vec<&str> = blocks.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Cargo.toml",
+            "build.rs",
+            "kernels/saxpy.cu",
+            "src/main.rs",
+            ".cargo/config.toml"
+        ],
+        "README's quick start"
+    );
+    // `.cargo/config.toml` as README writes it, with this machine's paths: the one way the
+    // docs give to point a crate at a toolkit. Nothing else tells cargo where CUDA is.
+    let library = std::env::var("CUDA_LIBRARY_PATH").expect("CUDA_LIBRARY_PATH");
+    let nvcc = nvcc_path();
+    let mut config = String::new();
+    for line in blocks[4].1.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        let value = match key {
+            "CUDA_LIBRARY_PATH" => Some(library.clone()),
+            "NVCC" => Some(nvcc.display().to_string()),
+            _ => None,
+        };
+        match value {
+            Some(v) => config.push_str(&format!("{key} = {v:?}\n")),
+            None => config.push_str(&format!("{line}\n")),
+        }
+    }
+    assert!(
+        config.contains("CUDA_LIBRARY_PATH = ") && config.contains("NVCC = "),
+        "{config}"
+    );
+    let files: Vec<(&str, &str)> = blocks[1..4]
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_str()))
+        .chain([(".cargo/config.toml", config.as_str())])
+        .collect();
+    let dir = fresh_crate("quick-start", &blocks[0].1, &files);
+    let out = cargo_build_with(
+        &dir,
+        &[
+            ("CUDA_LIBRARY_PATH", None),
+            ("NVCC", None),
+            ("UM_LOCAL_NVCC", None),
+            ("CUDA_PATH", None),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "README's quick start did not build:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `main` returns um's error: without a GPU, Debug of `Error::NoDevice`.
+    run_up_to_the_gpu("quick-start", 1, "NoDevice", "[12.0, 24.0, 36.0]");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_rustdoc_front_page_shows_the_readme_quick_start() {
+    let lib = fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
+    let doc: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
+        .collect();
+    let front = named_blocks(&doc, true);
+    let readme = readme_quick_start();
+    for (name, block) in &readme {
+        let shown = front.iter().find(|(n, _)| n == name).map(|(_, b)| b);
+        assert_eq!(
+            shown,
+            Some(block),
+            "{name}: src/lib.rs's quick start differs from README's"
+        );
+    }
+}
+
+const NO_KERNELS_MAIN: &str = r#"use um::{Context, Managed, StreamOptions};
+
+fn main() -> um::Result<()> {
+    let ctx = Context::new(0)?;
+    let input = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0])?;
+    let data = Managed::<[f32]>::zeroed_slice(&ctx, 3)?;
+    let data = ctx.with_stream(StreamOptions::new(), |s| {
+        let (input, mut data) = (input.attach(s)?, data.attach(s)?);
+        um::kernels::run_task::transform(s, &input, &mut data)?; // data[i] += 2 * input[i]
+        data.sync()
+    })?;
+    println!("{:?}", &data[..]);
+    Ok(())
+}
+"#;
+
+/// `PATH` without the folders that hold an `nvcc`.
+fn path_without_nvcc() -> OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("nvcc").exists()))
+        .expect("PATH")
+}
+
+#[test]
+fn a_crate_with_no_kernels_of_its_own_builds_without_nvcc() {
+    if Path::new("/usr/local/cuda/bin/nvcc").exists() {
+        eprintln!("skipped: /usr/local/cuda/bin/nvcc exists, and um-build would find it");
+        return;
+    }
+    let dir = fresh_crate(
+        "no-kernels",
+        "[dependencies]\num-cuda = \"0.1\"",
+        &[("src/main.rs", NO_KERNELS_MAIN)],
+    );
+    // No nvcc anywhere um-build looks: `NVCC`, `CUDA_PATH` and `UM_LOCAL_NVCC` (which this
+    // test has from the workspace's `[env]`) unset, `PATH` without one. `CUDA_LIBRARY_PATH`
+    // stays: the link needs the driver library.
+    let out = cargo_build_with(
+        &dir,
+        &[
+            ("NVCC", None),
+            ("CUDA_PATH", None),
+            ("UM_LOCAL_NVCC", None),
+            ("PATH", Some(path_without_nvcc())),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "it did not build:\n{stderr}");
+    assert!(
+        stderr.contains("um-build: nvcc not found: using the prebuilt PTX of"),
+        "um-kernels did not say that it used its shipped PTX:\n{stderr}"
+    );
+    run_up_to_the_gpu("no-kernels", 1, "NoDevice", "[2.0, 4.0, 6.0]");
     let _ = fs::remove_dir_all(&dir);
 }

@@ -1,11 +1,9 @@
 //! Compiles `kernels/*.cu` and generates their launchers: the whole of a user's build script.
-// A build script fails by panicking; `um_build::Error`'s Debug is its readable message (file,
-// line, kernel, parameter, what to change), so `unwrap` shows the user exactly that.
-#![allow(clippy::unwrap_used)]
+//! `build_or_exit` prints a failure as um-build's message (file, line, kernel, parameter, what
+//! to change), with no panic around it, and fails the build.
 
 fn main() {
     um_build::Kernels::new("kernels")
         .arch("compute_75")
-        .build()
-        .unwrap();
+        .build_or_exit();
 }

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! // build.rs: fn main() {
-//! um_build::Kernels::new("kernels").arch("compute_75").build().unwrap();
+//! um_build::Kernels::new("kernels").arch("compute_75").build_or_exit();
 //! // }
 //! ```
 //!
@@ -27,9 +27,14 @@
 //! and plain values or generated `#[repr(C)]` structs for the rest. Failures name the file,
 //! the line, the kernel and the parameter, and say what to change ([`Error`]).
 //!
+//! [`Kernels::build_or_exit`] prints a failure as it is (the [`Error`]'s `Display`) and exits
+//! with status 1, which is what a build script wants; [`Kernels::build`] returns it.
+//!
 //! nvcc is found through [`Kernels::nvcc`], `$NVCC`, `$CUDA_PATH/bin/nvcc`,
 //! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`, then `PATH`. `$UM_CUDA_ARCH` overrides the
-//! architecture set with [`Kernels::arch`].
+//! architecture set with [`Kernels::arch`]. A crate that ships its PTX
+//! ([`Kernels::prebuilt_ptx`]) builds without nvcc, as `um-kernels` does on machines without a
+//! CUDA toolkit and on docs.rs.
 
 mod check;
 mod contract;
@@ -64,6 +69,7 @@ pub struct Kernels {
     nvcc: Option<PathBuf>,
     flags: Vec<String>,
     out_dir: Option<PathBuf>,
+    prebuilt: Option<PathBuf>,
 }
 
 /// What [`Kernels::build`] made.
@@ -88,6 +94,7 @@ impl Kernels {
             nvcc: None,
             flags: Vec::new(),
             out_dir: None,
+            prebuilt: None,
         }
     }
 
@@ -116,6 +123,43 @@ impl Kernels {
         self
     }
 
+    /// A folder (relative to the crate's manifest directory) of PTX built earlier from these
+    /// kernels, `<file>.ptx` for each `<file>.cu`, used when no nvcc is found: the crate then
+    /// builds without a CUDA toolkit (on docs.rs, say). With nvcc, the kernels are compiled and
+    /// this folder is not read.
+    ///
+    /// Without nvcc, each declaration is still checked against its `.entry` in the given PTX
+    /// (count, pointer-ness, width, struct layouts) and for dynamic shared memory, but the
+    /// compiler-side check (the `static_assert`s of every declaration) cannot run again: it is
+    /// the one of the build that made the PTX. So the folder must hold what [`Kernels::build`]
+    /// wrote with nvcc into `$OUT_DIR/um-ptx/`, from these same `.cu` files, and a test should
+    /// rebuild it and compare (`um-kernels` does: `tests/shipped_ptx.rs`). A file that is
+    /// missing fails the build.
+    pub fn prebuilt_ptx(mut self, dir: impl AsRef<Path>) -> Kernels {
+        self.prebuilt = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// [`build`](Kernels::build) for a build script: on failure, prints the error as its
+    /// `Display` shows it (file and line, kernel, parameter, what is wrong, what to change) to
+    /// stderr, which cargo shows under `--- stderr`, and exits with status 1. Unlike
+    /// `build().unwrap()`, no panic message wraps it.
+    ///
+    /// ```no_run
+    /// // build.rs: fn main() {
+    /// um_build::Kernels::new("kernels").build_or_exit();
+    /// // }
+    /// ```
+    pub fn build_or_exit(self) -> Built {
+        match self.build() {
+            Ok(built) => built,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
     /// Compiles, checks and generates; prints the `cargo:rerun-if-...` lines.
     pub fn build(self) -> Result<Built> {
         let manifest = env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
@@ -142,9 +186,9 @@ impl Kernels {
             .filter(|p| p.extension().is_some_and(|x| x == "cu"))
             .collect();
         sources.sort();
-        let arch = env::var("UM_CUDA_ARCH")
-            .ok()
-            .or(self.arch.clone())
+        let requested_arch = env::var("UM_CUDA_ARCH").ok().or(self.arch.clone());
+        let arch = requested_arch
+            .clone()
             .unwrap_or_else(|| DEFAULT_ARCH.to_owned());
         let include = out_dir.join("um-include");
         let ptx_dir = out_dir.join("um-ptx");
@@ -155,7 +199,16 @@ impl Kernels {
         }
         fs::write(include.join("um.cuh"), HEADER)
             .map_err(|e| Error::new(format!("cannot write um.cuh: {e}")))?;
-        let nvcc = nvcc::find(self.nvcc.as_deref())?;
+        // Without nvcc, a crate that ships its PTX uses it (`prebuilt_ptx`).
+        let ptx_from = match (nvcc::find(self.nvcc.as_deref()), &self.prebuilt) {
+            (Ok(nvcc), _) => PtxFrom::Nvcc(nvcc),
+            (Err(_), Some(dir)) => PtxFrom::Prebuilt(manifest.join(dir)),
+            (Err(e), None) => return Err(e),
+        };
+        if let PtxFrom::Prebuilt(dir) = &ptx_from {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
+        let mut prebuilt_arch: Option<String> = None;
 
         let mut parsed = Vec::new();
         for src in &sources {
@@ -196,48 +249,58 @@ impl Kernels {
             // What the declarations alone can show (a buffer without a length, too many
             // parameters) is said before nvcc runs, in one line with its fix.
             contract::check_declarations(&source).map_err(|e| e.in_file(src))?;
-            // nvcc compiles the file through a wrapper whose static_asserts check what was
-            // read against what the compiler sees (check.rs): macros, typedefs, `#if` branches
-            // and struct attributes cannot make the reading differ from the kernel.
-            let absolute = if src.is_absolute() {
-                src.clone()
-            } else {
-                env::current_dir().map_or_else(|_| src.clone(), |d| d.join(src))
+            let ptx = match &ptx_from {
+                PtxFrom::Nvcc(nvcc) => {
+                    let wrapper = check_dir.join(format!("{file_stem}.cu"));
+                    let written = out_dir.join(&ptx_file);
+                    compile_checked(
+                        nvcc,
+                        &arch,
+                        &include,
+                        &self.flags,
+                        &source,
+                        src,
+                        &wrapper,
+                        &written,
+                    )?;
+                    fs::read_to_string(&written).map_err(|e| {
+                        Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src)
+                    })?
+                }
+                PtxFrom::Prebuilt(dir) => {
+                    let ptx = use_prebuilt(dir, &file_stem, &out_dir.join(&ptx_file))
+                        .map_err(|e| e.in_file(src))?;
+                    let target = ptx::target_arch(&ptx).map_err(|e| e.in_file(src))?;
+                    if let Some(other) = prebuilt_arch.as_ref().filter(|a| **a != target) {
+                        return Err(Error::new(format!(
+                            "the prebuilt PTX is for {target}, another file's for {other}"
+                        ))
+                        .in_file(src)
+                        .help("rebuild every prebuilt PTX file for one architecture"));
+                    }
+                    prebuilt_arch = Some(target);
+                    ptx
+                }
             };
-            let wrapper = check_dir.join(format!("{file_stem}.cu"));
-            fs::write(&wrapper, check::wrapper(&source, &absolute)).map_err(|e| {
-                Error::new(format!("cannot write {}: {e}", wrapper.display())).in_file(src)
-            })?;
-            nvcc::compile(
-                &nvcc,
-                &arch,
-                &include,
-                &self.flags,
-                &wrapper,
-                &out_dir.join(&ptx_file),
-            )
-            .map_err(|e| {
-                Error::new(format!(
-                    "{}\n(nvcc compiled {} through {}, which adds um-build's checks of the \
-                     declarations it read)",
-                    e.message(),
-                    src.display(),
-                    wrapper.display()
-                ))
-                .in_file(src)
-                .help(
-                    "errors at lines of um-check/ are um-build's checks of what it read: each \
-                     names the kernel, the parameter or struct, and what um-build read. Declare \
-                     each kernel at global scope as `UM_SAFE_KERNEL void k(...)` or \
-                     `extern \"C\" __global__ void k(...)`, and structs at global scope, with no \
-                     macro, typedef or #if making the compiled declaration differ from the text",
-                )
-            })?;
-            let ptx = fs::read_to_string(out_dir.join(&ptx_file))
-                .map_err(|e| Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src))?;
             ptx::check(&source, &ptx).map_err(|e| e.in_file(src))?;
             parsed.push((module, ptx_file, source, src.clone()));
         }
+        // PTX given, not built: the architecture is the PTX's own.
+        let arch = match (&ptx_from, prebuilt_arch) {
+            (PtxFrom::Prebuilt(dir), Some(target)) => {
+                let asked = match requested_arch.as_ref().filter(|a| **a != target) {
+                    Some(a) => format!("; {a} (UM_CUDA_ARCH or Kernels::arch) needs nvcc"),
+                    None => String::new(),
+                };
+                println!(
+                    "cargo:warning=um-build: nvcc not found: using the prebuilt PTX of {} \
+                     (built for {target}){asked}",
+                    dir.display()
+                );
+                target
+            }
+            _ => arch,
+        };
         let units: Vec<generate::Unit<'_>> = parsed
             .iter()
             .map(|(module, ptx_file, source, src)| generate::Unit {
@@ -283,6 +346,72 @@ impl Kernels {
             unsafe_kernels: unsafe_.into_iter().map(|k| k.name.clone()).collect(),
         })
     }
+}
+
+/// Compiles `src` to `ptx` through a wrapper (written to `wrapper`) whose static_asserts check
+/// what um-build read against what the compiler sees (check.rs): macros, typedefs, `#if`
+/// branches and struct attributes cannot make the reading differ from the kernel.
+#[allow(clippy::too_many_arguments)]
+fn compile_checked(
+    nvcc: &Path,
+    arch: &str,
+    include: &Path,
+    flags: &[String],
+    source: &source::Source,
+    src: &Path,
+    wrapper: &Path,
+    ptx: &Path,
+) -> Result<()> {
+    let absolute = if src.is_absolute() {
+        src.to_path_buf()
+    } else {
+        env::current_dir().map_or_else(|_| src.to_path_buf(), |d| d.join(src))
+    };
+    fs::write(wrapper, check::wrapper(source, &absolute))
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", wrapper.display())).in_file(src))?;
+    nvcc::compile(nvcc, arch, include, flags, wrapper, ptx).map_err(|e| {
+        Error::new(format!(
+            "{}\n(nvcc compiled {} through {}, which adds um-build's checks of the \
+             declarations it read)",
+            e.message(),
+            src.display(),
+            wrapper.display()
+        ))
+        .in_file(src)
+        .help(
+            "errors at lines of um-check/ are um-build's checks of what it read: each \
+             names the kernel, the parameter or struct, and what um-build read. Declare \
+             each kernel at global scope as `UM_SAFE_KERNEL void k(...)` or \
+             `extern \"C\" __global__ void k(...)`, and structs at global scope, with no \
+             macro, typedef or #if making the compiled declaration differ from the text",
+        )
+    })
+}
+
+/// Where [`Kernels::build`] takes the PTX from.
+enum PtxFrom {
+    /// Compiled by this nvcc, through the check wrapper.
+    Nvcc(PathBuf),
+    /// Read from this folder ([`Kernels::prebuilt_ptx`]): no nvcc was found.
+    Prebuilt(PathBuf),
+}
+
+/// Copies `dir/<stem>.ptx` to `to` (where the generated code includes it from) and returns it.
+fn use_prebuilt(dir: &Path, stem: &str, to: &Path) -> Result<String> {
+    let from = dir.join(format!("{stem}.ptx"));
+    println!("cargo:rerun-if-changed={}", from.display());
+    let ptx = fs::read_to_string(&from).map_err(|e| {
+        Error::new(format!(
+            "nvcc not found, and the prebuilt PTX {} cannot be read: {e}",
+            from.display()
+        ))
+        .help(
+            "install a CUDA toolkit (set NVCC to its nvcc), or rebuild the prebuilt PTX with \
+             nvcc: it is what Kernels::build writes to $OUT_DIR/um-ptx/",
+        )
+    })?;
+    fs::write(to, &ptx).map_err(|e| Error::new(format!("cannot write {}: {e}", to.display())))?;
+    Ok(ptx)
 }
 
 /// Checks one CUDA source against its PTX and returns the generated Rust, without nvcc or a

@@ -32,8 +32,12 @@ pub(crate) fn find(explicit: Option<&Path>) -> Result<PathBuf> {
         })
         .ok_or_else(|| {
             Error::new("nvcc not found").help(
-                "install a CUDA toolkit and set CUDA_PATH (or NVCC to the nvcc binary); in the um \
-                 repository, `bash scripts/setup.sh` installs nvcc 13.0 into .tools/",
+                "install a CUDA toolkit, and unless it is in /usr/local/cuda, set NVCC to its \
+                 nvcc, for example in the `[env]` table of the crate's .cargo/config.toml \
+                 (`NVCC = \"/opt/cuda/bin/nvcc\"`; $CUDA_PATH/bin/nvcc is tried too, but \
+                 CUDA_PATH does not tell the link step where libcuda.so is: set \
+                 CUDA_LIBRARY_PATH for that). In the um repository, `bash scripts/setup.sh` \
+                 installs nvcc 13.0 into .tools/",
             )
         })
 }

@@ -62,6 +62,20 @@ pub(crate) fn entries(ptx: &str) -> Vec<(String, Vec<PtxParam>)> {
     entries
 }
 
+/// The virtual architecture a PTX text was built for, from its `.target` directive:
+/// `.target sm_75` was built with `-arch=compute_75`.
+pub(crate) fn target_arch(ptx: &str) -> Result<String> {
+    ptx.lines()
+        .find_map(|l| l.trim().strip_prefix(".target "))
+        .and_then(|t| t.split([',', ' ']).next())
+        .and_then(|t| t.trim().strip_prefix("sm_"))
+        .map(|sm| format!("compute_{sm}"))
+        .ok_or_else(|| {
+            Error::new("the PTX has no `.target sm_NN` line")
+                .help("is it a PTX file that nvcc wrote?")
+        })
+}
+
 /// Whether `c` may appear in a PTX identifier.
 fn is_ptx_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '$'
@@ -459,6 +473,17 @@ mod tests {
             }
             assert_eq!(check_launch_directives(&decl(name, false), SHAPES), Ok(()));
         }
+    }
+
+    #[test]
+    fn the_target_names_the_virtual_architecture() {
+        let arch = |text: &str| target_arch(text).map_err(|e| e.message().to_owned());
+        assert_eq!(
+            arch(".version 9.0\n.target sm_75\n"),
+            Ok("compute_75".into())
+        );
+        assert_eq!(arch(".target sm_90a, debug\n"), Ok("compute_90a".into()));
+        assert!(arch(".version 9.0\n").is_err());
     }
 
     #[test]

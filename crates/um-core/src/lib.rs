@@ -137,9 +137,11 @@ pub use wait::futures::{SyncAllFuture, SyncFuture};
 macro_rules! include_kernels {
     () => {
         // The crate the generated launchers call (`um-core`, however this crate names it).
-        // Private, so that it never shows up as a path in other crates' diagnostics.
+        // Private, so that it never shows up as a path in other crates' diagnostics. Not
+        // `use $crate as __um;`, which rustc refuses before 1.95 ("`$crate` may not be
+        // imported").
         #[allow(unused_imports)]
-        use $crate as __um;
+        use $crate::{self as __um};
         include!(concat!(env!("OUT_DIR"), "/um_kernels.rs"));
     };
 }

@@ -1,8 +1,14 @@
 //! # um-kernels: the CUDA kernels of `um`, embedded as PTX, with safe typed launchers
 //!
-//! `build.rs` hands `kernels-ptx/` to [`um-build`](../um_build/index.html), which compiles
-//! every `.cu` file with nvcc, checks each declaration against its PTX, and generates a module
-//! per file with a launcher per kernel, for example [`run_task::transform`]:
+//! `build.rs` hands `kernels/` (the repository's `kernels-ptx/`) to
+//! [`um-build`](https://docs.rs/um-build), which compiles every `.cu` file with nvcc, checks
+//! each declaration against its PTX, and generates a module per file with a launcher per
+//! kernel, for example [`run_task::transform`]. Where no nvcc is found (docs.rs, or a machine
+//! without a CUDA toolkit), it uses the PTX this package ships in `ptx/` instead, nvcc 13.0's
+//! output of the same files, and checks the declarations against that: a crate that uses these
+//! kernels, and has none of its own, builds without nvcc.
+//!
+//! Most users reach this crate as `um::kernels`, through the `um-cuda` package.
 //!
 //! ```no_run
 //! # fn main() -> um_core::Result<()> {
@@ -31,11 +37,11 @@ um_core::include_kernels!();
 
 /// The embedded PTX under the names of `um` 0.1 (`run_task.cu` -> `RUN_TASK_PTX`).
 pub mod ptx {
-    /// PTX of `kernels-ptx/run_task.cu`.
+    /// PTX of `kernels/run_task.cu`.
     pub use super::run_task::PTX as RUN_TASK_PTX;
-    /// PTX of `kernels-ptx/streams.cu`.
+    /// PTX of `kernels/streams.cu`.
     pub use super::streams::PTX as STREAMS_PTX;
-    /// PTX of `kernels-ptx/testing.cu`.
+    /// PTX of `kernels/testing.cu`.
     pub use super::testing::PTX as TESTING_PTX;
     pub use super::{ALL_PTX, PTX_ARCH};
 }
