@@ -258,6 +258,15 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         self.raw.handle.cast()
     }
 
+    /// The identity `um` gives this stream: no other stream of this process has, or will
+    /// have, the same id while this process runs (the identity invariant of `RawStream`: equal
+    /// ids, one driver stream; ids are never reused, although driver handles are). A library
+    /// that binds a handle of its own to a stream may cache the id of the stream it bound last
+    /// and skip binding it again (`um-cublas` does).
+    pub fn id(&self) -> u64 {
+        self.raw.id
+    }
+
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
     }
