@@ -24,7 +24,9 @@ pub enum Kind {
     label = "cuBLAS has no GEMM/GEMV of this type here",
     note = "um-cublas maps f32 to cublasSgemm_v2/cublasSgemv_v2 and f64 to cublasDgemm_v2/cublasDgemv_v2"
 )]
-pub trait Element: sealed::Sealed + DeviceCopy + Copy + PartialEq + std::fmt::Debug + 'static {
+pub trait Element:
+    sealed::Sealed + DeviceCopy + Copy + PartialEq + std::fmt::Debug + 'static
+{
     /// The routine family.
     #[doc(hidden)]
     const KIND: Kind;

@@ -133,16 +133,46 @@ impl Error {
 /// The statuses `cublas_api.h` (CUDA 13) lists, for a library without `cublasGetStatusName`.
 fn known(code: i32) -> (&'static str, &'static str) {
     match code {
-        1 => ("CUBLAS_STATUS_NOT_INITIALIZED", "the library was not initialized"),
-        3 => ("CUBLAS_STATUS_ALLOC_FAILED", "the resource allocation failed"),
-        7 => ("CUBLAS_STATUS_INVALID_VALUE", "an invalid value was used as an argument"),
-        8 => ("CUBLAS_STATUS_ARCH_MISMATCH", "an absent device architectural feature is required"),
-        11 => ("CUBLAS_STATUS_MAPPING_ERROR", "an access to GPU memory space failed"),
-        13 => ("CUBLAS_STATUS_EXECUTION_FAILED", "the GPU program failed to execute"),
-        14 => ("CUBLAS_STATUS_INTERNAL_ERROR", "an internal operation failed"),
-        15 => ("CUBLAS_STATUS_NOT_SUPPORTED", "the feature requested is not supported"),
-        16 => ("CUBLAS_STATUS_LICENSE_ERROR", "error detected trying to check the license"),
-        _ => ("CUBLAS_STATUS_UNKNOWN", "a status this version of um-cublas does not know"),
+        1 => (
+            "CUBLAS_STATUS_NOT_INITIALIZED",
+            "the library was not initialized",
+        ),
+        3 => (
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "the resource allocation failed",
+        ),
+        7 => (
+            "CUBLAS_STATUS_INVALID_VALUE",
+            "an invalid value was used as an argument",
+        ),
+        8 => (
+            "CUBLAS_STATUS_ARCH_MISMATCH",
+            "an absent device architectural feature is required",
+        ),
+        11 => (
+            "CUBLAS_STATUS_MAPPING_ERROR",
+            "an access to GPU memory space failed",
+        ),
+        13 => (
+            "CUBLAS_STATUS_EXECUTION_FAILED",
+            "the GPU program failed to execute",
+        ),
+        14 => (
+            "CUBLAS_STATUS_INTERNAL_ERROR",
+            "an internal operation failed",
+        ),
+        15 => (
+            "CUBLAS_STATUS_NOT_SUPPORTED",
+            "the feature requested is not supported",
+        ),
+        16 => (
+            "CUBLAS_STATUS_LICENSE_ERROR",
+            "error detected trying to check the license",
+        ),
+        _ => (
+            "CUBLAS_STATUS_UNKNOWN",
+            "a status this version of um-cublas does not know",
+        ),
     }
 }
 

@@ -160,7 +160,9 @@ unsafe fn open(name: &OsStr) -> std::result::Result<&'static Cublas, String> {
         // device, no context and no handle.
         let status = unsafe { (api.get_property)(kind, slot) };
         if status != sys::STATUS_SUCCESS {
-            return Err(format!("cublasGetProperty({kind}) returned status {status}"));
+            return Err(format!(
+                "cublasGetProperty({kind}) returned status {status}"
+            ));
         }
     }
     let cublas = Cublas {

@@ -31,15 +31,25 @@ fn a_missing_library_is_a_clear_error_in_a_fresh_process() {
         .output()
         .expect("run the child");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = text
         .lines()
         .find(|l| l.starts_with("CHILD-ERROR: "))
         .unwrap_or_else(|| panic!("no error line in {text}"));
     println!("{line}");
     // What was tried (the variable, and nothing else), why, and what to install.
-    assert!(line.contains("UM_CUBLAS_LIB=/nonexistent/libcublas.so.13: "), "{line}");
-    assert!(!line.contains("libcublas.so;"), "fell back past UM_CUBLAS_LIB: {line}");
+    assert!(
+        line.contains("UM_CUBLAS_LIB=/nonexistent/libcublas.so.13: "),
+        "{line}"
+    );
+    assert!(
+        !line.contains("libcublas.so;"),
+        "fell back past UM_CUBLAS_LIB: {line}"
+    );
     assert!(line.contains("CUDA toolkit"), "{line}");
     assert!(line.contains("nvidia-cublas"), "{line}");
     assert!(line.contains("LD_LIBRARY_PATH"), "{line}");
@@ -53,7 +63,10 @@ fn load_from_a_bad_path_names_it() {
         panic!("expected Error::NotFound, got {got:?}");
     };
     assert_eq!(tried.len(), 1);
-    assert!(tried[0].starts_with("/nonexistent/libcublas.so.13: "), "{tried:?}");
+    assert!(
+        tried[0].starts_with("/nonexistent/libcublas.so.13: "),
+        "{tried:?}"
+    );
 }
 
 #[test]
@@ -65,7 +78,10 @@ fn a_library_without_the_entry_points_is_refused() {
     let Err(Error::NotFound { tried }) = got else {
         panic!("expected Error::NotFound, got {got:?}");
     };
-    assert!(tried[0].contains("no entry point cublasCreate_v2"), "{tried:?}");
+    assert!(
+        tried[0].contains("no entry point cublasCreate_v2"),
+        "{tried:?}"
+    );
 }
 
 #[test]
@@ -73,8 +89,14 @@ fn a_library_without_the_entry_points_is_refused() {
 fn the_installed_library_loads_with_every_entry_point() {
     let lib = Cublas::load().expect("cuBLAS loads");
     let (major, minor, patch) = lib.version();
-    println!("cuBLAS {major}.{minor}.{patch} from {}", lib.path().display());
-    assert!(major >= 11, "cuBLAS {major}.{minor}: older than the v2 API this crate declares");
+    println!(
+        "cuBLAS {major}.{minor}.{patch} from {}",
+        lib.path().display()
+    );
+    assert!(
+        major >= 11,
+        "cuBLAS {major}.{minor}: older than the v2 API this crate declares"
+    );
     assert!(lib.api().status_name.is_some() && lib.api().status_string.is_some());
     // Loaded once per process.
     assert!(std::ptr::eq(lib, Cublas::load().expect("again")));
