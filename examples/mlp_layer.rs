@@ -111,6 +111,9 @@ fn check(y: &[f32], want: &[(f32, f32)]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// A batch back on the host, waiting for its check: its number, input and output slots.
+type Done = (usize, Managed<[f32]>, Managed<[f32]>);
+
 struct Report {
     worst: f32,
     wall: Duration,
@@ -153,7 +156,7 @@ fn run(ctx: &Context, a: &Args) -> Result<Report, Box<dyn std::error::Error>> {
         if let Some(x) = xs[0].as_mut() {
             prepare(x, 0);
         }
-        let mut pending: Option<(usize, Managed<[f32]>, Managed<[f32]>)> = None;
+        let mut pending: Option<Done> = None;
         for batch in 0..=a.batches {
             // Enqueue `batch` (its input was prepared while the GPU ran the one before).
             let enqueued = if batch < a.batches {
