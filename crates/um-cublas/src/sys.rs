@@ -4,7 +4,7 @@
 //! `cublasStatus_t` is a C enum; a Rust `enum` in its place would be undefined behaviour the
 //! moment a newer cuBLAS returned a code it does not list. So, as `um-core` does for the driver
 //! (`crates/um-core/src/driver/sys.rs`), every status is an `i32`, turned into
-//! [`Error::Status`](crate::Error::Status) by [`crate::Error::status`].
+//! [`Error::Status`](crate::Error::Status) before it reaches a caller.
 //!
 //! The prototypes are `cublas_api.h`'s (CUDA 11 to 13 keep them under these `_v2` names). The
 //! element pointers of `cublasSgemm_v2` (`float *`) and `cublasDgemm_v2` (`double *`) are
