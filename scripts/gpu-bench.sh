@@ -6,7 +6,8 @@
 # `cp -r OUT/docs .` updates them all (see docs/performance.md). OUT is taken relative to the
 # directory the script is called from. The page is rewritten after every scenario, so a run
 # cut short keeps what it measured. Mirrored memory (section 6) adds an estimated 2 to 2.5
-# minutes to the run (estimated from iteration counts and allocation sizes, not yet timed).
+# minutes to the run (estimated from iteration counts and allocation sizes, not yet timed);
+# cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
 set -euo pipefail
 out=${1:?usage: bench.sh OUT_DIR}
 mkdir -p "$out"
@@ -15,4 +16,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 baseline=$(mktemp -d)/um_baseline
 "$nvcc" -O3 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --notes bench/notes.md "${@:2}"
+# Section 8's C++ baseline (cuBLAS on cuMemAlloc memory). The toolkit's lib64 goes into its
+# rpath, so it runs whether or not that folder is on the loader's path. Without cuBLAS the
+# scenario runs without it (and um_bench says so).
+cublas_baseline=$(dirname "$baseline")/um_cublas_baseline
+cublas_args=()
+if "$nvcc" -O3 -o "$cublas_baseline" bench/cublas_baseline.cpp -lcublas -lcuda \
+  -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64"; then
+  cublas_args=(--cublas-cpp "$cublas_baseline")
+else
+  echo "bench.sh: bench/cublas_baseline.cpp did not build (no cuBLAS?): section 8 runs without C++" >&2
+fi
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" ${cublas_args[@]+"${cublas_args[@]}"} --notes bench/notes.md "${@:2}"

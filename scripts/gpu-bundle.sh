@@ -52,7 +52,7 @@ for line in sys.stdin:
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
 strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
-cp bench/baseline.cpp bench/notes.md "$out/bench/"
+cp bench/baseline.cpp bench/cublas_baseline.cpp bench/notes.md "$out/bench/"
 cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"
@@ -78,6 +78,13 @@ mkdir -p "$out/pipeline-probe"
 cp bench/pipeline_probe.cu "$out/pipeline-probe/"
 cp scripts/pipeline-probe.sh "$out/pipeline-probe/probe.sh"
 chmod +x "$out/pipeline-probe/probe.sh"
+# The cuda-samples source that examples/unified_memory_streams.rs ports, for a side-by-side run
+# on the GPU machine: fetched data (.external/, git-ignored), carried only where present, never
+# built by any script here.
+if [ -f .external/UnifiedMemoryStreams.cu ]; then
+  mkdir -p "$out/external"
+  cp -r .external/. "$out/external/"
+fi
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"
 [ "$size" -lt 60 ] || { echo "bundle: larger than 60 MiB" >&2; exit 1; }

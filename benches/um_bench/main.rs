@@ -1,10 +1,12 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick] [--only LIST]`
+//! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--notes FILE] [--quick] [--only LIST]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`, `run_task`,
-//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`): for an
-//! investigation. The pages in the repository come from full runs.
+//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`, `cublas`): for an
+//! investigation. The pages in the repository come from full runs. `--cublas-cpp` is the C++
+//! baseline of the `cublas` scenario (bench/cublas_baseline.cpp); without it, or without
+//! cuBLAS, that scenario says so and runs what it can.
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -13,6 +15,7 @@
 //! own paths, so `cp -r DIR/docs .` (or DIR = the repository root) updates them all.
 
 mod cpp;
+mod cublas;
 mod handoff;
 mod paired;
 mod report;
@@ -60,6 +63,8 @@ pub(crate) struct Paired {
 pub(crate) struct Options {
     pub(crate) out: PathBuf,
     pub(crate) cpp: Option<PathBuf>,
+    /// The cuBLAS scenario's C++ baseline.
+    pub(crate) cublas_cpp: Option<PathBuf>,
     pub(crate) notes: Option<PathBuf>,
     pub(crate) rounds: usize,
     pub(crate) sizes_mib: Vec<usize>,
@@ -75,7 +80,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -85,12 +90,14 @@ const SCENARIOS: [&str; 9] = [
     "overlap",
     "transitions",
     "handoff",
+    "cublas",
 ];
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         out: PathBuf::from("bench-out"),
         cpp: None,
+        cublas_cpp: None,
         notes: None,
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
@@ -102,6 +109,7 @@ fn parse_args() -> Result<Options, String> {
         match a.as_str() {
             "--out" => o.out = PathBuf::from(value()?),
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
+            "--cublas-cpp" => o.cublas_cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
@@ -226,8 +234,11 @@ fn write_docs(
         report::json(ctx.info(), records),
     )?;
     let mut md = report::markdown(ctx.info(), records, notes);
-    // Section 7 (handoff.rs) goes before the goals table.
-    let at = md.find("\n## Goals").unwrap_or(md.len());
+    // Section 7 (handoff.rs) goes before section 8 (cuBLAS) and the goals table.
+    let at = md
+        .find("\n## 8. ")
+        .or_else(|| md.find("\n## Goals"))
+        .unwrap_or(md.len());
     md.insert_str(at, &handoff::markdown(records));
     std::fs::write(docs.join("performance.md"), md)?;
     std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
@@ -317,6 +328,25 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         records.extend(handoff::handoff(ctx, opts.rounds)?);
     }
     save(&records)?;
+    if opts.wants("cublas") {
+        match um_cublas::Cublas::load() {
+            Ok(_) => {
+                if opts.cublas_cpp.is_none() {
+                    println!("cublas: no --cublas-cpp: the C++ column stays empty");
+                }
+                records.extend(cublas::gemm(
+                    ctx,
+                    opts.cublas_cpp.as_ref(),
+                    opts.rounds,
+                    free,
+                )?);
+                save(&records)?;
+                records.extend(cublas::host_paired(ctx, 1000)?);
+                save(&records)?;
+            }
+            Err(e) => println!("skipping cublas: {e}"),
+        }
+    }
     println!(
         "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
         opts.out.display()

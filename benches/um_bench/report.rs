@@ -331,6 +331,7 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
     }
 
     mirror_sections(&mut md, records, &mut goals);
+    crate::cublas::section(&mut md, records, &mut goals);
 
     let _ = writeln!(
         md,

@@ -228,6 +228,18 @@ pub enum Error {
         /// Its value.
         value: String,
     },
+    /// A library that works on `um`'s buffers (`um-cublas`, say) refused or failed a call.
+    /// Such a library has an error type of its own, with every detail; this variant carries
+    /// its message, so that its calls can use `?` inside the closures of
+    /// [`Context::with_stream`](crate::Context::with_stream) and its siblings, whose result is
+    /// this type.
+    #[error("{library}: {message}")]
+    Library {
+        /// The library, for example `um-cublas`.
+        library: &'static str,
+        /// Its error, as it displays it.
+        message: String,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

@@ -207,6 +207,14 @@ impl Context {
         self.inner.bind()
     }
 
+    /// Makes this context current on the calling thread (`cuCtxSetCurrent`, skipped when it
+    /// already is), for a library that works in the current context (cuBLAS, the runtime API):
+    /// see `docs/interop.md`. Every `um` call does this itself first, so nothing `um` does
+    /// depends on which context is current between its calls.
+    pub fn make_current(&self) -> Result<()> {
+        self.bind()
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }

@@ -248,14 +248,23 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     ///
     /// Getting the handle is safe; every use of it is a foreign call, and so `unsafe`. What such
     /// a call may do: enqueue work on this stream that touches only memory it owns or memory
-    /// `um` owns *on this stream* (through [`Managed::device_ptr`](crate::Managed::device_ptr)
-    /// and [`device_ptr_mut`](crate::Managed::device_ptr_mut)), while the stream's scope runs.
+    /// `um` owns *on this stream* (through [`Managed::as_device_ptr`](crate::Managed::as_device_ptr)
+    /// and [`as_device_ptr_mut`](crate::Managed::as_device_ptr_mut)), while the stream's scope runs.
     /// What it must never do: destroy the stream, synchronize it into a state `um` did not
     /// expect (waiting is harmless), capture it into a graph, or use the handle after the
     /// scope's closure returned (an owned stream is destroyed then). The special handles of the
     /// per-thread and legacy streams are returned as they are (`CU_STREAM_PER_THREAD`, NULL).
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.raw.handle.cast()
+    }
+
+    /// The identity `um` gives this stream: no other stream of this process has, or will
+    /// have, the same id while this process runs (the identity invariant of `RawStream`: equal
+    /// ids, one driver stream; ids are never reused, although driver handles are). A library
+    /// that binds a handle of its own to a stream may cache the id of the stream it bound last
+    /// and skip binding it again (`um-cublas` does).
+    pub fn id(&self) -> u64 {
+        self.raw.id
     }
 
     pub(crate) fn raw(&self) -> RawStream {

@@ -8,7 +8,7 @@
 
 use std::marker::PhantomData;
 
-use crate::driver::stream::StreamKind;
+use crate::driver::stream::{Stream, StreamKind};
 use crate::memory::managed::Managed;
 use crate::memory::marker::StreamOwned;
 use crate::memory::storage::Storage;
@@ -110,5 +110,17 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
             len: self.len(),
             _borrow: PhantomData,
         }
+    }
+}
+
+impl<'s, K: StreamKind> Stream<'s, K> {
+    /// Whether `buffer` is owned by this stream, and not by another stream of the same
+    /// [`with_streams`](crate::Context::with_streams) set (whose streams share a brand, so that
+    /// the type alone cannot tell them apart). For a foreign call that takes device addresses
+    /// ([`Managed::as_device_ptr`]): `um`'s own launches make this check on every buffer
+    /// (`Error::StreamMismatch`), and a library wrapper must make it too before it enqueues
+    /// work on this stream (`um-cublas` does). For singly created streams it is always `true`.
+    pub fn owns<T: ?Sized, M: Storage>(&self, buffer: &Managed<T, StreamOwned<'s, K>, M>) -> bool {
+        buffer.stream().id == self.raw().id
     }
 }

@@ -1,0 +1,532 @@
+//! Section 8: cuBLAS on owned buffers (issue 23). GEMM time per call through um-cublas against
+//! CUDA C++ (`bench/cublas_baseline.cpp`, cuBLAS on `cuMemAlloc` memory, run as a subprocess
+//! between the Rust measurements of each round), and the host time per call of
+//! `Blas::gemm` against a raw `cublasSgemm_v2` from Rust in the same process, interleaved.
+//!
+//! GEMM time: the host clock around ITERS calls and a stream synchronize, per call, in both
+//! programs. Variants:
+//! * `um mirror`: `Mirrored` buffers, whose device half is plain `cuMemAlloc` memory, attached
+//!   once before the clock: the same memory the C++ program uses (the goal compares these);
+//! * `um unified, prefetched` / `um unified, on demand`: managed memory that the host has just
+//!   written (its pages on the host), attached inside the clock to a stream with
+//!   `Transfer::Prefetch` or `Transfer::OnDemand`: what the calls cost a program that prepares
+//!   its inputs on the CPU, migration included, per call.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use um::{Context, Managed, Mirrored, StreamOptions, Transfer};
+use um_cublas::{Blas, Cublas, Element, Gemm};
+
+use crate::cpp;
+use crate::paired::stats;
+use crate::{Paired, Record};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The shapes, `(m, n, k)`: square, then tall-skinny both ways.
+pub(crate) const SHAPES: [(usize, usize, usize); 8] = [
+    (256, 256, 256),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (16384, 64, 64),
+    (64, 16384, 64),
+];
+
+/// Samples per round and variant.
+const SAMPLES: usize = 5;
+
+/// The um variants, as the page names them, and the C++ program's.
+pub(crate) const MIRROR: &str = "um mirror";
+const PREFETCHED: &str = "um unified, prefetched";
+const ON_DEMAND: &str = "um unified, on demand";
+const CPP: &str = "cpp cuMemAlloc";
+
+/// What the matrices hold (the C++ program's `value`).
+fn value(i: usize) -> f64 {
+    ((i * 7 + 3) % 11) as f64 * 0.125 - 0.625
+}
+
+/// Calls per sample: about 40 GFLOP of work, at least 3 and at most 1000 calls.
+fn iters(m: usize, n: usize, k: usize) -> usize {
+    let flops = 2.0 * m as f64 * n as f64 * k as f64;
+    ((4e10 / flops) as usize).clamp(3, 1000)
+}
+
+fn shape_name(dtype: &str, (m, n, k): (usize, usize, usize)) -> String {
+    format!("{dtype} {m}x{n}x{k}")
+}
+
+trait Num: Element {
+    const NAME: &'static str;
+    fn of(v: f64) -> Self;
+}
+impl Num for f32 {
+    const NAME: &'static str = "f32";
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+}
+impl Num for f64 {
+    const NAME: &'static str = "f64";
+    fn of(v: f64) -> Self {
+        v
+    }
+}
+
+/// Per-call µs of `SAMPLES` samples, mirrored (device-resident) buffers.
+fn mirror_samples<T: Num>(
+    ctx: &Context,
+    blas: &Blas,
+    (m, n, k): (usize, usize, usize),
+    iters: usize,
+) -> Res<Vec<f64>> {
+    let a: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
+    let b: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
+    let c: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
+    let g = Gemm::<T>::new(m, n, k);
+    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+        let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+        for _ in 0..2 {
+            blas.gemm(s, &g, &a, &b, &mut c)?;
+        }
+        s.synchronize()?;
+        let mut out = Vec::with_capacity(SAMPLES);
+        for _ in 0..SAMPLES {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                blas.gemm(s, &g, &a, &b, &mut c)?;
+            }
+            s.synchronize()?;
+            out.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+        }
+        s.sync_all((a, b, c)).map(drop)?;
+        Ok(out)
+    })?)
+}
+
+/// Per-call µs of `SAMPLES` samples, unified memory written by the host before each sample and
+/// attached inside the clock with `transfer`.
+fn unified_samples<T: Num>(
+    ctx: &Context,
+    blas: &Blas,
+    (m, n, k): (usize, usize, usize),
+    iters: usize,
+    transfer: Transfer,
+) -> Res<Vec<f64>> {
+    let mut a = Managed::from_fn(ctx, m * k, |i| T::of(value(i)))?;
+    let mut b = Managed::from_fn(ctx, k * n, |i| T::of(value(i)))?;
+    let mut c = Managed::from_fn(ctx, m * n, |_| T::of(0.0))?;
+    let g = Gemm::<T>::new(m, n, k);
+    let mut out = Vec::with_capacity(SAMPLES);
+    for sample in 0..=SAMPLES {
+        // The host writes the inputs: their pages are on the host when the clock starts.
+        a.iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = T::of(value(i)));
+        b.iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = T::of(value(i)));
+        let options = StreamOptions::new().transfer(transfer);
+        let (dt, back) = ctx.with_stream(options, |s| {
+            let t0 = Instant::now();
+            let (da, db, mut dc) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+            for _ in 0..iters {
+                blas.gemm(s, &g, &da, &db, &mut dc)?;
+            }
+            s.synchronize()?;
+            let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+            Ok((dt, s.sync_all((da, db, dc))?))
+        })?;
+        (a, b, c) = back;
+        // The first round is a warm-up (cuBLAS's kernels, the first faults).
+        if sample > 0 {
+            out.push(dt);
+        }
+    }
+    Ok(out)
+}
+
+/// One C++ run: (median, min) µs per call.
+fn cpp_gemm(
+    exe: &PathBuf,
+    dtype: &str,
+    (m, n, k): (usize, usize, usize),
+    iters: usize,
+) -> Res<(f64, f64)> {
+    let out = Command::new(exe)
+        .args(["gemm", dtype])
+        .args([m, n, k, iters, SAMPLES].map(|v| v.to_string()))
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): {}",
+            exe.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok((
+        cpp::number(&line, "median_us")?,
+        cpp::number(&line, "min_us")?,
+    ))
+}
+
+/// Medians and minima of the rounds of one (shape, implementation).
+#[derive(Default)]
+struct Rounds {
+    medians: Vec<f64>,
+    min: f64,
+}
+
+impl Rounds {
+    fn add(&mut self, median: f64, min: f64) {
+        if self.medians.is_empty() || min < self.min {
+            self.min = min;
+        }
+        self.medians.push(median);
+    }
+    fn add_samples(&mut self, samples: &[f64]) {
+        let s = stats(samples);
+        let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+        self.add(s.median, min);
+    }
+    fn record(&self, variant: &str, imp: &str, iters: usize) -> Option<Record> {
+        if self.medians.is_empty() {
+            return None;
+        }
+        Some(Record {
+            scenario: "cublas",
+            imp: imp.to_owned(),
+            variant: variant.to_owned(),
+            mib: 0,
+            threads: iters,
+            median: stats(&self.medians).median,
+            min: self.min,
+            unit: "us",
+            paired: None,
+        })
+    }
+}
+
+fn gemm_shape<T: Num>(
+    ctx: &Context,
+    blas: &Blas,
+    cpp: Option<&PathBuf>,
+    shape: (usize, usize, usize),
+    rounds: usize,
+) -> Res<Vec<Record>> {
+    let (m, n, k) = shape;
+    let it = iters(m, n, k);
+    let name = shape_name(T::NAME, shape);
+    let mut r = [
+        Rounds::default(),
+        Rounds::default(),
+        Rounds::default(),
+        Rounds::default(),
+    ];
+    for _ in 0..rounds {
+        r[0].add_samples(&mirror_samples::<T>(ctx, blas, shape, it)?);
+        if let Some(exe) = cpp {
+            let (med, min) = cpp_gemm(exe, T::NAME, shape, it)?;
+            r[3].add(med, min);
+        }
+        r[1].add_samples(&unified_samples::<T>(
+            ctx,
+            blas,
+            shape,
+            it,
+            Transfer::Prefetch,
+        )?);
+        r[2].add_samples(&unified_samples::<T>(
+            ctx,
+            blas,
+            shape,
+            it,
+            Transfer::OnDemand,
+        )?);
+    }
+    let out: Vec<Record> = [MIRROR, PREFETCHED, ON_DEMAND, CPP]
+        .iter()
+        .zip(&r)
+        .filter_map(|(imp, r)| r.record(&name, imp, it))
+        .collect();
+    for rec in &out {
+        println!("  {name} {}: {:.3} µs per call", rec.imp, rec.median);
+    }
+    Ok(out)
+}
+
+/// Section 8a's records: every shape, f32 and f64, every variant, `rounds` rounds.
+pub(crate) fn gemm(
+    ctx: &Context,
+    cpp: Option<&PathBuf>,
+    rounds: usize,
+    free: usize,
+) -> Res<Vec<Record>> {
+    let blas = Blas::new(ctx)?;
+    println!(
+        "cublas: cuBLAS {:?} from {}",
+        blas.library().version(),
+        blas.library().path().display()
+    );
+    let mut out = Vec::new();
+    for shape in SHAPES {
+        for f64s in [false, true] {
+            let elem = if f64s { 8 } else { 4 };
+            let (m, n, k) = shape;
+            // Mirror (both halves), unified, and the C++ program's at once.
+            let need = (m * k + k * n + m * n) * elem * 4;
+            if need > free / 2 {
+                println!(
+                    "skipping {}: {need} bytes is more than half the free memory",
+                    shape_name(if f64s { "f64" } else { "f32" }, shape)
+                );
+                continue;
+            }
+            if f64s {
+                out.extend(gemm_shape::<f64>(ctx, &blas, cpp, shape, rounds)?);
+            } else {
+                out.extend(gemm_shape::<f32>(ctx, &blas, cpp, shape, rounds)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Calls per timed batch of the paired host-time measurement.
+const BATCH: usize = 64;
+
+/// The variants of 8b, as the page names them; the raw call is the reference.
+pub(crate) const PAIRED: [&str; 2] = ["Blas::gemm (um-cublas)", "raw cublasSgemm_v2 from Rust"];
+
+fn raw_error(call: &'static str, status: i32) -> um::Error {
+    um::Error::Library {
+        library: "the raw cuBLAS reference",
+        message: format!("{call} returned status {status}"),
+    }
+}
+
+/// Section 8b: host µs per call, um-cublas against the raw entry point of the same library,
+/// on the same stream and buffers, batch by batch in rotating order.
+pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
+    let (m, n, k) = (64, 64, 64);
+    let blas = Blas::new(ctx)?;
+    let api = *Cublas::load()?.api();
+    let a = Managed::from_fn(ctx, m * k, |i| value(i) as f32)?;
+    let b = Managed::from_fn(ctx, k * n, |i| value(i) as f32)?;
+    let c = Managed::from_fn(ctx, m * n, |_| 0.0f32)?;
+    let g = Gemm::<f32>::new(m, n, k);
+    println!(
+        "cublas_paired: {rounds} rounds of {BATCH} calls per variant, {m}x{n}x{k} f32, interleaved"
+    );
+    let samples = ctx.with_stream(StreamOptions::new(), |s| {
+        let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+        ctx.make_current()?;
+        let mut handle: um_cublas::sys::Handle = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer, in the current context.
+        let st = unsafe { (api.create)(&mut handle) };
+        if st != 0 {
+            return Err(raw_error("cublasCreate_v2", st));
+        }
+        // SAFETY: a live handle and a live stream of the current context; the handle is
+        // destroyed below, before the stream's scope ends.
+        let st = unsafe { (api.set_stream)(handle, s.as_raw()) };
+        if st != 0 {
+            return Err(raw_error("cublasSetStream_v2", st));
+        }
+        let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
+        let pc = c.as_device_ptr_mut().as_mut_ptr();
+        let (one, zero) = (1.0f32, 0.0f32);
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let raw = || -> um::Result<()> {
+            // SAFETY: a live handle bound to `s`; the three buffers are owned by `s`, hold
+            // 64x64 floats each (tight leading dimensions), and `c` is none of the inputs;
+            // the scalars are host locals (host pointer mode, cuBLAS's default).
+            let st = unsafe {
+                (api.sgemm)(
+                    handle,
+                    0,
+                    0,
+                    mi,
+                    ni,
+                    ki,
+                    (&raw const one).cast(),
+                    pa.cast(),
+                    mi,
+                    pb.cast(),
+                    ki,
+                    (&raw const zero).cast(),
+                    pc.cast(),
+                    mi,
+                )
+            };
+            if st == 0 {
+                Ok(())
+            } else {
+                Err(raw_error("cublasSgemm_v2", st))
+            }
+        };
+        for _ in 0..BATCH {
+            blas.gemm(s, &g, &a, &b, &mut c)?;
+            raw()?;
+        }
+        s.synchronize()?;
+        let mut out = Vec::with_capacity(rounds);
+        for round in 0..rounds {
+            let mut t = [0.0f64; 2];
+            for j in 0..2 {
+                let which = (round + j) % 2;
+                let t0 = Instant::now();
+                for _ in 0..BATCH {
+                    if which == 0 {
+                        blas.gemm(s, &g, &a, &b, &mut c)?;
+                    } else {
+                        raw()?;
+                    }
+                }
+                t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
+                s.synchronize()?;
+            }
+            out.push(t);
+        }
+        s.synchronize()?;
+        // SAFETY: the stream is drained; the handle is destroyed once.
+        unsafe {
+            let _ = (api.destroy)(handle);
+        }
+        s.sync_all((a, b, c)).map(drop)?;
+        Ok(out)
+    })?;
+    let mut out = Vec::new();
+    for (i, name) in PAIRED.iter().enumerate() {
+        let own: Vec<f64> = samples.iter().map(|t| t[i]).collect();
+        let s = stats(&own);
+        let min = own.iter().copied().fold(f64::INFINITY, f64::min);
+        let diff =
+            (i == 0).then(|| stats(&samples.iter().map(|t| t[0] - t[1]).collect::<Vec<_>>()));
+        println!(
+            "  {name}: median {:.3} µs per call{}",
+            s.median,
+            diff.as_ref().map_or(String::new(), |d| format!(
+                ", vs raw median {:+.3} µs (95% CI {:+.3} .. {:+.3})",
+                d.median, d.median_ci.0, d.median_ci.1
+            ))
+        );
+        out.push(Record {
+            scenario: "cublas_paired",
+            imp: "um".to_owned(),
+            variant: (*name).to_owned(),
+            mib: 0,
+            threads: 1,
+            median: s.median,
+            min,
+            unit: "us",
+            paired: diff.map(|d| Paired {
+                median: d.median,
+                median_ci: d.median_ci,
+                mean: d.mean,
+                mean_ci: d.mean_ci,
+                rounds,
+            }),
+        });
+    }
+    Ok(out)
+}
+
+/// Section 8 of the page, and its goals.
+pub(crate) fn section(
+    md: &mut String,
+    records: &[Record],
+    goals: &mut Vec<(String, String, bool)>,
+) {
+    let gemm: Vec<&Record> = records.iter().filter(|r| r.scenario == "cublas").collect();
+    let paired: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "cublas_paired")
+        .collect();
+    if gemm.is_empty() && paired.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## 8. cuBLAS on owned buffers (issue 23)\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column).\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut shapes: Vec<&str> = Vec::new();
+    for r in &gemm {
+        if !shapes.contains(&r.variant.as_str()) {
+            shapes.push(&r.variant);
+        }
+    }
+    for shape in shapes {
+        let get = |imp: &str| gemm.iter().find(|r| r.variant == shape && r.imp == imp);
+        let cell = |imp: &str| get(imp).map_or("n/a".to_owned(), |r| format!("{:.2}", r.median));
+        let ratio = match (get(MIRROR), get(CPP)) {
+            (Some(u), Some(c)) => {
+                let ratio = u.median / c.median;
+                goals.push((
+                    format!("cuBLAS GEMM {shape}, um device-resident vs C++: ≤ 1.02x"),
+                    format!("{ratio:.3}x"),
+                    ratio <= 1.02,
+                ));
+                format!("{ratio:.3}x")
+            }
+            _ => "n/a".to_owned(),
+        };
+        let calls = get(MIRROR).map_or(0, |r| r.threads);
+        let _ = writeln!(
+            md,
+            "| {shape} | {} | {} | {ratio} | {} | {} | {calls} |",
+            cell(MIRROR),
+            cell(CPP),
+            cell(PREFETCHED),
+            cell(ON_DEMAND)
+        );
+    }
+    if !paired.is_empty() {
+        let rounds = paired
+            .iter()
+            .find_map(|r| r.paired.map(|p| p.rounds))
+            .unwrap_or(0);
+        let _ = writeln!(
+            md,
+            "\n### 8b. Host time per call, paired in one process\n\n`Blas::gemm` against `cublasSgemm_v2` called from Rust through the same loaded library (its own handle, bound to the stream once), 64×64×64 f32 on the same stream and buffers; {rounds} rounds of {BATCH} calls per variant, the order alternating every round, the stream drained between batches. `Blas::gemm` checks the shapes and owners, makes the context current and binds its handle to the stream when it changed. Intervals are 95%.\n\n| variant | median µs per call | min µs | vs raw: median (95% CI) | vs raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
+        );
+        for r in &paired {
+            let (m, mean) = r
+                .paired
+                .map_or(("(reference)".to_owned(), String::new()), |p| {
+                    (
+                        format!(
+                            "{:+.3} ({:+.3} .. {:+.3})",
+                            p.median, p.median_ci.0, p.median_ci.1
+                        ),
+                        format!(
+                            "{:+.3} ({:+.3} .. {:+.3})",
+                            p.mean, p.mean_ci.0, p.mean_ci.1
+                        ),
+                    )
+                });
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.3} | {m} | {mean} |",
+                r.variant, r.median, r.min
+            );
+            if let Some(p) = r.paired {
+                goals.push((
+                    "cuBLAS GEMM host time per call vs a raw cublasSgemm_v2 in one process (median of paired rounds, 95% CI): ≤ +0.5 µs".into(),
+                    format!("{:+.3} µs ({:+.3} .. {:+.3})", p.median, p.median_ci.0, p.median_ci.1),
+                    p.median_ci.1 <= 0.5,
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The cuBLAS handle of one context, and the calls on `um`'s buffers.
+
+use std::cell::Cell;
+use std::ptr;
+
+use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOwned};
+
+use crate::element::{Element, Kind};
+use crate::error::{Error, Result};
+use crate::library::Cublas;
+use crate::shape::{Gemm, Gemv};
+use crate::sys;
+
+/// A cuBLAS handle (`cublasHandle_t`) of one [`Context`], created with `alpha` and `beta` read
+/// from the host (`CUBLAS_POINTER_MODE_HOST`), destroyed on drop.
+///
+/// **Threads.** `Blas` is `Send` but not `Sync`: it may move to another thread, but no two
+/// threads can use it at once, because its calls take `&self` and `&Blas` cannot cross a thread
+/// boundary. A cuBLAS handle carries the stream it is bound to (`cublasSetStream_v2`) and its
+/// workspace; two threads sharing one could interleave "bind to my stream" and "enqueue", and
+/// one thread's GEMM would then run on the other's stream, on memory that stream does not own.
+/// cuBLAS's documentation advises one handle per thread for that reason. So: one `Blas` per
+/// thread (each for its own context and streams), as `examples/unified_memory_streams.rs` does.
+/// The compiler refuses sharing one (`tests/ui/cublas/blas_shared_between_threads`).
+///
+/// **Streams.** Each call takes the stream it is enqueued on and buffers owned by that stream:
+/// `&` for what cuBLAS reads, `&mut` for what it writes. It binds the handle to that stream
+/// first (skipped when the handle is already bound to it: a stream's
+/// [`id`](Stream::id) is never reused), so the handle serves every stream of its context, one
+/// call after another.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use um_core::{Context, Managed, StreamOptions};
+/// use um_cublas::{Blas, Gemm};
+///
+/// let ctx = Context::new(0)?;
+/// let blas = Blas::new(&ctx)?;
+/// let a = Managed::from_fn(&ctx, 4 * 3, |i| i as f32)?; // 4x3, column-major
+/// let b = Managed::from_fn(&ctx, 3 * 2, |i| i as f32)?; // 3x2
+/// let c = Managed::<[f32]>::zeroed_slice(&ctx, 4 * 2)?; // 4x2
+/// let c = ctx.with_stream(StreamOptions::new(), |s| {
+///     let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+///     blas.gemm(s, &Gemm::new(4, 2, 3), &a, &b, &mut c)?; // c = a b, on s
+///     c.sync()
+/// })?;
+/// println!("{:?}", &c[..]);
+/// # Ok(()) }
+/// ```
+pub struct Blas {
+    library: &'static Cublas,
+    handle: sys::Handle,
+    ctx: Context,
+    /// The [`Stream::id`] of the stream the handle is bound to; 0 (no stream has it) for none.
+    /// A `Cell`: this is also what makes `Blas` `!Sync`.
+    bound: Cell<u64>,
+}
+
+// SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
+// Safety"); `Blas` is `!Sync` (the `Cell`, the raw pointer), so only its owner's thread uses it,
+// and every use makes the handle's context current on that thread first. Nothing in it is tied
+// to the thread that created it: the per-thread default stream is bound by its handle
+// (`CU_STREAM_PER_THREAD`), which cuBLAS resolves on the calling thread, and its id differs
+// per thread, so moving a `Blas` makes the next call bind again.
+unsafe impl Send for Blas {}
+
+impl Blas {
+    /// A handle for `ctx`, with the process's cuBLAS ([`Cublas::load`]: `UM_CUBLAS_LIB`, then
+    /// `libcublas.so.13`, ...). Fails with [`Error::NotFound`] where cuBLAS cannot be loaded,
+    /// naming what was tried and what to install, and with [`Error::Status`] where
+    /// `cublasCreate_v2` fails (no GPU, say).
+    pub fn new(ctx: &Context) -> Result<Blas> {
+        Blas::with_library(ctx, Cublas::load()?)
+    }
+
+    /// A handle for `ctx` in the given library.
+    pub fn with_library(ctx: &Context, library: &'static Cublas) -> Result<Blas> {
+        ctx.make_current()?;
+        let api = library.api();
+        let mut handle: sys::Handle = ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is current, so the handle is made for it.
+        Error::status(api, "cublasCreate_v2", unsafe { (api.create)(&mut handle) })?;
+        // From here on, drop destroys the handle.
+        let blas = Blas {
+            library,
+            handle,
+            ctx: ctx.clone(),
+            bound: Cell::new(0),
+        };
+        // SAFETY: a live handle; host pointer mode is what every call below relies on (its
+        // scalars are host locals).
+        let status = unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_HOST) };
+        Error::status(api, "cublasSetPointerMode_v2", status)?;
+        Ok(blas)
+    }
+
+    /// The context the handle belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The library the handle was made by.
+    pub fn library(&self) -> &'static Cublas {
+        self.library
+    }
+
+    /// `C = alpha op(A) op(B) + beta C` on `stream` (`cublasSgemm_v2` for `f32`,
+    /// `cublasDgemm_v2` for `f64`), with the shapes, transposes, scalars, layout and leading
+    /// dimensions of `gemm`.
+    ///
+    /// `a`, `b` and `c` are owned by `stream` (the brand `'s`; a buffer of another stream of
+    /// the same `with_streams` set is [`Error::StreamMismatch`]), of any storage: unified,
+    /// coherent or mirrored (a mirror's device half; `c` is marked written, so its `sync`
+    /// copies it back). `c` cannot be `a` or `b`: it is borrowed `&mut`, they `&`.
+    ///
+    /// Refused before cuBLAS runs, with nothing enqueued and nothing written:
+    /// [`Error::Shape`] when a number does not fit cuBLAS's `int`, a leading dimension is less
+    /// than its matrix's column (row-major: row) or zero, or a buffer is shorter than its matrix
+    /// ([`Gemm::check`]); [`Error::ContextMismatch`] for a stream of another context;
+    /// [`Error::StreamMismatch`]. What cuBLAS reports is [`Error::Status`]. The call is
+    /// asynchronous: `sync` the buffers to see the result.
+    pub fn gemm<'s, T: Element, K: StreamKind, MA: Storage, MB: Storage, MC: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        gemm: &Gemm<T>,
+        a: &Managed<[T], StreamOwned<'s, K>, MA>,
+        b: &Managed<[T], StreamOwned<'s, K>, MB>,
+        c: &mut Managed<[T], StreamOwned<'s, K>, MC>,
+    ) -> Result<()> {
+        let call = gemm.resolve(a.len(), b.len(), c.len())?;
+        owned_by(stream, a, "a")?;
+        owned_by(stream, b, "b")?;
+        owned_by(stream, c, "c")?;
+        self.enter(stream)?;
+        let (alpha, beta) = gemm.scalars();
+        let (a, b) = (a.as_device_ptr(), b.as_device_ptr());
+        // Marks a mirror written: from here on its `sync` copies back (conservative if the
+        // call then fails).
+        let mut c = c.as_device_ptr_mut();
+        // Row-major: cuBLAS's A is the caller's b (C^T = B^T A^T).
+        let (first, second) = if call.swap {
+            (b.as_ptr(), a.as_ptr())
+        } else {
+            (a.as_ptr(), b.as_ptr())
+        };
+        let api = self.library.api();
+        let (f, name) = match T::KIND {
+            Kind::F32 => (api.sgemm, "cublasSgemm_v2"),
+            Kind::F64 => (api.dgemm, "cublasDgemm_v2"),
+        };
+        // SAFETY: the handle is live, made for this stream's context (checked in `enter`, which
+        // made it current) and bound to this stream; pointer mode is host, and `alpha` and
+        // `beta` are locals of type T that live across the call (cuBLAS reads them before it
+        // returns). The routine is the one for T (`T::KIND`). Each pointer is the device
+        // address of a buffer owned by `stream` (brand and id), so only work on this stream
+        // touches it, and it stays allocated until that work is done (a stream-owned buffer's
+        // drop waits for its stream). `resolve` checked every extent cuBLAS touches against the
+        // buffers' lengths: A and B are read within `ld * (cols - 1) + rows` elements, C
+        // read and written within its own. C is a different allocation from A and B (`&mut`
+        // against `&`), so nothing cuBLAS reads is written by the call.
+        let status = unsafe {
+            f(
+                self.handle,
+                call.transa,
+                call.transb,
+                call.m,
+                call.n,
+                call.k,
+                (&raw const alpha).cast(),
+                first.cast(),
+                call.lda,
+                second.cast(),
+                call.ldb,
+                (&raw const beta).cast(),
+                c.as_mut_ptr().cast(),
+                call.ldc,
+            )
+        };
+        Error::status(api, name, status)
+    }
+
+    /// `y = alpha op(A) x + beta y` on `stream` (`cublasSgemv_v2` for `f32`, `cublasDgemv_v2`
+    /// for `f64`), unit strides. The same rules as [`gemm`](Blas::gemm): every buffer owned by
+    /// `stream`, any storage, `y` written (`&mut`), the shapes checked first ([`Gemv::check`]).
+    pub fn gemv<'s, T: Element, K: StreamKind, MA: Storage, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        gemv: &Gemv<T>,
+        a: &Managed<[T], StreamOwned<'s, K>, MA>,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = gemv.resolve(a.len(), x.len(), y.len())?;
+        owned_by(stream, a, "a")?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        self.enter(stream)?;
+        let (alpha, beta) = gemv.scalars();
+        let (a, x) = (a.as_device_ptr(), x.as_device_ptr());
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        let (f, name) = match T::KIND {
+            Kind::F32 => (api.sgemv, "cublasSgemv_v2"),
+            Kind::F64 => (api.dgemv, "cublasDgemv_v2"),
+        };
+        // SAFETY: as in `gemm`: a live handle of this context bound to this stream, host
+        // scalars of type T living across the call, the routine for T, buffers owned by the
+        // stream, every extent checked by `resolve` (A within `ld * (cols - 1) + rows`, x and y
+        // within their lengths at stride 1), and y a different allocation from A and x.
+        let status = unsafe {
+            f(
+                self.handle,
+                call.trans,
+                call.m,
+                call.n,
+                (&raw const alpha).cast(),
+                a.as_ptr().cast(),
+                call.lda,
+                x.as_ptr().cast(),
+                1,
+                (&raw const beta).cast(),
+                y.as_mut_ptr().cast(),
+                1,
+            )
+        };
+        Error::status(api, name, status)
+    }
+
+    /// Checks the stream's context, makes it current, and binds the handle to the stream
+    /// unless it already is.
+    fn enter<K: StreamKind>(&self, stream: &Stream<'_, K>) -> Result<()> {
+        if !stream.context().same_as(&self.ctx) {
+            return Err(Error::ContextMismatch);
+        }
+        self.ctx.make_current()?;
+        let id = stream.id();
+        if self.bound.get() != id {
+            let api = self.library.api();
+            // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
+            // The handle stays bound to it after the call, possibly past the stream's life; that
+            // is harmless because every call binds again first (ids are never reused, so a
+            // cached id never names a destroyed stream's successor), and drop unbinds before it
+            // destroys the handle.
+            let status = unsafe { (api.set_stream)(self.handle, stream.as_raw()) };
+            Error::status(api, "cublasSetStream_v2", status)?;
+            self.bound.set(id);
+        }
+        Ok(())
+    }
+}
+
+/// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
+/// except between the streams of one `with_streams` set).
+fn owned_by<'s, T, K: StreamKind, M: Storage>(
+    stream: &Stream<'s, K>,
+    buffer: &Managed<[T], StreamOwned<'s, K>, M>,
+    name: &'static str,
+) -> Result<()> {
+    if stream.owns(buffer) {
+        Ok(())
+    } else {
+        Err(Error::StreamMismatch { buffer: name })
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // A handle destroyed with another context current could release the wrong resources:
+        // if the context cannot be made current, leak it.
+        if self.ctx.make_current().is_err() {
+            return;
+        }
+        let api = self.library.api();
+        // SAFETY: the handle is live and destroyed only here. It is first unbound from the last
+        // stream, which may be gone. `cublasDestroy_v2` waits for the device before it frees
+        // the handle's workspace, so no kernel of ours still uses it. Errors are ignored: drop
+        // never panics.
+        unsafe {
+            let _ = (api.set_stream)(self.handle, ptr::null_mut());
+            let _ = (api.destroy)(self.handle);
+        }
+    }
+}
+
+impl std::fmt::Debug for Blas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blas")
+            .field("device", &self.ctx.info().ordinal)
+            .field("library", &self.library.path())
+            .field("version", &self.library.version())
+            .finish()
+    }
+}

@@ -1,0 +1,50 @@
+//! The element types cuBLAS computes with here: `f32` and `f64`. Sealed.
+
+use um_core::DeviceCopy;
+
+pub(crate) mod sealed {
+    /// Only this crate implements [`Element`](super::Element).
+    pub trait Sealed {}
+}
+
+/// Which cuBLAS routine family a type maps to. Read-only.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `float`: `cublasS*`.
+    F32,
+    /// `double`: `cublasD*`.
+    F64,
+}
+
+/// An element type of a cuBLAS matrix: `f32` (`cublasSgemm_v2`, `cublasSgemv_v2`) or `f64`
+/// (`cublasDgemm_v2`, `cublasDgemv_v2`). Sealed: any other type is a compile error.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an element type um-cublas computes with",
+    label = "cuBLAS has no GEMM/GEMV of this type here",
+    note = "um-cublas maps f32 to cublasSgemm_v2/cublasSgemv_v2 and f64 to cublasDgemm_v2/cublasDgemv_v2"
+)]
+pub trait Element:
+    sealed::Sealed + DeviceCopy + Copy + PartialEq + std::fmt::Debug + 'static
+{
+    /// The routine family.
+    #[doc(hidden)]
+    const KIND: Kind;
+    /// 1, the default `alpha`.
+    const ONE: Self;
+    /// 0, the default `beta`.
+    const ZERO: Self;
+}
+
+impl sealed::Sealed for f32 {}
+impl sealed::Sealed for f64 {}
+impl Element for f32 {
+    const KIND: Kind = Kind::F32;
+    const ONE: f32 = 1.0;
+    const ZERO: f32 = 0.0;
+}
+impl Element for f64 {
+    const KIND: Kind = Kind::F64;
+    const ONE: f64 = 1.0;
+    const ZERO: f64 = 0.0;
+}

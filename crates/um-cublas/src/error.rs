@@ -1,0 +1,192 @@
+//! `um-cublas`'s error type: what the checks before a call refuse, and what cuBLAS reports.
+
+use std::ffi::CStr;
+
+use crate::sys::Api;
+
+/// Why a matrix or vector does not fit the call: checked before cuBLAS runs, so a refused call
+/// enqueues nothing and writes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShapeError {
+    /// A dimension, leading dimension or count is larger than cuBLAS's `int` (2^31 - 1).
+    #[error("{what} = {value} does not fit cuBLAS's int (at most 2147483647)")]
+    TooLarge {
+        /// `m`, `n`, `k`, `lda`, `ldb` or `ldc`.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+    },
+    /// A leading dimension smaller than the stored matrix's column (column-major) or row
+    /// (row-major), or zero.
+    #[error(
+        "{what} = {ld} is too small: {matrix} is stored {rows}x{cols} {layout}, so {what} must be at least {min}"
+    )]
+    LeadingDimension {
+        /// `lda`, `ldb` or `ldc`.
+        what: &'static str,
+        /// The matrix: `a`, `b` or `c`.
+        matrix: &'static str,
+        /// The leading dimension given (or implied).
+        ld: usize,
+        /// Rows of the matrix as stored.
+        rows: usize,
+        /// Columns of the matrix as stored.
+        cols: usize,
+        /// `column-major` or `row-major`.
+        layout: &'static str,
+        /// The least leading dimension allowed: `max(1, rows)` column-major, `max(1, cols)`
+        /// row-major.
+        min: usize,
+    },
+    /// A buffer shorter than the matrix or vector it must hold: a `rows`×`cols` matrix with
+    /// leading dimension `ld` spans `ld * (cols - 1) + rows` elements (column-major; swap rows
+    /// and cols for row-major), a vector its length.
+    #[error("buffer `{buffer}` has {len} elements, but {what} needs {needed}")]
+    BufferTooShort {
+        /// The buffer: `a`, `b`, `c`, `x` or `y`.
+        buffer: &'static str,
+        /// Its length.
+        len: usize,
+        /// Elements the call would touch.
+        needed: u64,
+        /// What it holds, for example `a 7x5 column-major matrix with lda = 9`.
+        what: String,
+    },
+}
+
+/// Everything `um-cublas` reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No cuBLAS could be loaded. Each entry of `tried` is a candidate and the dynamic loader's
+    /// reason; the message ends with what to install.
+    #[error("cuBLAS could not be loaded; tried {}. To fix: {}", .tried.join("; "), crate::library::INSTALL_HELP)]
+    NotFound {
+        /// `name: reason`, for every candidate, in the order tried.
+        tried: Vec<String>,
+    },
+    /// A matrix or vector does not fit the call (checked before cuBLAS runs).
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    /// The stream belongs to another context than the handle.
+    #[error(
+        "the stream belongs to another context (device) than the cuBLAS handle: make a `Blas` for that context"
+    )]
+    ContextMismatch,
+    /// A buffer is owned by another stream of the same `with_streams` set than the one the call
+    /// is enqueued on (the streams of a set share a brand, so this is checked at run time).
+    #[error("buffer `{buffer}` is owned by another stream of the set than the call's")]
+    StreamMismatch {
+        /// The buffer: `a`, `b`, `c`, `x` or `y`.
+        buffer: &'static str,
+    },
+    /// A cuBLAS call returned an error status.
+    #[error("{call} failed: {name} ({description})")]
+    Status {
+        /// The entry point, for example `cublasSgemm_v2`.
+        call: &'static str,
+        /// The raw `cublasStatus_t`.
+        code: i32,
+        /// Its name, for example `CUBLAS_STATUS_INVALID_VALUE`.
+        name: String,
+        /// cuBLAS's description of it.
+        description: String,
+    },
+    /// A driver call `um` made for the call failed (making the context current, say).
+    #[error(transparent)]
+    Um(#[from] um_core::Error),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// `Ok` for `CUBLAS_STATUS_SUCCESS`, else [`Error::Status`] with the name and description
+    /// cuBLAS gives (`cublasGetStatusName`/`String`, or this crate's table where the library
+    /// lacks them).
+    pub(crate) fn status(api: &Api, call: &'static str, code: i32) -> Result<()> {
+        if code == crate::sys::STATUS_SUCCESS {
+            return Ok(());
+        }
+        let text = |f: Option<crate::sys::StatusTextFn>| {
+            f.and_then(|f| {
+                // SAFETY: cuBLAS's status-text functions take any status and return a static
+                // NUL-terminated string (or null), never freed.
+                let p = unsafe { f(code) };
+                (!p.is_null()).then(|| {
+                    // SAFETY: non-null, NUL-terminated, static (above).
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                })
+            })
+        };
+        let (known_name, known_text) = known(code);
+        Err(Error::Status {
+            call,
+            code,
+            name: text(api.status_name).unwrap_or_else(|| known_name.to_owned()),
+            description: text(api.status_string).unwrap_or_else(|| known_text.to_owned()),
+        })
+    }
+}
+
+/// The statuses `cublas_api.h` (CUDA 13) lists, for a library without `cublasGetStatusName`.
+fn known(code: i32) -> (&'static str, &'static str) {
+    match code {
+        1 => (
+            "CUBLAS_STATUS_NOT_INITIALIZED",
+            "the library was not initialized",
+        ),
+        3 => (
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "the resource allocation failed",
+        ),
+        7 => (
+            "CUBLAS_STATUS_INVALID_VALUE",
+            "an invalid value was used as an argument",
+        ),
+        8 => (
+            "CUBLAS_STATUS_ARCH_MISMATCH",
+            "an absent device architectural feature is required",
+        ),
+        11 => (
+            "CUBLAS_STATUS_MAPPING_ERROR",
+            "an access to GPU memory space failed",
+        ),
+        13 => (
+            "CUBLAS_STATUS_EXECUTION_FAILED",
+            "the GPU program failed to execute",
+        ),
+        14 => (
+            "CUBLAS_STATUS_INTERNAL_ERROR",
+            "an internal operation failed",
+        ),
+        15 => (
+            "CUBLAS_STATUS_NOT_SUPPORTED",
+            "the feature requested is not supported",
+        ),
+        16 => (
+            "CUBLAS_STATUS_LICENSE_ERROR",
+            "error detected trying to check the license",
+        ),
+        _ => (
+            "CUBLAS_STATUS_UNKNOWN",
+            "a status this version of um-cublas does not know",
+        ),
+    }
+}
+
+/// Inside `um`'s stream closures (whose result is `um_core::Result`), `?` on a `um-cublas`
+/// result converts here: a driver error stays itself, everything else becomes
+/// [`um_core::Error::Library`] with this error's message.
+impl From<Error> for um_core::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Um(inner) => inner,
+            other => um_core::Error::Library {
+                library: "um-cublas",
+                message: other.to_string(),
+            },
+        }
+    }
+}

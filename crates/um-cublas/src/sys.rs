@@ -1,0 +1,110 @@
+//! The cuBLAS v2 entry points `um-cublas` calls, as function pointers of the loaded library,
+//! each with its status as a raw `i32`.
+//!
+//! `cublasStatus_t` is a C enum; a Rust `enum` in its place would be undefined behaviour the
+//! moment a newer cuBLAS returned a code it does not list. So, as `um-core` does for the driver
+//! (`crates/um-core/src/driver/sys.rs`), every status is an `i32`, turned into
+//! [`Error::Status`](crate::Error::Status) before it reaches a caller.
+//!
+//! The prototypes are `cublas_api.h`'s (CUDA 11 to 13 keep them under these `_v2` names). The
+//! element pointers of `cublasSgemm_v2` (`float *`) and `cublasDgemm_v2` (`double *`) are
+//! declared `*const c_void` / `*mut c_void`: a pointer's ABI does not depend on its pointee, and
+//! one type for both lets one code path call either. C enums (`cublasOperation_t`,
+//! `cublasPointerMode_t`, `libraryPropertyType`) are `int` in the C ABI, hence `c_int`.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// `cublasHandle_t`.
+pub type Handle = *mut c_void;
+/// `cudaStream_t` (the driver's `CUstream`: the same handle).
+pub type CudaStream = *mut c_void;
+
+/// `CUBLAS_STATUS_SUCCESS`.
+pub const STATUS_SUCCESS: i32 = 0;
+/// `CUBLAS_OP_N`: the matrix as stored.
+pub const OP_N: c_int = 0;
+/// `CUBLAS_OP_T`: its transpose.
+pub const OP_T: c_int = 1;
+/// `CUBLAS_POINTER_MODE_HOST`: `alpha` and `beta` are read from host memory, at the call.
+pub const POINTER_MODE_HOST: c_int = 0;
+/// `MAJOR_VERSION`, `MINOR_VERSION`, `PATCH_LEVEL` of `libraryPropertyType`.
+pub const PROPERTIES: [c_int; 3] = [0, 1, 2];
+
+/// `cublasCreate_v2`.
+pub type CreateFn = unsafe extern "C" fn(handle: *mut Handle) -> i32;
+/// `cublasDestroy_v2`.
+pub type DestroyFn = unsafe extern "C" fn(handle: Handle) -> i32;
+/// `cublasSetStream_v2`.
+pub type SetStreamFn = unsafe extern "C" fn(handle: Handle, stream: CudaStream) -> i32;
+/// `cublasSetPointerMode_v2`.
+pub type SetPointerModeFn = unsafe extern "C" fn(handle: Handle, mode: c_int) -> i32;
+/// `cublasGetProperty`.
+pub type GetPropertyFn = unsafe extern "C" fn(kind: c_int, value: *mut c_int) -> i32;
+/// `cublasGetStatusName` and `cublasGetStatusString`: static text, never freed.
+pub type StatusTextFn = unsafe extern "C" fn(status: i32) -> *const c_char;
+
+/// `cublasSgemm_v2` and `cublasDgemm_v2`:
+/// `C = alpha op(A) op(B) + beta C`, column-major, `op(A)` m×k, `op(B)` k×n, `C` m×n.
+pub type GemmFn = unsafe extern "C" fn(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    lda: c_int,
+    b: *const c_void,
+    ldb: c_int,
+    beta: *const c_void,
+    c: *mut c_void,
+    ldc: c_int,
+) -> i32;
+
+/// `cublasSgemv_v2` and `cublasDgemv_v2`: `y = alpha op(A) x + beta y`, `A` m×n column-major.
+pub type GemvFn = unsafe extern "C" fn(
+    handle: Handle,
+    trans: c_int,
+    m: c_int,
+    n: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    lda: c_int,
+    x: *const c_void,
+    incx: c_int,
+    beta: *const c_void,
+    y: *mut c_void,
+    incy: c_int,
+) -> i32;
+
+/// The entry points of one loaded cuBLAS. Calling any of them is a foreign call, and so
+/// `unsafe`: `um-cublas` makes its own calls through [`Blas`](crate::Blas); a program may use
+/// these for calls `um-cublas` does not wrap (the benchmark's raw reference does), under the
+/// rules of `docs/interop.md`.
+#[derive(Debug, Clone, Copy)]
+pub struct Api {
+    /// `cublasCreate_v2`.
+    pub create: CreateFn,
+    /// `cublasDestroy_v2`.
+    pub destroy: DestroyFn,
+    /// `cublasSetStream_v2`.
+    pub set_stream: SetStreamFn,
+    /// `cublasSetPointerMode_v2`.
+    pub set_pointer_mode: SetPointerModeFn,
+    /// `cublasGetProperty`.
+    pub get_property: GetPropertyFn,
+    /// `cublasSgemm_v2`.
+    pub sgemm: GemmFn,
+    /// `cublasDgemm_v2`.
+    pub dgemm: GemmFn,
+    /// `cublasSgemv_v2`.
+    pub sgemv: GemvFn,
+    /// `cublasDgemv_v2`.
+    pub dgemv: GemvFn,
+    /// `cublasGetStatusName`, where the library has it (cuBLAS 11.4.2 and later).
+    pub status_name: Option<StatusTextFn>,
+    /// `cublasGetStatusString`, where the library has it.
+    pub status_string: Option<StatusTextFn>,
+}
