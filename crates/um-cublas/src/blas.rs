@@ -27,7 +27,10 @@ use crate::sys;
 /// `&` for what cuBLAS reads, `&mut` for what it writes. It binds the handle to that stream
 /// first (skipped when the handle is already bound to it: a stream's
 /// [`id`](Stream::id) is never reused), so the handle serves every stream of its context, one
-/// call after another.
+/// call after another. A handle that moves from one stream to another first waits for its
+/// context's work (`cuCtxSynchronize`): its workspace may still serve the old stream's calls,
+/// and cuBLAS does not promise a workspace per stream. For streams that run at once, make one
+/// `Blas` per stream.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -235,6 +238,14 @@ impl Blas {
         self.ctx.make_current()?;
         let id = stream.id();
         if self.bound.get() != id {
+            if self.bound.get() != 0 {
+                // The handle's workspace may still be in use by work it enqueued on the stream it
+                // was bound to, and cuBLAS does not promise that its default workspace pool is
+                // per stream. That stream may be gone (its handle reused), so the barrier is the
+                // whole context: wait for it before the workspace serves another stream. One
+                // `Blas` per stream never pays it.
+                self.ctx.synchronize_device()?;
+            }
             let api = self.library.api();
             // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
             // The handle stays bound to it after the call, possibly past the stream's life; that
