@@ -197,6 +197,14 @@ impl Context {
         self.inner.bind()
     }
 
+    /// Makes this context current on the calling thread (a no-op when it already is), for a
+    /// library that works on "the current device" (the CUDA runtime, NCCL's `ncclCommInitRank`).
+    /// `um` itself makes the right context current before each of its calls, so this changes
+    /// nothing for `um`.
+    pub fn make_current(&self) -> Result<()> {
+        self.inner.bind()
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }
@@ -233,6 +241,13 @@ impl Context {
     pub(crate) fn is(&self, ctx: sys::CUcontext) -> bool {
         self.inner.raw == ctx
     }
+}
+
+/// How many CUDA devices the driver sees (`cuDeviceGetCount`), after initialising it. On a
+/// machine without a GPU this is [`Error::NoDevice`] (from `cuInit`), or `Ok(0)`.
+pub fn device_count() -> Result<usize> {
+    driver::init()?;
+    driver::device_count()
 }
 
 /// A stream id never drawn before in this process (0 is `RawStream::NONE`'s): for every stream
