@@ -1,10 +1,13 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick] [--only LIST]`
+//! `um_bench --out DIR [--cpp PATH] [--nccl-cpp PATH] [--notes FILE] [--quick] [--only LIST]
+//! [--base PAGE]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`, `run_task`,
-//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`): for an
-//! investigation. The pages in the repository come from full runs.
+//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`, `nccl`): for an
+//! investigation. The pages in the repository come from full runs, except section 8 (`nccl`,
+//! on machines with two or more GPUs), which `--only nccl --base docs/performance.md` splices
+//! into the page of the last full run, one section per GPU count.
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -14,6 +17,7 @@
 
 mod cpp;
 mod handoff;
+mod nccl;
 mod paired;
 mod report;
 mod runs;
@@ -24,7 +28,7 @@ use std::process::ExitCode;
 use um::Context;
 
 /// One measured figure.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Record {
     /// `launch`, `run_task`, `threads`, `overlap`, `transition`, `handoff`.
     pub(crate) scenario: &'static str,
@@ -34,6 +38,8 @@ pub(crate) struct Record {
     pub(crate) variant: String,
     /// Buffer size in MiB, where it applies.
     pub(crate) mib: usize,
+    /// Message size in bytes, where MiB are too coarse (section 8).
+    pub(crate) bytes: usize,
     /// Host threads, where it applies.
     pub(crate) threads: usize,
     /// Median over samples (and over rounds: the median of the rounds' medians).
@@ -65,6 +71,11 @@ pub(crate) struct Options {
     pub(crate) sizes_mib: Vec<usize>,
     /// The scenarios to run; all when `None`.
     pub(crate) only: Option<Vec<String>>,
+    /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 8.
+    pub(crate) nccl_cpp: Option<PathBuf>,
+    /// A page of an earlier run: this run's section 8 replaces the one of the same GPU count in
+    /// it, and the rest of it is kept (for `--only nccl`).
+    pub(crate) base: Option<PathBuf>,
 }
 
 impl Options {
@@ -75,7 +86,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -85,6 +96,7 @@ const SCENARIOS: [&str; 9] = [
     "overlap",
     "transitions",
     "handoff",
+    "nccl",
 ];
 
 fn parse_args() -> Result<Options, String> {
@@ -95,6 +107,8 @@ fn parse_args() -> Result<Options, String> {
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
         only: None,
+        nccl_cpp: None,
+        base: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -103,6 +117,8 @@ fn parse_args() -> Result<Options, String> {
             "--out" => o.out = PathBuf::from(value()?),
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
+            "--nccl-cpp" => o.nccl_cpp = Some(PathBuf::from(value()?)),
+            "--base" => o.base = Some(PathBuf::from(value()?)),
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
                 if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
@@ -226,9 +242,23 @@ fn write_docs(
         report::json(ctx.info(), records),
     )?;
     let mut md = report::markdown(ctx.info(), records, notes);
-    // Section 7 (handoff.rs) goes before the goals table.
+    // Sections 7 (handoff.rs) and 8 (nccl.rs) go before the goals table.
+    let section8 = nccl::markdown(records);
     let at = md.find("\n## Goals").unwrap_or(md.len());
-    md.insert_str(at, &handoff::markdown(records));
+    md.insert_str(at, &format!("{}{section8}", handoff::markdown(records)));
+    if let Some(base) = &opts.base {
+        // Only section 8 is this run's: keep the rest of the earlier page.
+        let gpus = records
+            .iter()
+            .find(|r| r.scenario.starts_with("nccl"))
+            .map_or(0, |r| r.threads);
+        let old = std::fs::read_to_string(base)?;
+        md = if section8.is_empty() {
+            old
+        } else {
+            nccl::splice(&old, &section8, gpus)
+        };
+    }
     std::fs::write(docs.join("performance.md"), md)?;
     std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
     std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
@@ -317,6 +347,13 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         records.extend(handoff::handoff(ctx, opts.rounds)?);
     }
     save(&records)?;
+    if opts.wants("nccl") {
+        // Skips with one line where there are fewer than two GPUs or no NCCL.
+        if let Some(r) = nccl::nccl(opts.nccl_cpp.as_deref(), opts.rounds.min(3))? {
+            records.extend(r);
+            save(&records)?;
+        }
+    }
     println!(
         "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
         opts.out.display()
