@@ -14,6 +14,17 @@ use um::{Context, Error, HostOwned, Managed, Storage, StreamOptions};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// One test at a time on the GPUs: NCCL kernels of two communicators that take turns in
+/// different orders on two GPUs can wait for each other, and the timing checks want the GPUs to
+/// themselves. Held by every test (and so by `devices`' callers) for its whole run.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn devices() -> Vec<Context> {
     let n = um::device_count().unwrap_or(0);
     assert!(
@@ -208,6 +219,7 @@ fn every_collective<M: Storage>(ctxs: &[Context], comms: &[Comm], alloc: &Alloc<
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn every_collective_matches_the_cpu_on_every_storage() {
+    let _serial = serial();
     let ctxs = devices();
     for options in [CommOptions::new(), CommOptions::new().blocking(true)] {
         let comms = Comm::init_all(&ctxs, options).expect("communicators");
@@ -241,6 +253,7 @@ fn every_collective_matches_the_cpu_on_every_storage() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
+    let _serial = serial();
     let ctxs = devices();
     let comms = Comm::init_all(&ctxs[..2], CommOptions::new()).expect("communicators");
     let mk = |ctx: &Context, len| Managed::from_fn_mirrored(ctx, len, |i| i as f32).expect("alloc");
@@ -317,6 +330,7 @@ fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn ranks_of_one_process_must_call_the_same_sizes() {
+    let _serial = serial();
     let ctxs = devices();
     let options = CommOptions::new().timeout(Duration::from_secs(20));
     let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
@@ -374,6 +388,7 @@ fn ranks_of_one_process_must_call_the_same_sizes() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn one_thread_per_gpu_each_with_its_own_communicator() {
+    let _serial = serial();
     let ctxs = devices();
     let comms = Comm::init_all(&ctxs, CommOptions::new()).expect("communicators");
     let n = comms.len();
@@ -464,6 +479,7 @@ fn child_scenario() -> Option<String> {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn ranks_in_separate_processes_meet_over_loopback() {
+    let _serial = serial();
     if let Some(scenario) = child_scenario() {
         assert_eq!(scenario, "meet");
         let comm = Comm::from_env(CommOptions::new().timeout(WAIT))
@@ -499,6 +515,7 @@ fn ranks_in_separate_processes_meet_over_loopback() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn a_rank_killed_mid_collective_is_an_error_within_the_time_limit() {
+    let _serial = serial();
     const LEN: usize = 16 << 20; // 64 MiB of f32 per buffer
     if let Some(scenario) = child_scenario() {
         assert_eq!(scenario, "kill");

@@ -267,8 +267,8 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     ///
     /// Getting the handle is safe; every use of it is a foreign call, and so `unsafe`. What such
     /// a call may do: enqueue work on this stream that touches only memory it owns or memory
-    /// `um` owns *on this stream* (through [`Managed::device_ptr`](crate::Managed::device_ptr)
-    /// and [`device_ptr_mut`](crate::Managed::device_ptr_mut)), while the stream's scope runs.
+    /// `um` owns *on this stream* (through [`Managed::as_device_ptr`](crate::Managed::as_device_ptr)
+    /// and [`as_device_ptr_mut`](crate::Managed::as_device_ptr_mut)), while the stream's scope runs.
     /// What it must never do: destroy the stream, synchronize it into a state `um` did not
     /// expect (waiting is harmless), capture it into a graph, or use the handle after the
     /// scope's closure returned (an owned stream is destroyed then). The special handles of the
