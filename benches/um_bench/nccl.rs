@@ -289,6 +289,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
+    let mut stopped = [false; VARIANTS.len()];
     for round in 0..rounds {
         // The order rotates each round: C++ first, then um; then um first.
         for part in 0..2 {
@@ -335,14 +336,28 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
                         Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
                         Err(_) => {}
                     }
-                    um_t[2][i].push(bandwidth_once(
-                        &ctxs,
-                        &blocking,
-                        bytes,
-                        unified,
-                        Transfer::Prefetch,
-                    )?);
-                    um_t[3][i].push(bandwidth_once(&ctxs, &blocking, bytes, unified, od)?);
+                    // Unified memory may migrate between GPUs when a peer's kernel reads it
+                    // (NCCL's direct pointers within a process): a variant whose step took more
+                    // than 20 times the mirror's at the previous size stops there.
+                    for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
+                        let slow = i > 0
+                            && um_t[v][i - 1]
+                                .last()
+                                .zip(um_t[0][i - 1].last())
+                                .is_some_and(|(u, m)| *u > 20.0 * *m);
+                        if slow || stopped[v] {
+                            if !stopped[v] {
+                                println!(
+                                    "nccl: {} stops at {bytes} B: more than 20x the mirror's time",
+                                    VARIANTS[v]
+                                );
+                                stopped[v] = true;
+                            }
+                            continue;
+                        }
+                        um_t[v][i]
+                            .push(bandwidth_once(&ctxs, &blocking, bytes, unified, transfer)?);
+                    }
                     um_t[4][i].push(bandwidth_once(&ctxs, &nonblocking, bytes, mirror, od)?);
                 }
             }
