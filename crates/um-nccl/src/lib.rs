@@ -69,7 +69,9 @@ pub use group::{Group, Launched};
 pub use sys::{MIN_VERSION, Nccl, nccl};
 pub use types::{CollectiveStream, Element, ReduceOp, UniqueId};
 
-// The thread rules, checked at compile time.
+// The thread rules, checked at compile time. Their other halves, `Comm: !Sync` and
+// `Group: !Send`, are compile-fail tests (`tests/ui/nccl/comm_shared_between_threads`,
+// `group_sent_to_another_thread`).
 mod facts {
     use super::*;
 
@@ -77,9 +79,4 @@ mod facts {
     const _: () = is_send::<Comm>();
     const _: () = is_send::<UniqueId>();
     const _: () = is_send::<Bootstrap>();
-
-    /// `Comm: !Sync` and `Group: !Send` are shown by compile-fail tests
-    /// (`tests/ui/nccl/comm_shared_between_threads`, `group_sent_to_another_thread`).
-    #[allow(dead_code)]
-    fn documented() {}
 }
