@@ -293,6 +293,13 @@ pub enum Error {
         /// The communicator's device.
         device: usize,
     },
+    /// A group of NCCL calls that NCCL would refuse as a whole (communicators of both the
+    /// blocking and the nonblocking kind); nothing was enqueued.
+    #[error("invalid group of NCCL calls: {reason}")]
+    InvalidGroup {
+        /// Why.
+        reason: &'static str,
+    },
     /// A communicator was given a stream of another device than its own.
     #[error("the stream belongs to device {stream}, the communicator to device {communicator}")]
     WrongDevice {

@@ -242,10 +242,8 @@ impl<'b> Group<'b> {
         for e in &self.calls {
             e.comm.live()?;
             if e.comm.options().is_blocking() != blocking {
-                return Err(Error::CollectiveSize {
-                    collective: "group",
-                    detail: "blocking and nonblocking communicators cannot share a group (NCCL refuses it)"
-                        .to_owned(),
+                return Err(Error::InvalidGroup {
+                    reason: "blocking and nonblocking communicators cannot share a group (NCCL refuses it)",
                 });
             }
         }

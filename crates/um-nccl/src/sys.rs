@@ -196,7 +196,11 @@ pub(crate) fn decode_version(code: i32) -> (u32, u32, u32) {
 impl Nccl {
     /// Opens the first of `paths` that loads, and checks it (every entry point, the version).
     /// The library is never closed, also when this fails after opening it.
-    pub fn load_first(paths: &[String]) -> Result<Nccl> {
+    ///
+    /// Crate-private: opening a file runs its initialisers and trusts the types of its entry
+    /// points, so only the paths of [`candidates`] (the user's `UM_NCCL_LIB`, or NCCL's soname)
+    /// and the tests' own are ever opened.
+    pub(crate) fn load_first(paths: &[String]) -> Result<Nccl> {
         let mut tried = Vec::new();
         for path in paths {
             // SAFETY: opening a shared library runs its initialisers. The file is the one the
