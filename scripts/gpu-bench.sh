@@ -8,13 +8,22 @@
 # cut short keeps what it measured. Mirrored memory (section 6) adds an estimated 2 to 2.5
 # minutes to the run (estimated from iteration counts and allocation sizes, not yet timed);
 # cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
+#
+# Section 9 (NCCL all-reduce) runs where two or more GPUs and NCCL exist, and says "skipped" in
+# one line elsewhere. To measure it alone and keep the rest of the last full run's page:
+#   bench.sh OUT --only nccl --base bench/performance.md
+# (one section per GPU count: run it on the 2-GPU and the 4-GPU machine in turn, the second
+# with --base OUT/docs/performance.md of the first).
 set -euo pipefail
 out=${1:?usage: bench.sh OUT_DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-baseline=$(mktemp -d)/um_baseline
+# NVLink multicast stays off in every environment this script sets.
+export NCCL_NVLS_ENABLE=0
+tmp=$(mktemp -d)
+baseline=$tmp/um_baseline
 "$nvcc" -O3 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
 # Section 8's C++ baseline (cuBLAS on cuMemAlloc memory). The toolkit's lib64 goes into its
 # rpath, so it runs whether or not that folder is on the loader's path. Without cuBLAS the
@@ -27,4 +36,18 @@ if "$nvcc" -O3 -o "$cublas_baseline" bench/cublas_baseline.cpp -lcublas -lcuda \
 else
   echo "bench.sh: bench/cublas_baseline.cpp did not build (no cuBLAS?): section 8 runs without C++" >&2
 fi
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" ${cublas_args[@]+"${cublas_args[@]}"} --notes bench/notes.md "${@:2}"
+# The NCCL baseline: -lnccl needs the development link (libnccl.so); where only the runtime
+# library is installed, link its soname directly.
+nccl_args=()
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "${gpus:-0}" -ge 2 ]; then
+  nb=$tmp/nccl_baseline
+  if "$nvcc" -O3 -o "$nb" bench/nccl_baseline.cpp -lnccl -lcuda 2>"$tmp/nccl_build.log" ||
+    "$nvcc" -O3 -o "$nb" bench/nccl_baseline.cpp -l:libnccl.so.2 -lcuda 2>>"$tmp/nccl_build.log"; then
+    nccl_args=(--nccl-cpp "$nb")
+  else
+    echo "bench.sh: the NCCL baseline did not build (section 9 runs without it):" >&2
+    tail -n 5 "$tmp/nccl_build.log" >&2
+  fi
+fi
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md "${@:2}"

@@ -35,9 +35,12 @@
 #                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
 #                       split across calls) and runs the others.
 #
-# tests/gpu_two_devices runs only where nvidia-smi lists two or more GPUs ("skipped" elsewhere).
-# Examples that draw timelines write them to $UM_SVG_DIR when it is set.
+# The two-GPU programs (tests/gpu_two_devices, tests/gpu_nccl, examples/data_parallel) run only
+# where nvidia-smi lists two or more GPUs ("skipped" elsewhere), and not under a sanitizer (NCCL
+# runs its own threads and kernels there). Examples that draw timelines write them to
+# $UM_SVG_DIR when it is set. NVLink multicast stays off: NCCL_NVLS_ENABLE=0 is exported.
 set -u
+export NCCL_NVLS_ENABLE=0
 cd "$(dirname "${BASH_SOURCE[0]}")"
 bundle=$(pwd)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -45,6 +48,12 @@ cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
 # ------------------------------------------------------------------ tests and examples
+# Whether a test binary or example needs two GPUs.
+two_gpu_only() {
+  case "$1" in gpu_two_devices | gpu_nccl | data_parallel) return 0 ;; esac
+  return 1
+}
+
 # run_all REPEAT VERDICT_FILE: tests once, examples REPEAT times; one line per program to the
 # verdict file (when given); sets $passed and $failed.
 run_all() {
@@ -55,8 +64,8 @@ run_all() {
     [ -n "${examples_only:-}" ] && break
     local name
     name=$(basename "$t")
-    if [ "$name" = gpu_two_devices ] && [ "${gpus:-0}" -lt 2 ]; then
-      echo "=== test binary gpu_two_devices: skipped (needs two GPUs, this machine has ${gpus:-0})"
+    if two_gpu_only "$name" && [ "${gpus:-0}" -lt 2 ]; then
+      echo "=== test binary $name: skipped (needs two GPUs, this machine has ${gpus:-0})"
       echo "test $name: skipped (needs two GPUs, this machine has ${gpus:-0})" >>"$verdict"
       continue
     fi
@@ -87,6 +96,11 @@ run_all() {
   for e in examples/*; do
     local name ok=0 bad=0
     name=$(basename "$e")
+    if two_gpu_only "$name" && [ "${gpus:-0}" -lt 2 ]; then
+      echo "=== example $name: skipped (needs two GPUs, this machine has ${gpus:-0})"
+      echo "example $name: skipped (needs two GPUs, this machine has ${gpus:-0})" >>"$verdict"
+      continue
+    fi
     for ((i = 1; i <= repeat; i++)); do
       if [ "$repeat" -gt 1 ]; then
         echo "=== example $name (run $i of $repeat)"
@@ -169,7 +183,7 @@ sanitize() {
   failed=0
   # The programs that use the GPU, less the fault tests (they fault on purpose).
   for prog in tests/gpu_* examples/*; do
-    case "$prog" in tests/gpu_faults | tests/gpu_two_devices) continue ;; esac
+    case "$prog" in tests/gpu_faults | tests/gpu_two_devices | tests/gpu_nccl | examples/data_parallel) continue ;; esac
     local line note=""
     if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
       line=$(sanitize_one "$tool" "$prog" UM_ONLY_PER_THREAD=1)

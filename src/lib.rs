@@ -108,9 +108,16 @@
 //!   [`kernels::run_task::transform`]).
 //! * Errors: [`Error`], [`Result`].
 //!
-//! This library re-exports the crates `um-core` (everything at the top level) and
-//! `um-kernels` (as [`kernels`]).
+//! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV) and [`nccl`] (collectives across
+//!   GPUs and processes), each loaded at run time, so that building needs neither.
+//!
+//! This library re-exports the crates `um-core` (everything at the top level), `um-kernels`
+//! (as [`kernels`]), `um-cublas` (as [`cublas`]) and `um-nccl` (as [`nccl`]).
 
 pub use um_core::*;
 #[doc(inline)]
 pub use um_kernels as kernels;
+#[doc(inline)]
+pub use um_cublas as cublas;
+#[doc(inline)]
+pub use um_nccl as nccl;

@@ -139,3 +139,50 @@ fn special_handles_are_not_foreign_streams() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {
+    let ctx = gpu();
+    let n = 4 << 20;
+    ctx.synchronize_device().expect("idle");
+    let (free_before, _) = ctx.mem_info().expect("free memory");
+    let unified = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
+    let mirrored = Managed::from_fn_mirrored(&ctx, n, |_| 1.0f32).expect("alloc");
+    let fresh = Managed::from_fn(&ctx, 16, |_| 0.0f32).expect("alloc");
+    let handle = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            ctx.with_stream(StreamOptions::new(), |other| {
+                let (mut u, m) = (unified.attach(s)?, mirrored.attach(s)?);
+                testing::add_scalar(s, &mut u, 1.0)?;
+                let p = s.poisoner();
+                assert!(!p.is_poisoned() && p.is_live());
+                // What an aborted library call does: mark the stream before giving up on it.
+                p.poison();
+                assert!(s.is_poisoned() && p.is_poisoned());
+                assert_eq!(
+                    testing::add_scalar(s, &mut u, 1.0),
+                    Err(Error::StreamPoisoned)
+                );
+                assert!(matches!(fresh.attach(s), Err(Error::StreamPoisoned)));
+                assert!(matches!(m.hand_off(other), Err(Error::StreamPoisoned)));
+                assert!(matches!(u.sync(), Err(Error::StreamPoisoned)));
+                // Another stream is not poisoned.
+                assert!(!other.is_poisoned());
+                Ok(p)
+            })
+        })
+        .expect("stream work");
+    // Nothing holds the mark any more: the stream is gone, its memory leaked.
+    assert!(!handle.is_live() && !handle.is_poisoned());
+    ctx.synchronize_device().expect("the context still works");
+    common::assert_context_usable(&ctx);
+    if common::counts_free_memory() {
+        let (free_after, _) = ctx.mem_info().expect("free memory");
+        // The mirror's device half (16 MiB of cuMemAlloc) was leaked, not freed.
+        assert!(
+            free_after + n * 4 <= free_before + (2 << 20),
+            "the poisoned buffers were freed: {free_before} -> {free_after}"
+        );
+    }
+}

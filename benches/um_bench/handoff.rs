@@ -40,6 +40,7 @@ fn record(imp: &str, variant: &str, rounds: &[Vec<f64>], unit: &'static str) -> 
         imp: imp.to_owned(),
         variant: variant.to_owned(),
         mib: 0,
+        bytes: 0,
         threads: 1,
         median: median(&medians),
         min: rounds.iter().map(|r| min(r)).fold(f64::INFINITY, f64::min),

@@ -1,12 +1,16 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--notes FILE] [--quick] [--only LIST]`
+//! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--nccl-cpp PATH] [--notes FILE] [--quick]
+//! [--only LIST] [--base PAGE]`
 //!
-//! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`, `run_task`,
-//! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`, `cublas`): for an
-//! investigation. The pages in the repository come from full runs. `--cublas-cpp` is the C++
-//! baseline of the `cublas` scenario (bench/cublas_baseline.cpp); without it, or without
-//! cuBLAS, that scenario says so and runs what it can.
+//! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
+//! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
+//! `handoff`, `cublas`, `nccl`): for an investigation. The pages in the repository come from full
+//! runs, except section 9 (`nccl`, on machines with two or more GPUs), which
+//! `--only nccl --base docs/performance.md` splices into the page of the last full run, one
+//! section per GPU count. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
+//! (bench/cublas_baseline.cpp); without it, or without cuBLAS, that scenario says so and runs
+//! what it can.
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -17,6 +21,7 @@
 mod cpp;
 mod cublas;
 mod handoff;
+mod nccl;
 mod paired;
 mod report;
 mod runs;
@@ -27,7 +32,7 @@ use std::process::ExitCode;
 use um::Context;
 
 /// One measured figure.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Record {
     /// `launch`, `run_task`, `threads`, `overlap`, `transition`, `handoff`.
     pub(crate) scenario: &'static str,
@@ -37,6 +42,8 @@ pub(crate) struct Record {
     pub(crate) variant: String,
     /// Buffer size in MiB, where it applies.
     pub(crate) mib: usize,
+    /// Message size in bytes, where MiB are too coarse (section 9).
+    pub(crate) bytes: usize,
     /// Host threads, where it applies.
     pub(crate) threads: usize,
     /// Median over samples (and over rounds: the median of the rounds' medians).
@@ -70,6 +77,11 @@ pub(crate) struct Options {
     pub(crate) sizes_mib: Vec<usize>,
     /// The scenarios to run; all when `None`.
     pub(crate) only: Option<Vec<String>>,
+    /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 9.
+    pub(crate) nccl_cpp: Option<PathBuf>,
+    /// A page of an earlier run: this run's section 9 replaces the one of the same GPU count in
+    /// it, and the rest of it is kept (for `--only nccl`).
+    pub(crate) base: Option<PathBuf>,
 }
 
 impl Options {
@@ -80,7 +92,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -91,6 +103,7 @@ const SCENARIOS: [&str; 10] = [
     "transitions",
     "handoff",
     "cublas",
+    "nccl",
 ];
 
 fn parse_args() -> Result<Options, String> {
@@ -102,6 +115,8 @@ fn parse_args() -> Result<Options, String> {
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
         only: None,
+        nccl_cpp: None,
+        base: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -111,6 +126,8 @@ fn parse_args() -> Result<Options, String> {
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
             "--cublas-cpp" => o.cublas_cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
+            "--nccl-cpp" => o.nccl_cpp = Some(PathBuf::from(value()?)),
+            "--base" => o.base = Some(PathBuf::from(value()?)),
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
                 if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
@@ -234,12 +251,29 @@ fn write_docs(
         report::json(ctx.info(), records),
     )?;
     let mut md = report::markdown(ctx.info(), records, notes);
-    // Section 7 (handoff.rs) goes before section 8 (cuBLAS) and the goals table.
+    // Section 7 (handoff.rs) goes before section 8 (cuBLAS); section 9 (nccl.rs) before the
+    // goals table.
     let at = md
         .find("\n## 8. ")
         .or_else(|| md.find("\n## Goals"))
         .unwrap_or(md.len());
     md.insert_str(at, &handoff::markdown(records));
+    let section9 = nccl::markdown(records);
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(at, &section9);
+    if let Some(base) = &opts.base {
+        // Only section 9 is this run's: keep the rest of the earlier page.
+        let gpus = records
+            .iter()
+            .find(|r| r.scenario.starts_with("nccl"))
+            .map_or(0, |r| r.threads);
+        let old = std::fs::read_to_string(base)?;
+        md = if section9.is_empty() {
+            old
+        } else {
+            nccl::splice(&old, &section9, gpus)
+        };
+    }
     std::fs::write(docs.join("performance.md"), md)?;
     std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
     std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
@@ -345,6 +379,13 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
                 save(&records)?;
             }
             Err(e) => println!("skipping cublas: {e}"),
+        }
+    }
+    if opts.wants("nccl") {
+        // Skips with one line where there are fewer than two GPUs or no NCCL.
+        if let Some(r) = nccl::nccl(opts.nccl_cpp.as_deref(), opts.rounds.min(3))? {
+            records.extend(r);
+            save(&records)?;
         }
     }
     println!(

@@ -207,6 +207,7 @@ pub(crate) fn launch_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             imp: "um".to_owned(),
             variant: (*name).to_owned(),
             mib: 0,
+            bytes: 0,
             threads: 1,
             median: s.median,
             min,

@@ -44,11 +44,12 @@ pub(crate) fn json(info: &DeviceInfo, records: &[Record]) -> String {
     for (i, r) in records.iter().enumerate() {
         let _ = writeln!(
             s,
-            "    {{\"scenario\": \"{}\", \"impl\": \"{}\", \"variant\": \"{}\", \"mib\": {}, \"threads\": {}, \"median\": {:.4}, \"min\": {:.4}, \"unit\": \"{}\"{}}}{}",
+            "    {{\"scenario\": \"{}\", \"impl\": \"{}\", \"variant\": \"{}\", \"mib\": {}, \"bytes\": {}, \"threads\": {}, \"median\": {:.4}, \"min\": {:.4}, \"unit\": \"{}\"{}}}{}",
             r.scenario,
             esc(&r.imp),
             esc(&r.variant),
             r.mib,
+            r.bytes,
             r.threads,
             r.median,
             r.min,

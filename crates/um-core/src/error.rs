@@ -240,6 +240,122 @@ pub enum Error {
         /// Its error, as it displays it.
         message: String,
     },
+    /// The stream is poisoned: work a library enqueued on it was aborted half-done (an NCCL
+    /// communicator was aborted after a timeout, an error or a dead peer), so memory the stream
+    /// owns may still be touched by that work. The memory is leaked, never freed or given to the
+    /// CPU, and no new work goes on the stream. See [`Poisoner`](crate::Poisoner).
+    #[error(
+        "the stream is poisoned: work on it was aborted (an NCCL communicator was aborted), so its \
+         memory is leaked rather than freed or given to the CPU, and no new work goes on it"
+    )]
+    StreamPoisoned,
+    /// An NCCL call failed.
+    #[error("{call} failed: {name} ({detail})")]
+    Nccl {
+        /// The NCCL entry point, for example `ncclAllReduce`.
+        call: &'static str,
+        /// The raw `ncclResult_t`.
+        code: i32,
+        /// NCCL's name of the result, for example `ncclRemoteError`.
+        name: String,
+        /// What NCCL said (`ncclGetErrorString`, `ncclGetLastError`).
+        detail: String,
+    },
+    /// The NCCL library could not be loaded (it is loaded at run time: building needs nothing).
+    #[error("NCCL is not available: {reason}")]
+    NcclUnavailable {
+        /// What was tried, what failed, and what to install.
+        reason: String,
+    },
+    /// A collective's buffers do not have the sizes it needs; nothing was enqueued.
+    #[error("{collective}: {detail}")]
+    CollectiveSize {
+        /// The collective, for example `all_gather`.
+        collective: &'static str,
+        /// The sizes found and the rule they break.
+        detail: String,
+    },
+    /// A rank given to a collective (a root, a peer) is not a rank of the communicator, or is
+    /// the calling rank where that cannot work; nothing was enqueued.
+    #[error(
+        "{collective}: {what} {rank} {reason} (the communicator has ranks 0..{world_size}, this is rank {own})"
+    )]
+    InvalidRank {
+        /// The collective, for example `send`.
+        collective: &'static str,
+        /// What the rank is: `root` or `peer`.
+        what: &'static str,
+        /// The rank given.
+        rank: usize,
+        /// Ranks in the communicator.
+        world_size: usize,
+        /// The calling rank.
+        own: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Unified memory given to NCCL on a device without concurrent managed access: it is
+    /// associated with one stream, and NCCL may touch its buffers from streams of its own.
+    #[error(
+        "unified memory cannot be an NCCL buffer on device {device}, which lacks concurrent managed \
+         access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 0): use mirrored memory \
+         (`Managed::from_slice_mirrored` and its siblings), whose device half any stream may use"
+    )]
+    CollectiveStorage {
+        /// The communicator's device.
+        device: usize,
+    },
+    /// A group of NCCL calls that NCCL would refuse as a whole (communicators of both the
+    /// blocking and the nonblocking kind); nothing was enqueued.
+    #[error("invalid group of NCCL calls: {reason}")]
+    InvalidGroup {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A communicator was given a stream of another device than its own.
+    #[error("the stream belongs to device {stream}, the communicator to device {communicator}")]
+    WrongDevice {
+        /// Ordinal of the stream's device.
+        stream: usize,
+        /// Ordinal of the communicator's device.
+        communicator: usize,
+    },
+    /// Two ranks of one communicator in this process called collectives that do not match
+    /// (NCCL requires the same sequence, sizes, types, operations and roots on every rank): the
+    /// later call is refused before anything is enqueued.
+    #[error("rank {rank}'s {what} does not match rank {other}'s: {detail}")]
+    CollectiveMismatch {
+        /// The rank whose call was refused.
+        rank: usize,
+        /// The rank that called first.
+        other: usize,
+        /// Which call, for example `collective #7`.
+        what: String,
+        /// The two calls.
+        detail: String,
+    },
+    /// The communicator was aborted earlier (after a timeout, an NCCL error or a dead peer);
+    /// it cannot be used any more.
+    #[error("the communicator was aborted: {reason}")]
+    CommunicatorAborted {
+        /// Why it was aborted.
+        reason: String,
+    },
+    /// A wait did not finish within its time limit.
+    #[error("{what} did not finish within {after_ms} ms")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The limit, in milliseconds.
+        after_ms: u64,
+    },
+    /// Setting up communicators failed before NCCL was called: the environment (`RANK`,
+    /// `WORLD_SIZE`, ...), the exchange of the unique id over TCP, or the devices given.
+    #[error("bootstrap: {reason}")]
+    Bootstrap {
+        /// What failed.
+        reason: String,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

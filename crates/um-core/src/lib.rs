@@ -99,10 +99,11 @@ mod sealed;
 
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
-pub use driver::context::{Context, DeviceInfo};
+pub use driver::context::{Context, DeviceInfo, device_count};
 pub use driver::foreign::Foreign;
 pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
+pub use driver::poison::Poisoner;
 pub use driver::stream::{
     Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
 };
@@ -233,6 +234,9 @@ mod facts {
     assert_impl_all!(Managed<[f32], StreamOwned<'static, Foreign>>: Send, Sync);
     // A device address is a borrow of its buffer: it moves where the buffer may.
     assert_impl_all!(DevicePtr<'static, f32>: Send, Sync);
+
+    // A poisoner may be kept anywhere, by any thread: it only ever makes um leak or refuse.
+    assert_impl_all!(Poisoner: Send, Sync, Clone);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

@@ -253,6 +253,13 @@ impl Context {
     }
 }
 
+/// How many CUDA devices the driver sees (`cuDeviceGetCount`), after initialising it. On a
+/// machine without a GPU this is [`Error::NoDevice`] (from `cuInit`), or `Ok(0)`.
+pub fn device_count() -> Result<usize> {
+    driver::init()?;
+    driver::device_count()
+}
+
 /// A stream id never drawn before in this process (0 is `RawStream::NONE`'s): for every stream
 /// `um` creates, for each thread's per-thread stream, and for each handle's legacy stream
 /// (`RawStream`'s identity invariant, `driver/stream.rs`). Here because a `Context` draws the id

@@ -14,10 +14,11 @@
 //! that record was made on the same stream after the first one, so it captures at least the same
 //! work: the order is still right, at worst a little later.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::driver;
 use crate::driver::context::Context;
+use crate::driver::poison::PoisonFlag;
 use crate::driver::sys;
 use crate::error::Result;
 
@@ -89,6 +90,9 @@ pub(crate) struct StreamEvent {
     /// stream in one context).
     ctx: Context,
     event: OnceLock<Event>,
+    /// Whether work on the stream was abandoned half-done (`driver/poison.rs`). Shared with the
+    /// memory the stream gives up to the reaper, which must not free it once the mark is set.
+    poison: Arc<PoisonFlag>,
 }
 
 impl StreamEvent {
@@ -96,7 +100,18 @@ impl StreamEvent {
         StreamEvent {
             ctx,
             event: OnceLock::new(),
+            poison: Arc::default(),
         }
+    }
+
+    /// The stream's poison mark.
+    pub(crate) fn poison(&self) -> &Arc<PoisonFlag> {
+        &self.poison
+    }
+
+    /// Whether the stream is poisoned.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poison.is_set()
     }
 
     /// The context of the stream.

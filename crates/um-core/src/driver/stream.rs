@@ -14,8 +14,9 @@ use std::sync::Arc;
 use crate::driver;
 use crate::driver::context::{Context, next_stream_id};
 use crate::driver::event::StreamEvent;
+use crate::driver::poison::{PoisonFlag, Poisoner};
 use crate::driver::sys;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sealed::Sealed;
 
 /// An invariant lifetime: `Brand<'a>` and `Brand<'b>` are the same type only when `'a == 'b`.
@@ -140,6 +141,24 @@ impl RawStream {
         // 'x (the caller's guarantee); `StreamEvent` is only ever shared (`&`).
         unsafe { self.events.as_ref() }
     }
+
+    /// Whether the stream is poisoned (`driver/poison.rs`); `false` for `NONE`.
+    ///
+    /// # Safety
+    /// As for [`RawStream::events`]: the stream this handle came from is alive.
+    pub(crate) unsafe fn is_poisoned(&self) -> bool {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.events() }.is_some_and(StreamEvent::is_poisoned)
+    }
+
+    /// The stream's poison mark, to keep with memory it gives up; `None` for `NONE`.
+    ///
+    /// # Safety
+    /// As for [`RawStream::events`].
+    pub(crate) unsafe fn poison_flag(&self) -> Option<Arc<PoisonFlag>> {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.events() }.map(|e| Arc::clone(e.poison()))
+    }
 }
 
 // SAFETY: a stream handle is an opaque token the driver accepts from any thread.
@@ -185,7 +204,7 @@ pub struct Stream<'s, K: StreamKind = Owned> {
     raw: RawStream,
     /// The event recorded when memory is handed off this stream. Owned here, read through
     /// `raw.events` (which memory carries).
-    _events: Arc<StreamEvent>,
+    events: Arc<StreamEvent>,
     _brand: Brand<'s>,
     _kind: PhantomData<K>,
 }
@@ -218,7 +237,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
                 transfer,
                 events: Arc::as_ptr(&events),
             },
-            _events: events,
+            events,
             _brand: PhantomData,
             _kind: PhantomData,
         }
@@ -262,7 +281,9 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// have, the same id while this process runs (the identity invariant of `RawStream`: equal
     /// ids, one driver stream; ids are never reused, although driver handles are). A library
     /// that binds a handle of its own to a stream may cache the id of the stream it bound last
-    /// and skip binding it again (`um-cublas` does).
+    /// and skip binding it again (`um-cublas` does), and one that takes streams of a set
+    /// ([`Context::with_streams`], [`Context::with_streams_across`]), whose brand is shared, can
+    /// tell them apart.
     pub fn id(&self) -> u64 {
         self.raw.id
     }
@@ -270,6 +291,29 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
     }
+
+    /// A handle that poisons this stream, for a library that enqueues work here and may have to
+    /// abandon it half-done (see [`Poisoner`]). Once poisoned, every buffer the stream owns is
+    /// leaked rather than freed or given to the CPU, and further work on the stream is refused
+    /// with [`Error::StreamPoisoned`].
+    pub fn poisoner(&self) -> Poisoner {
+        Poisoner::new(self.events.poison())
+    }
+
+    /// Whether the stream is poisoned (see [`Stream::poisoner`]).
+    pub fn is_poisoned(&self) -> bool {
+        self.events.is_poisoned()
+    }
+
+    /// `Err(StreamPoisoned)` once the stream is poisoned: no new work goes on it.
+    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+        if self.is_poisoned() {
+            Err(Error::StreamPoisoned)
+        } else {
+            Ok(())
+        }
+    }
+
 }
 
 impl<K: StreamKind> std::fmt::Debug for Stream<'_, K> {
@@ -387,6 +431,47 @@ impl Context {
         for _ in 0..n {
             // On an error, the streams made so far are destroyed by their drop.
             streams.push(self.new_owned_stream(options)?);
+        }
+        f(&streams)
+    }
+
+    /// Creates one stream on each of `contexts` (one per device, in order), runs `f` with them,
+    /// and destroys them: for one thread that drives several GPUs (a group of NCCL calls, say),
+    /// with a number of devices known only at run time.
+    ///
+    /// As with [`Context::with_streams`], the streams share a brand: memory attached to any of
+    /// them stays inside `f`, and which stream owns a buffer is checked at run time (a launch or
+    /// `sync_all` on another stream of the set is [`Error::StreamMismatch`]). `attach` still
+    /// refuses memory of another context than the stream's ([`Error::ContextMismatch`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> um_core::Result<()> {
+    /// use um_core::{Context, Managed, StreamOptions};
+    /// let devices = [Context::new(0)?, Context::new(1)?];
+    /// let bufs = devices
+    ///     .iter()
+    ///     .map(|ctx| Managed::from_slice(ctx, &[1.0f32; 4]))
+    ///     .collect::<um_core::Result<Vec<_>>>()?;
+    /// let bufs = Context::with_streams_across(&devices, StreamOptions::new(), |streams| {
+    ///     let mut back = Vec::new();
+    ///     for (buf, s) in bufs.into_iter().zip(streams) {
+    ///         back.push(buf.attach(s)?.sync()?); // each buffer on its own device's stream
+    ///     }
+    ///     Ok(back)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_streams_across<R>(
+        contexts: &[Context],
+        options: StreamOptions,
+        f: impl for<'s> FnOnce(&[Stream<'s, Owned>]) -> Result<R>,
+    ) -> Result<R> {
+        let mut streams = Vec::with_capacity(contexts.len());
+        for ctx in contexts {
+            ctx.bind()?;
+            // On an error, the streams made so far are destroyed by their drop (each binds its
+            // own context first).
+            streams.push(ctx.new_owned_stream(options)?);
         }
         f(&streams)
     }

@@ -234,6 +234,8 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         config: LaunchConfig,
         args: A,
     ) -> Result<()> {
+        // Work on a poisoned stream was aborted and may still touch its buffers.
+        self.check_not_poisoned()?;
         // Brands already guarantee this, except between streams of one `with_streams` set.
         if let Some(argument) = args.foreign_buffer(self.raw().id, PRIVATE) {
             return Err(Error::StreamMismatch { argument });

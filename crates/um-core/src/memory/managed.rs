@@ -13,12 +13,14 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::driver;
 use crate::driver::context::Context;
+use crate::driver::poison::PoisonFlag;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
@@ -274,12 +276,31 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         &self.alloc.ctx
     }
 
+    /// Whether the stream that owns the memory is poisoned (`driver/poison.rs`): work on it was
+    /// aborted, and the memory must be leaked, never freed or given to the CPU.
+    pub(crate) fn owner_poisoned(&self) -> bool {
+        // SAFETY: in a stream-owned state the owning stream is alive while the memory is (its
+        // brand is in `S`); host-owned memory is associated with no live stream it could ask.
+        S::ON_STREAM && unsafe { self.alloc.stream.is_poisoned() }
+    }
+
+    /// The poison mark of the owning stream, for an orphan to keep.
+    fn owner_poison(&self) -> Option<Arc<PoisonFlag>> {
+        if S::ON_STREAM {
+            // SAFETY: as in `owner_poisoned`.
+            unsafe { self.alloc.stream.poison_flag() }
+        } else {
+            None
+        }
+    }
+
     /// Gives the allocation up without freeing it, for a free that waits for its stream without
     /// blocking a thread (see `crate::reclaim`).
     pub(crate) fn into_orphan(self) -> Orphan {
+        let poison = self.owner_poison();
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so the orphan's free is the allocation's only one.
-        let orphan = unsafe { M::orphan(this.host_ptr(), &this.alloc, PRIVATE) };
+        let orphan = unsafe { M::orphan(this.host_ptr(), &this.alloc, PRIVATE) }.watching(poison);
         // SAFETY: as in `retype`: `this` is never used or dropped again, and the context is read
         // out exactly once (the orphan holds a clone); the storage's part frees nothing.
         drop(unsafe { ptr::read(&this.alloc.ctx) });
@@ -340,6 +361,11 @@ impl<T: ?Sized, M: Storage> DerefMut for Managed<T, HostOwned, M> {
 impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
     fn drop(&mut self) {
         if S::ON_STREAM {
+            // Work on the owning stream was aborted (a poisoned stream): it may still touch the
+            // memory whether or not the stream is idle. Leak it.
+            if self.owner_poisoned() {
+                return;
+            }
             // The owner's context: after a `hand_off` to another device it is not the
             // allocation's.
             let owner = self.owner_context();
@@ -348,7 +374,8 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             if dropping_scope() {
                 // SAFETY: if `defer_free` takes the orphan, this drop returns without freeing;
                 // otherwise the orphan comes back and is dropped unfreed, and the drop goes on.
-                let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
+                let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
+                    .watching(self.owner_poison());
                 if defer_free(owner, self.alloc.stream, orphan).is_ok() {
                     return;
                 }
@@ -358,6 +385,9 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // may still hold the memory, so it is leaked rather than freed.
             if owner.bind().is_err()
                 || driver::stream_synchronize(self.alloc.stream.handle).is_err()
+                // Poisoned during the wait: the stream may have gone idle because its work was
+                // aborted (the poisoner sets the mark before it aborts).
+                || self.owner_poisoned()
             {
                 return;
             }

@@ -111,6 +111,15 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
             _borrow: PhantomData,
         }
     }
+
+    /// Whether `stream` owns the buffer. The brand already says so for a stream of its own
+    /// (`with_stream`); between the streams of a set (`with_streams`, `with_streams_across`),
+    /// which share a brand, only this run-time check does. A library that enqueues work on
+    /// `stream` with this buffer's address checks it first (um's launches check it too, and
+    /// return `Error::StreamMismatch`).
+    pub fn is_owned_by(&self, stream: &Stream<'s, K>) -> bool {
+        self.stream().id == stream.id()
+    }
 }
 
 impl<'s, K: StreamKind> Stream<'s, K> {

@@ -107,6 +107,7 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
         flag: std::ffi::c_uint,
     ) -> Result<Managed<T, StreamOwned<'s, K>, M>> {
         check_same_context(&self, stream)?;
+        stream.check_not_poisoned()?;
         let target = stream.raw();
         let host = self.host_ptr();
         // SAFETY: the allocation is live and ours, host-owned until the retype below; `stream`
@@ -164,6 +165,8 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
         self.owner_context().bind()?;
         let after = release_to_host(&self)?;
         driver::stream_synchronize(self.stream().handle)?;
+        // Poisoned during the wait: the stream may be idle only because its work was aborted.
+        check_not_poisoned(&self)?;
         Ok(self.retype(after))
     }
 }
@@ -218,6 +221,8 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
         self,
         to: &Stream<'b, K2>,
     ) -> Result<Managed<T, StreamOwned<'b, K2>, M>> {
+        check_not_poisoned(&self)?;
+        to.check_not_poisoned()?;
         let from = self.stream();
         let target = to.raw();
         if from.id == target.id {
@@ -283,10 +288,26 @@ fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
 pub(crate) fn release_to_host<T: ?Sized, K: StreamKind, M: Storage>(
     memory: &Managed<T, StreamOwned<'_, K>, M>,
 ) -> Result<RawStream> {
+    // Memory of a poisoned stream never goes back to the CPU: the caller drops it, and the drop
+    // leaks it.
+    check_not_poisoned(memory)?;
     // SAFETY: the allocation is live and ours, stream-owned by its stream, alive for the
     // memory's brand, whose context the callers made current; every caller waits for that
     // stream before the memory becomes host-owned.
     unsafe { M::release(memory.host_ptr(), memory.allocation(), PRIVATE) }
+}
+
+/// `Err(StreamPoisoned)` if the stream owning `memory` is poisoned (`driver/poison.rs`): work
+/// on it was aborted and may still touch the memory, which must then be leaked (its drop does)
+/// and never handed to the CPU or to another stream.
+pub(crate) fn check_not_poisoned<T: ?Sized, S: State, M: Storage>(
+    memory: &Managed<T, S, M>,
+) -> Result<()> {
+    if memory.owner_poisoned() {
+        Err(Error::StreamPoisoned)
+    } else {
+        Ok(())
+    }
 }
 
 /// Several buffers owned by one stream, given back to the CPU with a single wait: tuples of up
@@ -369,6 +390,7 @@ macro_rules! sync_group_for_tuples {
                 stream.context().bind()?;
                 $( let $after = release_to_host(&$v)?; )+
                 driver::stream_synchronize(stream.raw().handle)?;
+                stream.check_not_poisoned()?;
                 Ok(($($v.retype($after),)+))
             }
             fn release_group(&self, stream: &Stream<'s, K>, _: Private) -> Result<Vec<Released>> {
@@ -413,6 +435,7 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
             .map(release_to_host)
             .collect::<Result<Vec<_>>>()?;
         driver::stream_synchronize(stream.raw().handle)?;
+        stream.check_not_poisoned()?;
         Ok(self
             .into_iter()
             .zip(after)

@@ -11,9 +11,10 @@
 //! A thread, and not "free at the next `um` call": a program that stops calling `um`, or shuts
 //! down, would otherwise keep the memory, and the next call would pay for someone else's frees.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::driver::context::Context;
+use crate::driver::poison::PoisonFlag;
 use crate::reclaim::lock;
 
 /// One allocation given up before its stream was done with it: its context, and how its storage
@@ -23,6 +24,9 @@ pub struct Orphan {
     ctx: Context,
     /// The storage's free of this allocation (`crate::storage`), called at most once.
     free: Box<dyn FnOnce() + Send>,
+    /// The poison mark of the stream that owned the memory (`driver/poison.rs`): once set, the
+    /// memory is leaked, whatever the stream reports.
+    poison: Option<Arc<PoisonFlag>>,
 }
 
 impl Orphan {
@@ -36,7 +40,20 @@ impl Orphan {
         Orphan {
             ctx,
             free: Box::new(free),
+            poison: None,
         }
+    }
+
+    /// The same orphan, leaked instead of freed if `poison` (the mark of the stream that owned
+    /// it) is set by the time it would be freed.
+    pub(crate) fn watching(mut self, poison: Option<Arc<PoisonFlag>>) -> Self {
+        self.poison = poison;
+        self
+    }
+
+    /// Whether the stream that owned the memory was poisoned.
+    fn is_poisoned(&self) -> bool {
+        self.poison.as_ref().is_some_and(|p| p.is_set())
     }
 
     /// Frees the allocation; leaks it if the context cannot be made current.
@@ -99,13 +116,14 @@ fn settle(jobs: Vec<Job>) -> usize {
     for job in jobs {
         n += job.orphans.len();
         for orphan in job.orphans {
-            if job.ok {
+            if job.ok && !orphan.is_poisoned() {
                 // SAFETY: the stream's callback ran with success after every operation
                 // enqueued before it, and no later operation can name this memory: the
                 // future (or the buffer) that held it was its only owner.
                 unsafe { orphan.free() };
             } else {
-                // The stream met an error: the GPU may still hold the memory. Leak it.
+                // The stream met an error, or was poisoned (work on it was aborted, and may
+                // still touch the memory): leak it.
                 drop(orphan);
             }
         }

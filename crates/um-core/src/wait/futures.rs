@@ -158,7 +158,16 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                 let checked = if status == sys::SUCCESS {
                     ctx.bind()
                         .and_then(|()| driver::stream_query(stream.handle))
-                        .map(drop)
+                        .and_then(|_| {
+                            // SAFETY: the future carries the stream's brand 's, so the stream
+                            // is alive. Poisoned: its work was aborted and may still touch the
+                            // memory, whatever the stream reports.
+                            if unsafe { stream.is_poisoned() } {
+                                Err(Error::StreamPoisoned)
+                            } else {
+                                Ok(())
+                            }
+                        })
                 } else {
                     Err(driver::driver_error(completion.source(), status))
                 };

@@ -65,6 +65,7 @@ pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
 impl Sealed for Coherent {}
 impl Storage for Coherent {
     const NAME: &'static str = "coherent";
+    const STREAM_ASSOCIATED: bool = false;
 }
 
 /// Managed memory as [`Unified`] has it, but never attached to a stream.

@@ -58,6 +58,7 @@ pub type Mirrored<T, S = HostOwned> = Managed<T, S, Mirror>;
 impl Sealed for Mirror {}
 impl Storage for Mirror {
     const NAME: &'static str = "mirror";
+    const STREAM_ASSOCIATED: bool = false;
 }
 
 /// The device half of a mirrored allocation, and what is known about the two halves.

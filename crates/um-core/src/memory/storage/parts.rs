@@ -30,6 +30,12 @@ pub trait Storage: Sealed + HasParts + 'static {
     /// What the storage is called in messages.
     #[doc(hidden)]
     const NAME: &'static str;
+    /// Whether the memory is managed memory that the driver associates with one stream at a
+    /// time (`CU_MEM_ATTACH_SINGLE`): on a device without concurrent managed access, work of
+    /// any other stream (a library's internal stream, say) must not touch it. For libraries that
+    /// decide which buffers they may take.
+    #[doc(hidden)]
+    const STREAM_ASSOCIATED: bool;
 }
 
 /// What a storage keeps besides the host address, and its part of every transition.

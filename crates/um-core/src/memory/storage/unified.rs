@@ -41,6 +41,7 @@ pub struct Unified {
 impl Sealed for Unified {}
 impl Storage for Unified {
     const NAME: &'static str = "unified";
+    const STREAM_ASSOCIATED: bool = true;
 }
 
 impl HasParts for Unified {

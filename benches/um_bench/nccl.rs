@@ -1,0 +1,610 @@
+//! Section 8: NCCL all-reduce on owned buffers (issue 22), one process, every GPU, one thread.
+//!
+//! * Bus bandwidth by size, 8 B to 1 GiB, out of place, f32 sum, by nccl-tests' formula
+//!   (busbw = algbw x 2(n-1)/n): the C++ baseline (`bench/nccl_baseline.cpp`, NCCL on
+//!   `cuMemAlloc` buffers, `ncclCommInitAll`), run as a subprocess in every round, against um's
+//!   `Group` of all-reduces on device-resident buffers (a mirror's device half; coherent
+//!   memory) and on unified memory (prefetched to the GPU at `attach`, and not), all with
+//!   blocking communicators as the baseline's, and on mirrors with um's default nonblocking
+//!   communicators.
+//! * Host time per step (one all-reduce on every GPU), um's `Group` against the raw
+//!   `ncclGroupStart`, `ncclAllReduce` x n, `ncclGroupEnd` called from Rust on the same
+//!   communicators and buffers, interleaved batch by batch in one process as section 1b does;
+//!   for each kind of communicator (a nonblocking one's raw step includes the poll NCCL
+//!   requires before the next call).
+
+use std::ffi::{c_int, c_void};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use um::nccl::{Comm, CommOptions, Group, ReduceOp};
+use um::{Context, HostOwned, Managed, Storage, StreamOptions, Transfer};
+
+use crate::cpp;
+use crate::paired::stats;
+use crate::{Paired, Record};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The sizes, in bytes: x4 from 8 B to 512 KiB, then x2 from 1 MiB to 1 GiB.
+pub(crate) fn sizes() -> Vec<usize> {
+    let mut v: Vec<usize> = (0..9).map(|k| 8usize << (2 * k)).collect();
+    v.extend((0..11).map(|k| (1usize << 20) << k));
+    v
+}
+
+/// Iterations per measurement: about 4 GiB of all-reduce, 20 to 1000 (the C++ baseline's too).
+pub(crate) fn iters(bytes: usize) -> usize {
+    ((4usize << 30) / bytes.max(1)).clamp(20, 1000)
+}
+
+/// The um variants of the bandwidth table, in its column order.
+pub(crate) const VARIANTS: [&str; 5] = [
+    "mirror (device half), blocking",
+    "coherent, blocking",
+    "unified, prefetched, blocking",
+    "unified, on demand, blocking",
+    "mirror (device half), nonblocking",
+];
+
+type Alloc<M> = fn(&Context, usize) -> um::Result<Managed<[f32], HostOwned, M>>;
+
+/// Seconds per step of `iters` grouped all-reduces of `bytes` on every GPU, buffers of storage
+/// `M` attached to streams of `transfer`.
+fn bandwidth_once<M: Storage>(
+    ctxs: &[Context],
+    comms: &[Comm],
+    bytes: usize,
+    alloc: Alloc<M>,
+    transfer: Transfer,
+) -> Res<f64> {
+    let n = (bytes / 4).max(1);
+    let mut bufs = Vec::with_capacity(ctxs.len());
+    for ctx in ctxs {
+        bufs.push((alloc(ctx, n)?, alloc(ctx, n)?));
+    }
+    let k = iters(n * 4);
+    let warm = (k / 10).max(3);
+    let opts = StreamOptions::new().transfer(transfer);
+    let secs = Context::with_streams_across(ctxs, opts, |streams| {
+        let mut on = Vec::with_capacity(bufs.len());
+        for ((send, recv), s) in bufs.into_iter().zip(streams) {
+            on.push((send.attach(s)?, recv.attach(s)?));
+        }
+        let mut step = || -> um::Result<()> {
+            let mut g = Group::new();
+            for (((send, recv), s), c) in on.iter_mut().zip(streams).zip(comms) {
+                g.all_reduce(c, s, send, recv, ReduceOp::Sum)?;
+            }
+            g.launch().map(drop)
+        };
+        for _ in 0..warm {
+            step()?;
+        }
+        for s in streams {
+            s.synchronize()?;
+        }
+        let t0 = Instant::now();
+        for _ in 0..k {
+            step()?;
+        }
+        for s in streams {
+            s.synchronize()?;
+        }
+        let secs = t0.elapsed().as_secs_f64() / k as f64;
+        for ((send, recv), s) in on.into_iter().zip(streams) {
+            s.sync_all((send, recv))?;
+        }
+        Ok(secs)
+    })?;
+    Ok(secs)
+}
+
+fn busbw(bytes: usize, secs: f64, gpus: usize) -> f64 {
+    let algbw = bytes as f64 / secs / 1e9;
+    algbw * 2.0 * (gpus as f64 - 1.0) / gpus as f64
+}
+
+/// Whether every GPU has room for two buffers of `bytes` in half its free memory (um's rule for
+/// the benchmark: never ask for more than the GPU has free).
+fn fits(ctxs: &[Context], bytes: usize) -> Res<bool> {
+    for c in ctxs {
+        let (free, _) = c.mem_info()?;
+        if 2 * bytes > free / 2 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The raw NCCL entry points for the host-time reference, from the same library um loaded.
+struct Raw {
+    group_start: unsafe extern "C" fn() -> c_int,
+    group_end: unsafe extern "C" fn() -> c_int,
+    all_reduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        *mut c_void,
+        *mut c_void,
+    ) -> c_int,
+    async_error: unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int,
+    _lib: libloading::Library,
+}
+
+impl Raw {
+    fn load() -> Res<Raw> {
+        let path = um::nccl::nccl()?.path().to_owned();
+        // SAFETY: the library um already loaded (dlopen returns the same handle); nothing runs.
+        let lib = unsafe { libloading::Library::new(&path) }?;
+        // SAFETY: NCCL's entry points of these names have these prototypes (nccl.h), with the
+        // enums spelled c_int; the library outlives the pointers (kept in `_lib`).
+        unsafe {
+            Ok(Raw {
+                group_start: *lib.get(b"ncclGroupStart\0")?,
+                group_end: *lib.get(b"ncclGroupEnd\0")?,
+                all_reduce: *lib.get(b"ncclAllReduce\0")?,
+                async_error: *lib.get(b"ncclCommGetAsyncError\0")?,
+                _lib: lib,
+            })
+        }
+    }
+}
+
+/// Steps per timed batch of the host-time measurement, and rounds.
+const BATCH: usize = 32;
+
+/// Per round, µs per step: [um, raw].
+fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<[f64; 2]>> {
+    let raw = Raw::load()?;
+    let n = 256; // 1 KiB per GPU: the GPU's time is far below the host's
+    let mut bufs = Vec::with_capacity(ctxs.len());
+    for ctx in ctxs {
+        bufs.push((
+            Managed::from_fn_mirrored(ctx, n, |_| 1.0f32)?,
+            Managed::from_fn_mirrored(ctx, n, |_| 0.0f32)?,
+        ));
+    }
+    let blocking = comms[0].options().is_blocking();
+    let out = Context::with_streams_across(ctxs, StreamOptions::new(), |streams| {
+        let mut on = Vec::with_capacity(bufs.len());
+        for ((send, recv), s) in bufs.into_iter().zip(streams) {
+            on.push((send.attach(s)?, recv.attach(s)?));
+        }
+        let bad = |what: &'static str, rc: c_int| um::Error::Nccl {
+            call: what,
+            code: rc,
+            name: "raw reference".to_owned(),
+            detail: "the raw reference of the NCCL host-time benchmark".to_owned(),
+        };
+        let mut samples = Vec::with_capacity(rounds);
+        for round in 0..rounds + 1 {
+            let mut t = [0.0f64; 2];
+            for k in 0..2 {
+                let which = (round + k) % 2;
+                let t0 = Instant::now();
+                for _ in 0..BATCH {
+                    if which == 0 {
+                        let mut g = Group::new();
+                        for (((send, recv), s), c) in on.iter_mut().zip(streams).zip(comms) {
+                            g.all_reduce(c, s, send, recv, ReduceOp::Sum)?;
+                        }
+                        g.launch()?;
+                    } else {
+                        // SAFETY: the raw reference: um's own communicators (live, used by this
+                        // thread only) and buffers owned by each GPU's stream, which the
+                        // all-reduce is enqueued on; n elements each; a nonblocking
+                        // communicator is polled until NCCL is done before the next call.
+                        unsafe {
+                            let rc = (raw.group_start)();
+                            if rc != 0 {
+                                return Err(bad("ncclGroupStart", rc));
+                            }
+                            for ((send, recv), (s, c)) in
+                                on.iter_mut().zip(streams.iter().zip(comms))
+                            {
+                                let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
+                                let rc = (raw.all_reduce)(
+                                    p.address() as usize as *const c_void,
+                                    q.address() as usize as *mut c_void,
+                                    n,
+                                    7,
+                                    0,
+                                    c.as_raw(),
+                                    s.as_raw(),
+                                );
+                                if rc != 0 && rc != 7 {
+                                    return Err(bad("ncclAllReduce", rc));
+                                }
+                            }
+                            let rc = (raw.group_end)();
+                            if rc != 0 && rc != 7 {
+                                return Err(bad("ncclGroupEnd", rc));
+                            }
+                            if !blocking {
+                                for c in comms {
+                                    let mut state: c_int = 7;
+                                    while state == 7 {
+                                        let rc = (raw.async_error)(c.as_raw(), &mut state);
+                                        if rc != 0 {
+                                            return Err(bad("ncclCommGetAsyncError", rc));
+                                        }
+                                    }
+                                    if state != 0 {
+                                        return Err(bad("ncclAllReduce", state));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
+                for s in streams {
+                    s.synchronize()?;
+                }
+            }
+            // The first round warms both paths up and is not kept.
+            if round > 0 {
+                samples.push(t);
+            }
+        }
+        for ((send, recv), s) in on.into_iter().zip(streams) {
+            s.sync_all((send, recv))?;
+        }
+        Ok(samples)
+    })?;
+    Ok(out)
+}
+
+/// Section 8's measurements, or `None` (after one line) where it cannot run.
+pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Option<Vec<Record>>> {
+    let count = um::device_count().unwrap_or(0);
+    if count < 2 {
+        println!("nccl: skipped: needs at least 2 GPUs, this machine has {count}");
+        return Ok(None);
+    }
+    if let Err(e) = um::nccl::nccl() {
+        println!("nccl: skipped: {e}");
+        return Ok(None);
+    }
+    let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
+    let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
+    let nonblocking = Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?;
+    let sizes = sizes();
+    println!(
+        "nccl: {count} GPUs, {} sizes from {} B to {} MiB, {rounds} rounds; NCCL {:?}",
+        sizes.len(),
+        sizes[0],
+        sizes[sizes.len() - 1] >> 20,
+        um::nccl::nccl()?.version()
+    );
+    let mut cpp_t: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
+    let mut um_t: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); sizes.len()]; VARIANTS.len()];
+    let list = sizes
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut stopped = [false; VARIANTS.len()];
+    for round in 0..rounds {
+        // The order rotates each round: C++ first, then um; then um first.
+        for part in 0..2 {
+            if (round + part) % 2 == 0 {
+                if let Some(exe) = cpp_exe {
+                    let out = std::process::Command::new(exe)
+                        .args(["allreduce", "--sizes", &list, "--gpus", &count.to_string()])
+                        .env("NCCL_NVLS_ENABLE", "0")
+                        .output()?;
+                    if !out.status.success() {
+                        return Err(format!(
+                            "{} failed: {}",
+                            exe.display(),
+                            String::from_utf8_lossy(&out.stderr)
+                        )
+                        .into());
+                    }
+                    for line in String::from_utf8_lossy(&out.stdout).lines() {
+                        if cpp::field(line, "skipped").is_some() {
+                            continue;
+                        }
+                        let bytes = cpp::number(line, "bytes")? as usize;
+                        if let Some(i) = sizes.iter().position(|s| *s == bytes) {
+                            cpp_t[i].push(cpp::number(line, "time_us")? * 1e-6);
+                        }
+                    }
+                }
+            } else {
+                for (i, &bytes) in sizes.iter().enumerate() {
+                    if !fits(&ctxs, bytes)? {
+                        if round == 0 {
+                            println!("nccl: skipping {bytes} B: more than half the free memory");
+                        }
+                        continue;
+                    }
+                    let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
+                    let mirror: Alloc<um::Mirror> =
+                        |c, n| um::Mirrored::<[f32]>::zeroed_slice_mirrored(c, n);
+                    let coherent: Alloc<um::Coherent> = |c, n| Managed::zeroed_slice_coherent(c, n);
+                    let od = Transfer::OnDemand;
+                    um_t[0][i].push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od)?);
+                    match bandwidth_once(&ctxs, &blocking, bytes, coherent, od) {
+                        Ok(t) => um_t[1][i].push(t),
+                        Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
+                        Err(_) => {}
+                    }
+                    // Unified memory may migrate between GPUs when a peer's kernel reads it
+                    // (NCCL's direct pointers within a process): a variant whose step took more
+                    // than 20 times the mirror's at the previous size stops there.
+                    for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
+                        let slow = i > 0
+                            && um_t[v][i - 1]
+                                .last()
+                                .zip(um_t[0][i - 1].last())
+                                .is_some_and(|(u, m)| *u > 20.0 * *m);
+                        if slow || stopped[v] {
+                            if !stopped[v] {
+                                println!(
+                                    "nccl: {} stops at {bytes} B: more than 20x the mirror's time",
+                                    VARIANTS[v]
+                                );
+                                stopped[v] = true;
+                            }
+                            continue;
+                        }
+                        um_t[v][i]
+                            .push(bandwidth_once(&ctxs, &blocking, bytes, unified, transfer)?);
+                    }
+                    um_t[4][i].push(bandwidth_once(&ctxs, &nonblocking, bytes, mirror, od)?);
+                }
+            }
+        }
+        println!("nccl: round {} of {rounds} done", round + 1);
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut out = Vec::new();
+    let record = |imp: &str, variant: &str, bytes: usize, times: &[f64]| {
+        let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+        Record {
+            scenario: "nccl_busbw",
+            imp: imp.to_owned(),
+            variant: variant.to_owned(),
+            bytes,
+            threads: count,
+            // GB/s: the median time's, and the best time's.
+            median: busbw(bytes, median(times), count),
+            min: busbw(bytes, best, count),
+            unit: "GB/s",
+            ..Record::default()
+        }
+    };
+    for (i, &bytes) in sizes.iter().enumerate() {
+        if !cpp_t[i].is_empty() {
+            out.push(record("cpp", "cuMemAlloc, blocking", bytes, &cpp_t[i]));
+        }
+        for (v, name) in VARIANTS.iter().enumerate() {
+            if !um_t[v][i].is_empty() {
+                out.push(record("um", name, bytes, &um_t[v][i]));
+            }
+        }
+    }
+    for (comms, mode) in [(&blocking, "blocking"), (&nonblocking, "nonblocking")] {
+        let samples = host_time_paired(&ctxs, comms, 200)?;
+        for (k, imp) in ["um", "raw"].iter().enumerate() {
+            let own: Vec<f64> = samples.iter().map(|t| t[k]).collect();
+            let s = stats(&own);
+            let paired = (k == 0).then(|| {
+                let d = stats(&samples.iter().map(|t| t[0] - t[1]).collect::<Vec<_>>());
+                Paired {
+                    median: d.median,
+                    median_ci: d.median_ci,
+                    mean: d.mean,
+                    mean_ci: d.mean_ci,
+                    rounds: samples.len(),
+                }
+            });
+            println!(
+                "nccl host time, {mode}, {imp}: median {:.3} µs per step{}",
+                s.median,
+                paired.map_or(String::new(), |p| format!(
+                    ", vs raw {:+.3} µs (95% CI {:+.3} .. {:+.3})",
+                    p.median, p.median_ci.0, p.median_ci.1
+                ))
+            );
+            out.push(Record {
+                scenario: "nccl_host",
+                imp: (*imp).to_owned(),
+                variant: mode.to_owned(),
+                threads: count,
+                median: s.median,
+                min: own.iter().copied().fold(f64::INFINITY, f64::min),
+                unit: "us",
+                paired,
+                ..Record::default()
+            });
+        }
+    }
+    Ok(Some(out))
+}
+
+fn size_label(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// The heading of section 9 for `gpus` GPUs: a page may hold one per GPU count.
+pub(crate) fn heading(gpus: usize) -> String {
+    format!("## 9. NCCL all-reduce, {gpus} GPUs")
+}
+
+/// Section 8, with its own goals, or nothing if it did not run.
+pub(crate) fn markdown(records: &[Record]) -> String {
+    let bw: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "nccl_busbw")
+        .collect();
+    let host: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "nccl_host")
+        .collect();
+    if bw.is_empty() && host.is_empty() {
+        return String::new();
+    }
+    let gpus = bw.first().or(host.first()).map_or(0, |r| r.threads);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; and mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those). `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        heading(gpus)
+    );
+    let _ = write!(md, "| size | C++ |");
+    for v in VARIANTS {
+        let _ = write!(md, " um {v} |");
+    }
+    let _ = writeln!(md, " um mirror blocking / C++ |");
+    let _ = writeln!(
+        md,
+        "| ---: | ---: |{} ---: |",
+        " ---: |".repeat(VARIANTS.len())
+    );
+    let mut sizes: Vec<usize> = Vec::new();
+    for r in &bw {
+        if !sizes.contains(&r.bytes) {
+            sizes.push(r.bytes);
+        }
+    }
+    let find = |imp: &str, variant: &str, bytes: usize| {
+        bw.iter()
+            .find(|r| r.imp == imp && r.variant == variant && r.bytes == bytes)
+            .copied()
+    };
+    let mut worst: Option<(f64, usize)> = None;
+    for &bytes in &sizes {
+        let cell = |r: Option<&Record>| {
+            r.map_or("n/a".to_owned(), |r| {
+                format!("{:.2} / {:.2}", r.median, r.min)
+            })
+        };
+        let c = find("cpp", "cuMemAlloc, blocking", bytes);
+        let _ = write!(md, "| {} | {} |", size_label(bytes), cell(c));
+        for v in VARIANTS {
+            let _ = write!(md, " {} |", cell(find("um", v, bytes)));
+        }
+        let ratio = c
+            .zip(find("um", VARIANTS[0], bytes))
+            .map(|(c, u)| u.median / c.median);
+        let _ = writeln!(
+            md,
+            " {} |",
+            ratio.map_or("".to_owned(), |r| format!("{r:.3}x"))
+        );
+        if let Some(r) = ratio.filter(|_| bytes >= 1 << 20) {
+            if worst.is_none_or(|(w, _)| r < w) {
+                worst = Some((r, bytes));
+            }
+        }
+    }
+    let mut goals: Vec<(String, String, bool)> = Vec::new();
+    if let Some((r, bytes)) = worst {
+        goals.push((
+            "all-reduce busbw, um mirror (device half) vs C++, every size from 1 MiB up: ≥ 0.98x"
+                .into(),
+            format!("{r:.3}x (lowest, at {})", size_label(bytes)),
+            r >= 0.98,
+        ));
+    }
+    if !host.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### Host time per step, um against the raw call\n\nOne all-reduce of 1 KiB on every GPU per step, um's `Group` (checks, agreement ledger, `ncclGroupStart` .. `ncclGroupEnd`, the poll of a nonblocking communicator) against the same NCCL calls made raw from Rust on the same communicators and buffers. Interleaved in one process, batches of {BATCH} steps taking turns, streams drained between batches; per round, um's µs per step minus the raw one's. Intervals are 95%.\n\n| communicators | raw µs per step | um µs per step | um - raw: median (95% CI) | um - raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
+        );
+        for mode in ["blocking", "nonblocking"] {
+            let (u, r) = (
+                host.iter().find(|x| x.imp == "um" && x.variant == mode),
+                host.iter().find(|x| x.imp == "raw" && x.variant == mode),
+            );
+            if let (Some(u), Some(r), Some(p)) = (u, r, u.and_then(|u| u.paired)) {
+                let _ = writeln!(
+                    md,
+                    "| {mode} | {:.3} | {:.3} | {:+.3} ({:+.3} .. {:+.3}) | {:+.3} ({:+.3} .. {:+.3}) |",
+                    r.median,
+                    u.median,
+                    p.median,
+                    p.median_ci.0,
+                    p.median_ci.1,
+                    p.mean,
+                    p.mean_ci.0,
+                    p.mean_ci.1
+                );
+                goals.push((
+                    format!("host time per step over the raw calls, {mode} communicators (median, 95% CI upper bound): ≤ +1 µs"),
+                    format!("{:+.3} µs ({:+.3} .. {:+.3})", p.median, p.median_ci.0, p.median_ci.1),
+                    p.median_ci.1 <= 1.0,
+                ));
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n### Goals of section 9\n\n| goal | measured | |\n| --- | ---: | --- |"
+    );
+    for (g, m, ok) in &goals {
+        let _ = writeln!(
+            md,
+            "| {g} | {m} | {} |",
+            if *ok { "met" } else { "**not met**" }
+        );
+    }
+    md
+}
+
+/// `base` (a page from an earlier run) with this run's section 9 in place of the section of the
+/// same GPU count (or of the placeholder), before "## Goals" if it had none.
+pub(crate) fn splice(base: &str, section: &str, gpus: usize) -> String {
+    let head = heading(gpus);
+    let starts =
+        |line: &str| line == head || line.starts_with("## 9. NCCL all-reduce: not measured");
+    let mut out = String::new();
+    let mut skipping = false;
+    let mut placed = false;
+    for line in base.lines() {
+        if line.starts_with("## ") {
+            if skipping {
+                skipping = false;
+            }
+            if starts(line) {
+                if !placed {
+                    out.push_str(section.trim_start_matches('\n'));
+                    out.push('\n');
+                    placed = true;
+                }
+                skipping = true;
+                continue;
+            }
+            if line == "## Goals" && !placed {
+                out.push_str(section.trim_start_matches('\n'));
+                out.push('\n');
+                placed = true;
+            }
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !placed {
+        out.push_str(section);
+    }
+    out
+}

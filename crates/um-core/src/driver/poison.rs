@@ -1,0 +1,82 @@
+//! Poisoned streams: the mark a library sets on a stream when work it enqueued there was
+//! aborted rather than completed (an NCCL communicator aborted after a timeout or a dead peer).
+//!
+//! An aborted operation breaks the ownership invariant: the stream may go idle while other
+//! work (a kernel of a peer GPU that was given a buffer's address, a proxy thread) can still
+//! touch the memory the operation was given. `um` then must neither free that memory nor give
+//! it to the CPU. Poisoning the stream says so: every buffer the stream owns is leaked at its
+//! drop, `sync` and its siblings return [`Error::StreamPoisoned`](crate::Error::StreamPoisoned)
+//! (and leak), and launches, attaches and handoffs on the stream are refused. Buffers the stream
+//! gave up to the reaper before the mark (a cancelled `sync_async`) are leaked too.
+//!
+//! Poisoning is one-way and can only make `um` do less (leak, refuse), never more, so a handle
+//! that sets it is safe to give to any code.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+/// The flag itself, shared by the stream (its [`StreamEvent`](crate::driver::event)), the
+/// memory it gave up, and [`Poisoner`]s (weakly).
+#[derive(Debug, Default)]
+pub(crate) struct PoisonFlag {
+    poisoned: AtomicBool,
+}
+
+impl PoisonFlag {
+    pub(crate) fn is_set(&self) -> bool {
+        // Acquire: whoever sees the mark also sees what the poisoner did before setting it.
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+}
+
+/// A handle that poisons one stream (see [`Stream::poisoner`](crate::Stream::poisoner)): once
+/// [`poison`](Poisoner::poison) is called, `um` leaks every buffer that stream owns, or gave up
+/// to be freed later, instead of freeing it or giving it to the CPU, and refuses further work
+/// on the stream ([`Error::StreamPoisoned`](crate::Error::StreamPoisoned)).
+///
+/// For libraries that enqueue work on `um`'s streams and may have to abandon it half-done
+/// (`um-nccl` aborts a communicator this way). The handle is weak: it outlives the stream, and
+/// poisoning a stream whose memory is all gone does nothing. Poisoning can only make `um` leak
+/// or refuse, so calling it is always safe.
+///
+/// To make the mark effective, set it **before** the abort that may let the stream go idle
+/// early: a buffer whose drop sees the stream idle and the mark unset is freed.
+#[derive(Debug, Clone)]
+pub struct Poisoner {
+    flag: Weak<PoisonFlag>,
+}
+
+impl Poisoner {
+    pub(crate) fn new(flag: &Arc<PoisonFlag>) -> Self {
+        Poisoner {
+            flag: Arc::downgrade(flag),
+        }
+    }
+
+    /// Marks the stream poisoned (no-op once the stream and all its memory are gone).
+    pub fn poison(&self) {
+        if let Some(flag) = self.flag.upgrade() {
+            flag.set();
+        }
+    }
+
+    /// Whether the stream is poisoned (`false` once the stream and all its memory are gone).
+    pub fn is_poisoned(&self) -> bool {
+        self.flag.upgrade().is_some_and(|f| f.is_set())
+    }
+
+    /// Whether anything the mark protects still exists: the stream, or memory it owned that
+    /// waits to be freed. A library may forget a handle once this is `false`.
+    pub fn is_live(&self) -> bool {
+        self.flag.strong_count() > 0
+    }
+
+    /// Whether two handles poison the same stream.
+    pub fn same_stream(&self, other: &Poisoner) -> bool {
+        Weak::ptr_eq(&self.flag, &other.flag)
+    }
+}

@@ -1,0 +1,822 @@
+//! Communicators: one rank of an NCCL communicator, on one device, used by one thread at a time.
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use um_core::{Context, Error, Poisoner, Result, Storage, Stream, StreamKind};
+
+use crate::bootstrap::Bootstrap;
+use crate::call::{self, Buf, Call};
+use crate::ledger::{self, Ledger};
+use crate::sys::{self, Config, Nccl, RawComm};
+use crate::types::{CollectiveStream, Element, ReduceOp, UniqueId};
+
+/// How a communicator is made and how long it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommOptions {
+    blocking: bool,
+    timeout: Duration,
+}
+
+impl Default for CommOptions {
+    fn default() -> Self {
+        CommOptions {
+            blocking: false,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl CommOptions {
+    /// Nonblocking (every NCCL call returns at once and `um-nccl` polls it, up to the time
+    /// limit), with a time limit of 120 s.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A blocking communicator (`ncclConfig_t::blocking = 1`), or the default nonblocking one.
+    ///
+    /// NCCL 2.28 runs every call on a nonblocking communicator through a thread it starts for
+    /// that call; a blocking one enqueues on the calling thread, which costs less host time per
+    /// collective (`docs/performance.md`, section 8). The price: its calls (creation, the first
+    /// collective with a peer, destruction) may block without bound when a peer has died. A
+    /// kernel waiting for a dead peer is bounded either way by [`Comm::wait`].
+    pub fn blocking(mut self, blocking: bool) -> Self {
+        self.blocking = blocking;
+        self
+    }
+
+    /// How long creation, each enqueue, and the drop's flush may take before the communicator is
+    /// aborted (default 120 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether the communicator is blocking.
+    pub fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// The time limit.
+    pub fn time_limit(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// One rank of an NCCL communicator: its device's [`Context`], its rank and the world size.
+///
+/// # Threads
+///
+/// A communicator is `Send` but not `Sync`: it moves to any thread, and only one thread uses it
+/// at a time (NCCL: a `ncclComm_t` must not be used by two threads at once). Every method takes
+/// `&self`, and sharing `&Comm` between threads does not compile. One thread may hold several
+/// communicators (a whole clique from [`Comm::init_all`]); calls that involve more than one of
+/// them must then go into one [`Group`](crate::Group), since each waits for its peers: a
+/// thread that calls a collective on one rank and then on another waits, on the first, for a
+/// peer that its own thread would only call afterwards; `um-nccl` turns that into
+/// [`Error::Timeout`] after the communicator's time limit (and aborts it) instead of a hang.
+///
+/// # Buffers and streams
+///
+/// Every collective runs on a [`Stream`] of the communicator's device and takes buffers that
+/// stream owns: read buffers as `&`, written ones as `&mut`, of any storage (unified, coherent,
+/// mirrored: a mirror's device half, marked written). Counts come from the buffers' lengths;
+/// a size that breaks the collective's rule, a stream of another device, a buffer of another
+/// stream of a set, a root or peer that is not a rank: each is an `Err` before anything is
+/// enqueued. The call returns once NCCL has enqueued the work (on a nonblocking communicator,
+/// once its state is no longer `ncclInProgress`): a `sync` of the buffers then waits for it.
+///
+/// # Faults
+///
+/// [`Comm::wait`] waits for a stream with a time limit, watching NCCL's asynchronous error.
+/// On a timeout, an NCCL error, or a CUDA error of the stream, the communicator is aborted
+/// (`ncclCommAbort`) and every stream it ever enqueued work on is poisoned **first**
+/// ([`um_core::Poisoner`]): buffers those streams own are leaked, never freed nor given back to
+/// the CPU, since an aborted collective (or a peer that was given their address) may still touch
+/// them. A plain `sync` after a collective whose peer died blocks in `cuStreamSynchronize` for
+/// as long as the collective does, which may be forever: wait with [`Comm::wait`] first.
+pub struct Comm {
+    raw: RawComm,
+    nccl: &'static Nccl,
+    ctx: Context,
+    rank: usize,
+    world_size: usize,
+    options: CommOptions,
+    ledger: Arc<Ledger>,
+    /// Interior state: `Comm` is not `Sync`, so one thread at a time touches it.
+    state: RefCell<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Why the communicator was aborted (its handle is then dangling, never used again).
+    aborted: Option<String>,
+    /// The streams the communicator enqueued work on, to poison at an abort.
+    streams: Vec<Poisoner>,
+}
+
+// SAFETY: NCCL lets a communicator be used from any thread, one at a time; `Comm` is not `Sync`,
+// so no two threads use one at once (a `&Comm` cannot be shared, and `&mut`/ownership moves it
+// whole). A group in progress is NCCL thread-local state, but `um-nccl` starts and ends each
+// group inside one call. The other fields are `Send`.
+unsafe impl Send for Comm {}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("device", &self.device())
+            .field("blocking", &self.options.blocking)
+            .field("aborted", &self.state.borrow().aborted)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spins, then yields, then sleeps: waits for NCCL's launch thread or the GPU with little
+/// latency and without burning a core for long.
+pub(crate) fn backoff(round: &mut u32) {
+    *round = round.saturating_add(1);
+    match *round {
+        0..=256 => std::hint::spin_loop(),
+        257..=2048 => std::thread::yield_now(),
+        _ => std::thread::sleep(Duration::from_micros(50)),
+    }
+}
+
+fn check_world(rank: usize, world_size: usize) -> Result<c_int> {
+    let world = c_int::try_from(world_size).ok().filter(|w| *w > 0);
+    match world {
+        Some(w) if rank < world_size => Ok(w),
+        _ => Err(Error::Bootstrap {
+            reason: format!(
+                "rank {rank} of a world of {world_size}: a rank must be below a world size of 1 to {}",
+                c_int::MAX
+            ),
+        }),
+    }
+}
+
+/// Leaves the ledger unless disarmed: the rank of a communicator that was never made.
+struct Member<'a> {
+    ledger: &'a Ledger,
+    rank: usize,
+    armed: bool,
+}
+
+impl Drop for Member<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.ledger.leave(self.rank);
+        }
+    }
+}
+
+/// Polls a fresh nonblocking communicator until its creation is done (or fails, or times out).
+fn init_done(nccl: &Nccl, raw: RawComm, deadline: Instant, timeout: Duration) -> Result<()> {
+    let mut round = 0;
+    loop {
+        let mut state: i32 = sys::IN_PROGRESS;
+        // SAFETY: `raw` is a communicator NCCL returned (creation may still run); a valid
+        // out-pointer.
+        let rc = unsafe { (nccl.fns.comm_get_async_error)(raw, &mut state) };
+        if rc != sys::SUCCESS {
+            return Err(nccl.error("ncclCommGetAsyncError", rc, Some(raw)));
+        }
+        match state {
+            sys::SUCCESS => return Ok(()),
+            sys::IN_PROGRESS => {}
+            e => return Err(nccl.error("ncclCommInitRankConfig", e, Some(raw))),
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: "creating the communicator (every rank must call it)".to_owned(),
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        backoff(&mut round);
+    }
+}
+
+/// Aborts communicators that were never handed out (a failed creation).
+fn abort_raw(nccl: &Nccl, raws: &[RawComm]) {
+    for raw in raws.iter().filter(|r| !r.is_null()) {
+        // SAFETY: a communicator NCCL returned, aborted once, never used again.
+        let _ = unsafe { (nccl.fns.comm_abort)(*raw) };
+    }
+}
+
+impl Comm {
+    /// Rank `rank` of a communicator of `world_size` ranks named by `id`, on `ctx`'s device
+    /// (`ncclCommInitRankConfig`): every rank calls it with the same id and world size, each
+    /// with its own rank and device. Returns once every rank has joined (or fails after the time
+    /// limit of `options`).
+    pub fn init_rank(
+        ctx: &Context,
+        id: &UniqueId,
+        rank: usize,
+        world_size: usize,
+        options: CommOptions,
+    ) -> Result<Comm> {
+        let nccl = sys::nccl()?;
+        let world = check_world(rank, world_size)?;
+        let ledger = Ledger::join(id.as_bytes(), rank, world_size)?;
+        let mut member = Member {
+            ledger: &ledger,
+            rank,
+            armed: true,
+        };
+        ctx.make_current()?;
+        let deadline = Instant::now() + options.timeout;
+        let mut raw: RawComm = std::ptr::null_mut();
+        let mut config = Config::new(options.blocking);
+        // SAFETY: valid out-pointer and config; the id is 128 bytes; `rank < world_size`; the
+        // device is the current context's (made current above).
+        let rc = unsafe {
+            (nccl.fns.comm_init_rank_config)(&mut raw, world, id.raw(), rank as c_int, &mut config)
+        };
+        let done = match rc {
+            sys::SUCCESS | sys::IN_PROGRESS if !raw.is_null() => {
+                if options.blocking {
+                    Ok(())
+                } else {
+                    init_done(nccl, raw, deadline, options.timeout)
+                }
+            }
+            sys::SUCCESS | sys::IN_PROGRESS => {
+                Err(nccl.error("ncclCommInitRankConfig", sys::IN_PROGRESS, None))
+            }
+            e => Err(nccl.error("ncclCommInitRankConfig", e, None)),
+        };
+        if let Err(e) = done {
+            abort_raw(nccl, &[raw]);
+            return Err(e);
+        }
+        member.armed = false;
+        drop(member);
+        Ok(Comm {
+            raw,
+            nccl,
+            ctx: ctx.clone(),
+            rank,
+            world_size,
+            options,
+            ledger,
+            state: RefCell::default(),
+        })
+    }
+
+    /// One communicator per device of `contexts`, all in this process, rank `i` on
+    /// `contexts[i]` (NCCL's `ncclCommInitAll`, made as one `ncclCommInitRankConfig` per device
+    /// inside a group so that they can be nonblocking). The devices must differ.
+    ///
+    /// The communicators may then go to one thread each, or stay on one thread that drives them
+    /// all through [`Group`](crate::Group)s.
+    pub fn init_all(contexts: &[Context], options: CommOptions) -> Result<Vec<Comm>> {
+        let nccl = sys::nccl()?;
+        let n = contexts.len();
+        let world = check_world(0, n)?;
+        for (i, a) in contexts.iter().enumerate() {
+            if contexts[..i]
+                .iter()
+                .any(|b| b.info().ordinal == a.info().ordinal)
+            {
+                return Err(Error::Bootstrap {
+                    reason: format!(
+                        "device {} is given twice: NCCL does not support one device as two ranks of one communicator",
+                        a.info().ordinal
+                    ),
+                });
+            }
+        }
+        let id = UniqueId::new()?;
+        let ledger = Ledger::join(id.as_bytes(), 0, n)?;
+        for rank in 1..n {
+            if let Err(e) = Ledger::join(id.as_bytes(), rank, n) {
+                for joined in 0..rank {
+                    ledger.leave(joined);
+                }
+                return Err(e);
+            }
+        }
+        let mut members: Vec<Member<'_>> = (0..n)
+            .map(|rank| Member {
+                ledger: &ledger,
+                rank,
+                armed: true,
+            })
+            .collect();
+        let deadline = Instant::now() + options.timeout;
+        let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); n];
+        let mut configs: Vec<Config> = (0..n).map(|_| Config::new(options.blocking)).collect();
+        let mut first_err = None;
+        // SAFETY: no arguments; every group start below is matched by the group end.
+        let rc = unsafe { (nccl.fns.group_start)() };
+        if rc != sys::SUCCESS {
+            return Err(nccl.error("ncclGroupStart", rc, None));
+        }
+        for (rank, ctx) in contexts.iter().enumerate() {
+            if let Err(e) = ctx.make_current() {
+                first_err.get_or_insert(e);
+                break;
+            }
+            // SAFETY: valid out-pointer and config (alive until the group's end, and until the
+            // creation polled below is done); `rank < n`; the rank's device is current.
+            let rc = unsafe {
+                (nccl.fns.comm_init_rank_config)(
+                    &mut raws[rank],
+                    world,
+                    id.raw(),
+                    rank as c_int,
+                    &mut configs[rank],
+                )
+            };
+            if rc != sys::SUCCESS && rc != sys::IN_PROGRESS {
+                first_err.get_or_insert(nccl.error("ncclCommInitRankConfig", rc, None));
+                break;
+            }
+        }
+        // SAFETY: ends the group started above.
+        let rc = unsafe { (nccl.fns.group_end)() };
+        if rc != sys::SUCCESS && rc != sys::IN_PROGRESS {
+            first_err.get_or_insert(nccl.error("ncclGroupEnd", rc, None));
+        }
+        if first_err.is_none() && !options.blocking {
+            for raw in &raws {
+                if raw.is_null() {
+                    continue;
+                }
+                if let Err(e) = init_done(nccl, *raw, deadline, options.timeout) {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        if first_err.is_none() && raws.iter().any(|r| r.is_null()) {
+            first_err = Some(nccl.error("ncclCommInitRankConfig", sys::IN_PROGRESS, None));
+        }
+        drop(configs);
+        if let Some(e) = first_err {
+            abort_raw(nccl, &raws);
+            return Err(e);
+        }
+        for m in &mut members {
+            m.armed = false;
+        }
+        drop(members);
+        Ok(raws
+            .into_iter()
+            .zip(contexts)
+            .enumerate()
+            .map(|(rank, (raw, ctx))| Comm {
+                raw,
+                nccl,
+                ctx: ctx.clone(),
+                rank,
+                world_size: n,
+                options,
+                ledger: Arc::clone(&ledger),
+                state: RefCell::default(),
+            })
+            .collect())
+    }
+
+    /// This process's rank of a job launched the torchrun/SLURM way (see [`Bootstrap`]): the
+    /// device `LOCAL_RANK`, the id from rank 0 over TCP, then [`Comm::init_rank`].
+    pub fn from_env(options: CommOptions) -> Result<Comm> {
+        let boot = Bootstrap::from_env()?;
+        let ctx = Context::new(boot.local_rank())?;
+        let id = boot.unique_id()?;
+        Comm::init_rank(&ctx, &id, boot.rank(), boot.world_size(), options)
+    }
+
+    /// This communicator's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The context of the communicator's device.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The ordinal of the communicator's device.
+    pub fn device(&self) -> usize {
+        self.ctx.info().ordinal
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> CommOptions {
+        self.options
+    }
+
+    /// Whether it was aborted (then every call returns [`Error::CommunicatorAborted`]).
+    pub fn is_aborted(&self) -> bool {
+        self.state.borrow().aborted.is_some()
+    }
+
+    /// The NCCL handle (`ncclComm_t`), for a call `um-nccl` does not make. Getting it is safe;
+    /// using it is a foreign call, with the contract of `docs/interop.md` for the buffers and
+    /// streams it touches, and NCCL's: not from two threads at once, not after this `Comm` is
+    /// dropped or aborted, never destroyed or aborted by the caller, and on a nonblocking
+    /// communicator polled (`ncclCommGetAsyncError`) until it is no longer `ncclInProgress`
+    /// before this `Comm` is used again.
+    pub fn as_raw(&self) -> *mut std::ffi::c_void {
+        self.raw
+    }
+
+    pub(crate) fn live(&self) -> Result<()> {
+        match &self.state.borrow().aborted {
+            None => Ok(()),
+            Some(reason) => Err(Error::CommunicatorAborted {
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    pub(crate) fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub(crate) fn nccl(&self) -> &'static Nccl {
+        self.nccl
+    }
+
+    pub(crate) fn raw(&self) -> RawComm {
+        self.raw
+    }
+
+    /// The stream is of this communicator's device, and not poisoned.
+    pub(crate) fn check_stream<K: StreamKind>(&self, stream: &Stream<'_, K>) -> Result<()> {
+        self.live()?;
+        if !stream.context().same_as(&self.ctx) {
+            return Err(Error::WrongDevice {
+                stream: stream.context().info().ordinal,
+                communicator: self.device(),
+            });
+        }
+        if stream.is_poisoned() {
+            return Err(Error::StreamPoisoned);
+        }
+        Ok(())
+    }
+
+    /// Remembers a stream this communicator is about to enqueue work on.
+    pub(crate) fn remember(&self, stream: Poisoner) {
+        let mut st = self.state.borrow_mut();
+        if st.streams.iter().rev().any(|p| p.same_stream(&stream)) {
+            return;
+        }
+        if st.streams.len() >= 16 {
+            st.streams.retain(Poisoner::is_live);
+        }
+        st.streams.push(stream);
+    }
+
+    /// NCCL's state of the communicator: `ncclSuccess`, `ncclInProgress` or an error.
+    pub(crate) fn async_state(&self) -> Result<i32> {
+        self.live()?;
+        let mut state: i32 = sys::IN_PROGRESS;
+        // SAFETY: a live communicator (not aborted) and a valid out-pointer.
+        let rc = unsafe { (self.nccl.fns.comm_get_async_error)(self.raw, &mut state) };
+        if rc == sys::SUCCESS {
+            Ok(state)
+        } else {
+            Err(self.nccl.error("ncclCommGetAsyncError", rc, Some(self.raw)))
+        }
+    }
+
+    /// Polls until NCCL is done with the last call (`ncclInProgress` no more), up to `deadline`:
+    /// `Err` with the error or the timeout. Aborts nothing (the caller does).
+    pub(crate) fn poll_ready(&self, call: &'static str, deadline: Instant) -> Result<()> {
+        let mut round = 0;
+        loop {
+            match self.async_state()? {
+                sys::SUCCESS => return Ok(()),
+                sys::IN_PROGRESS => {}
+                e => return Err(self.nccl.error(call, e, Some(self.raw))),
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("{call} on rank {} (NCCL still in progress)", self.rank),
+                    after_ms: u64::try_from(self.options.timeout.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            backoff(&mut round);
+        }
+    }
+
+    /// Aborts the communicator: poisons every stream it enqueued work on, then `ncclCommAbort`.
+    /// Buffers those streams own are leaked from now on. Further calls return
+    /// [`Error::CommunicatorAborted`]. Does nothing if it was aborted already.
+    ///
+    /// `um-nccl` aborts by itself on a timeout or an error; call this to give up on your own
+    /// terms (a signal, a deadline of your own).
+    pub fn abort(&self) {
+        self.abort_because("aborted by the program".to_owned());
+    }
+
+    pub(crate) fn abort_because(&self, reason: String) {
+        let Ok(mut st) = self.state.try_borrow_mut() else {
+            return;
+        };
+        if st.aborted.is_some() {
+            return;
+        }
+        // The mark first: a buffer whose drop sees its stream idle because of the abort must
+        // already see the mark (`Poisoner`).
+        for stream in &st.streams {
+            stream.poison();
+        }
+        let _ = self.ctx.make_current();
+        // SAFETY: a live communicator, aborted once; the handle is never used after this (the
+        // state below says so before any other call can look).
+        let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        st.aborted = Some(reason);
+        drop(st);
+        self.ledger.leave(self.rank);
+    }
+
+    /// After a call on this communicator alone: `Ok` once NCCL enqueued it, else the
+    /// communicator is aborted and the error returned.
+    fn settle(&self, call: &'static str, rc: i32) -> Result<()> {
+        let outcome = match rc {
+            sys::SUCCESS if self.options.blocking => Ok(()),
+            sys::SUCCESS | sys::IN_PROGRESS if !self.options.blocking => {
+                self.poll_ready(call, Instant::now() + self.options.timeout)
+            }
+            e => Err(self.nccl.error(call, e, Some(self.raw))),
+        };
+        if let Err(e) = &outcome {
+            self.abort_because(e.to_string());
+        }
+        outcome
+    }
+
+    /// Records, remembers the stream, issues one call and settles it.
+    fn run(&self, call: Result<Call>, stream: Poisoner) -> Result<()> {
+        let call = call?;
+        self.live()?;
+        ledger::record_all(&[(self.ledger(), self.rank, call.channel, call.sig)])?;
+        self.remember(stream);
+        // SAFETY: `call` was built by `crate::call` from buffers and a stream the caller of
+        // this method still borrows, for this communicator, which is live.
+        let (name, rc) = unsafe { call.issue(&self.nccl.fns, self.raw) };
+        self.settle(name, rc)
+    }
+
+    /// All-reduce (`ncclAllReduce`): `recv` on every rank gets `op` over every rank's `send`.
+    /// The buffers hold the same number of elements.
+    pub fn all_reduce<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        send: &Buf<'s, T, K, M1>,
+        recv: &mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run(
+            call::all_reduce(self, stream, send, recv, op),
+            stream.poisoner(),
+        )
+    }
+
+    /// All-reduce in place: `buf` is the input and gets the result.
+    pub fn all_reduce_in_place<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        buf: &mut Buf<'s, T, K, M>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run(
+            call::all_reduce_in_place(self, stream, buf, op),
+            stream.poisoner(),
+        )
+    }
+
+    /// Broadcast (`ncclBroadcast`): `recv` on every rank gets `root`'s `send` (read on the root
+    /// only, but passed by every rank, of the same length as `recv`).
+    pub fn broadcast<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        send: &Buf<'s, T, K, M1>,
+        recv: &mut Buf<'s, T, K, M2>,
+        root: usize,
+    ) -> Result<()> {
+        self.run(
+            call::broadcast(self, stream, send, recv, root),
+            stream.poisoner(),
+        )
+    }
+
+    /// Broadcast in place: `buf` is the root's input and every other rank's output.
+    pub fn broadcast_in_place<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        buf: &mut Buf<'s, T, K, M>,
+        root: usize,
+    ) -> Result<()> {
+        self.run(
+            call::broadcast_in_place(self, stream, buf, root),
+            stream.poisoner(),
+        )
+    }
+
+    /// Reduce (`ncclReduce`): `root`'s `recv` gets `op` over every rank's `send`; `recv` is
+    /// written on the root only, and passed by every rank, of the same length as `send`.
+    pub fn reduce<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        send: &Buf<'s, T, K, M1>,
+        recv: &mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.run(
+            call::reduce(self, stream, send, recv, op, root),
+            stream.poisoner(),
+        )
+    }
+
+    /// All-gather (`ncclAllGather`): `recv` gets every rank's `send`, rank `i`'s at
+    /// `i * send.len()`. `recv` holds world size times `send`.
+    pub fn all_gather<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        send: &Buf<'s, T, K, M1>,
+        recv: &mut Buf<'s, T, K, M2>,
+    ) -> Result<()> {
+        self.run(
+            call::all_gather(self, stream, send, recv),
+            stream.poisoner(),
+        )
+    }
+
+    /// Reduce-scatter (`ncclReduceScatter`): rank `i`'s `recv` gets block `i` of `op` over
+    /// every rank's `send`. `send` holds world size times `recv`.
+    pub fn reduce_scatter<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        send: &Buf<'s, T, K, M1>,
+        recv: &mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run(
+            call::reduce_scatter(self, stream, send, recv, op),
+            stream.poisoner(),
+        )
+    }
+
+    /// Sends `buf` to `peer` (`ncclSend`), which receives it with a [`Comm::recv`] of the same
+    /// length. Not to this rank itself (that needs its receive in the same [`Group`](crate::Group)).
+    pub fn send<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        buf: &Buf<'s, T, K, M>,
+        peer: usize,
+    ) -> Result<()> {
+        self.run(
+            call::send(self, stream, buf, peer, false),
+            stream.poisoner(),
+        )
+    }
+
+    /// Receives into `buf` from `peer` (`ncclRecv`), which sends as many elements.
+    pub fn recv<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        buf: &mut Buf<'s, T, K, M>,
+        peer: usize,
+    ) -> Result<()> {
+        self.run(
+            call::recv(self, stream, buf, peer, false),
+            stream.poisoner(),
+        )
+    }
+
+    /// Waits until all work queued on `stream` (a stream of this communicator's device) has
+    /// completed, for at most `timeout`, watching the communicator for NCCL's asynchronous
+    /// errors (a dead peer, a network error). On a timeout or an error the communicator is
+    /// aborted, its streams poisoned (their buffers are leaked, never freed), and the error
+    /// returned. On `Ok` the buffers' `sync` no longer waits.
+    pub fn wait<K: StreamKind>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
+        self.live()?;
+        if !stream.context().same_as(&self.ctx) {
+            return Err(Error::WrongDevice {
+                stream: stream.context().info().ordinal,
+                communicator: self.device(),
+            });
+        }
+        wait_pairs(&[(self, stream as &dyn Idle)], timeout)
+    }
+}
+
+/// A stream whose completion can be asked for: any `um` stream.
+pub(crate) trait Idle {
+    fn idle(&self) -> Result<bool>;
+}
+
+impl<K: StreamKind> Idle for Stream<'_, K> {
+    fn idle(&self) -> Result<bool> {
+        self.is_idle()
+    }
+}
+
+/// Waits until every stream of `pairs` is idle, for at most `timeout`, watching each
+/// communicator's asynchronous error; on any failure aborts every communicator of `pairs`
+/// (poisoning their streams) and returns the error.
+pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Result<()> {
+    let abort_all = |why: &str| {
+        for (comm, _) in pairs {
+            comm.abort_because(why.to_owned());
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    let mut done = vec![false; pairs.len()];
+    let mut round = 0;
+    loop {
+        for (i, (_, stream)) in pairs.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
+            match stream.idle() {
+                Ok(true) => done[i] = true,
+                Ok(false) => {}
+                Err(e) => {
+                    abort_all(&format!("the stream reported an error: {e}"));
+                    return Err(e);
+                }
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return Ok(());
+        }
+        for (comm, _) in pairs {
+            match comm.async_state() {
+                Ok(sys::SUCCESS | sys::IN_PROGRESS) => {}
+                Ok(e) => {
+                    let err = comm
+                        .nccl()
+                        .error("ncclCommGetAsyncError", e, Some(comm.raw()));
+                    abort_all(&err.to_string());
+                    return Err(err);
+                }
+                Err(err) => {
+                    abort_all(&err.to_string());
+                    return Err(err);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            let waiting: Vec<String> = pairs
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| !**d)
+                .map(|((c, _), _)| c.rank().to_string())
+                .collect();
+            let err = Error::Timeout {
+                what: format!("the work on the stream of rank(s) {}", waiting.join(", ")),
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+            abort_all(&err.to_string());
+            return Err(err);
+        }
+        backoff(&mut round);
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if self.is_aborted() {
+            return;
+        }
+        let _ = self.ctx.make_current();
+        let fns = &self.nccl.fns;
+        let flushed = if self.options.blocking {
+            true
+        } else {
+            // SAFETY: a live communicator; finalize flushes its work (nonblocking: polled).
+            let rc = unsafe { (fns.comm_finalize)(self.raw) };
+            (rc == sys::SUCCESS || rc == sys::IN_PROGRESS)
+                && self
+                    .poll_ready("ncclCommFinalize", Instant::now() + self.options.timeout)
+                    .is_ok()
+        };
+        if flushed {
+            // SAFETY: a live communicator whose work is flushed; destroyed once, never used
+            // again.
+            let _ = unsafe { (fns.comm_destroy)(self.raw) };
+            self.ledger.leave(self.rank);
+        } else {
+            // The flush failed or timed out: work may still be in flight. Poison and abort.
+            self.abort_because("the flush at drop failed or timed out".to_owned());
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Groups: several NCCL calls, on one or several communicators, issued together between
+//! `ncclGroupStart` and `ncclGroupEnd`. This is how one thread drives several GPUs, and how a
+//! rank sends and receives at once.
+
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use um_core::{Error, Poisoner, Result, Storage, Stream};
+
+use crate::call::{self, Buf, Call};
+use crate::comm::{Comm, Idle, wait_pairs};
+use crate::ledger;
+use crate::sys;
+use crate::types::{CollectiveStream, Element, ReduceOp};
+
+/// Calls collected for one `ncclGroupStart` .. `ncclGroupEnd`, issued by [`Group::launch`].
+///
+/// Each method checks its call as the communicator's own method does and keeps the borrows of
+/// its stream and buffers (`'b`) until the group is launched and its [`Launched`] dropped or
+/// waited for. Nothing reaches NCCL before [`launch`](Group::launch): a call refused half-way
+/// through building a group leaves nothing enqueued, and dropping an unlaunched group enqueues
+/// nothing. A group is not `Send`: NCCL's group state belongs to the thread.
+///
+/// ```no_run
+/// # fn main() -> um_core::Result<()> {
+/// use std::time::Duration;
+/// use um_core::{Context, Managed, StreamOptions};
+/// use um_nccl::{Comm, CommOptions, Group, ReduceOp};
+/// let devices = [Context::new(0)?, Context::new(1)?];
+/// let comms = Comm::init_all(&devices, CommOptions::new())?;
+/// let grads = devices
+///     .iter()
+///     .map(|ctx| Managed::from_fn_mirrored(ctx, 1024, |i| i as f32))
+///     .collect::<um_core::Result<Vec<_>>>()?;
+/// let grads = Context::with_streams_across(&devices, StreamOptions::new(), |streams| {
+///     let mut on: Vec<_> = grads.into_iter().zip(streams).map(|(g, s)| g.attach(s)).collect::<um_core::Result<_>>()?;
+///     let mut group = Group::new();
+///     for ((comm, s), g) in comms.iter().zip(streams).zip(on.iter_mut()) {
+///         group.all_reduce_in_place(comm, s, g, ReduceOp::Sum)?;
+///     }
+///     group.launch()?.wait(Duration::from_secs(30))?;
+///     on.into_iter().zip(streams).map(|(g, s)| s.sync_all(vec![g])).collect::<um_core::Result<Vec<_>>>()
+/// })?;
+/// # Ok(()) }
+/// ```
+pub struct Group<'b> {
+    calls: Vec<Entry<'b>>,
+    _thread: PhantomData<*const ()>,
+}
+
+struct Entry<'b> {
+    comm: &'b Comm,
+    stream: &'b dyn Idle,
+    poisoner: Poisoner,
+    call: Call,
+}
+
+impl Default for Group<'_> {
+    fn default() -> Self {
+        Group {
+            calls: Vec::new(),
+            _thread: PhantomData,
+        }
+    }
+}
+
+impl std::fmt::Debug for Group<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("calls", &self.calls.len())
+            .finish()
+    }
+}
+
+impl<'b> Group<'b> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many calls the group holds.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Whether the group holds no call.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    fn push<'s, K: CollectiveStream>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        call: Result<Call>,
+    ) -> Result<()> {
+        let call = call?;
+        self.calls.push(Entry {
+            comm,
+            stream,
+            poisoner: stream.poisoner(),
+            call,
+        });
+        Ok(())
+    }
+
+    /// [`Comm::all_reduce`], in this group.
+    pub fn all_reduce<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        send: &'b Buf<'s, T, K, M1>,
+        recv: &'b mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.push(comm, stream, call::all_reduce(comm, stream, send, recv, op))
+    }
+
+    /// [`Comm::all_reduce_in_place`], in this group.
+    pub fn all_reduce_in_place<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        buf: &'b mut Buf<'s, T, K, M>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.push(
+            comm,
+            stream,
+            call::all_reduce_in_place(comm, stream, buf, op),
+        )
+    }
+
+    /// [`Comm::broadcast`], in this group.
+    pub fn broadcast<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        send: &'b Buf<'s, T, K, M1>,
+        recv: &'b mut Buf<'s, T, K, M2>,
+        root: usize,
+    ) -> Result<()> {
+        self.push(
+            comm,
+            stream,
+            call::broadcast(comm, stream, send, recv, root),
+        )
+    }
+
+    /// [`Comm::broadcast_in_place`], in this group.
+    pub fn broadcast_in_place<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        buf: &'b mut Buf<'s, T, K, M>,
+        root: usize,
+    ) -> Result<()> {
+        self.push(
+            comm,
+            stream,
+            call::broadcast_in_place(comm, stream, buf, root),
+        )
+    }
+
+    /// [`Comm::reduce`], in this group.
+    pub fn reduce<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        send: &'b Buf<'s, T, K, M1>,
+        recv: &'b mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.push(
+            comm,
+            stream,
+            call::reduce(comm, stream, send, recv, op, root),
+        )
+    }
+
+    /// [`Comm::all_gather`], in this group.
+    pub fn all_gather<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        send: &'b Buf<'s, T, K, M1>,
+        recv: &'b mut Buf<'s, T, K, M2>,
+    ) -> Result<()> {
+        self.push(comm, stream, call::all_gather(comm, stream, send, recv))
+    }
+
+    /// [`Comm::reduce_scatter`], in this group.
+    pub fn reduce_scatter<'s, T: Element, K: CollectiveStream, M1: Storage, M2: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        send: &'b Buf<'s, T, K, M1>,
+        recv: &'b mut Buf<'s, T, K, M2>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.push(
+            comm,
+            stream,
+            call::reduce_scatter(comm, stream, send, recv, op),
+        )
+    }
+
+    /// [`Comm::send`], in this group; here `peer` may be the rank itself, if the group also
+    /// holds the matching receive.
+    pub fn send<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        buf: &'b Buf<'s, T, K, M>,
+        peer: usize,
+    ) -> Result<()> {
+        self.push(comm, stream, call::send(comm, stream, buf, peer, true))
+    }
+
+    /// [`Comm::recv`], in this group; here `peer` may be the rank itself.
+    pub fn recv<'s, T: Element, K: CollectiveStream, M: Storage>(
+        &mut self,
+        comm: &'b Comm,
+        stream: &'b Stream<'s, K>,
+        buf: &'b mut Buf<'s, T, K, M>,
+        peer: usize,
+    ) -> Result<()> {
+        self.push(comm, stream, call::recv(comm, stream, buf, peer, true))
+    }
+
+    /// Issues every call between `ncclGroupStart` and `ncclGroupEnd`, and returns once NCCL
+    /// has enqueued them all. The communicators must all be blocking or all nonblocking (NCCL
+    /// refuses a mix). If NCCL fails or times out, every communicator of the group is aborted
+    /// (their streams poisoned) and the error returned.
+    pub fn launch(self) -> Result<Launched<'b>> {
+        let Some(first) = self.calls.first() else {
+            return Ok(Launched { pairs: Vec::new() });
+        };
+        let blocking = first.comm.options().is_blocking();
+        let nccl = first.comm.nccl();
+        for e in &self.calls {
+            e.comm.live()?;
+            if e.comm.options().is_blocking() != blocking {
+                return Err(Error::InvalidGroup {
+                    reason: "blocking and nonblocking communicators cannot share a group (NCCL refuses it)",
+                });
+            }
+        }
+        let records: Vec<_> = self
+            .calls
+            .iter()
+            .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig))
+            .collect();
+        ledger::record_all(&records)?;
+        for e in &self.calls {
+            e.comm.remember(e.poisoner.clone());
+        }
+        let mut comms: Vec<&Comm> = Vec::new();
+        for e in &self.calls {
+            if !comms.iter().any(|c| std::ptr::eq(*c, e.comm)) {
+                comms.push(e.comm);
+            }
+        }
+        let fail = |err: Error| {
+            for c in &comms {
+                c.abort_because(err.to_string());
+            }
+            err
+        };
+        // SAFETY: no arguments; matched by the group end below on every path.
+        let rc = unsafe { (nccl.fns.group_start)() };
+        if rc != sys::SUCCESS {
+            return Err(fail(nccl.error("ncclGroupStart", rc, None)));
+        }
+        let mut first_err = None;
+        for e in &self.calls {
+            // SAFETY: each call was built by `crate::call` for its communicator (live, checked
+            // above) from a stream and buffers this group borrows for 'b.
+            let (name, rc) = unsafe { e.call.issue(&nccl.fns, e.comm.raw()) };
+            if rc != sys::SUCCESS && rc != sys::IN_PROGRESS && first_err.is_none() {
+                first_err = Some(nccl.error(name, rc, Some(e.comm.raw())));
+            }
+        }
+        // SAFETY: ends the group started above.
+        let rc = unsafe { (nccl.fns.group_end)() };
+        if let Some(e) = first_err {
+            return Err(fail(e));
+        }
+        match rc {
+            sys::SUCCESS if blocking => {}
+            sys::SUCCESS | sys::IN_PROGRESS if !blocking => {
+                let deadline = Instant::now() + first.comm.options().time_limit();
+                for c in &comms {
+                    if let Err(e) = c.poll_ready("ncclGroupEnd", deadline) {
+                        return Err(fail(e));
+                    }
+                }
+            }
+            e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
+        }
+        let mut pairs: Vec<(&'b Comm, &'b dyn Idle)> = Vec::new();
+        for e in &self.calls {
+            if !pairs
+                .iter()
+                .any(|(c, s)| std::ptr::eq(*c, e.comm) && std::ptr::addr_eq(*s, e.stream))
+            {
+                pairs.push((e.comm, e.stream));
+            }
+        }
+        Ok(Launched { pairs })
+    }
+}
+
+/// A launched group: its communicators and streams, still borrowed, to wait for.
+pub struct Launched<'b> {
+    pairs: Vec<(&'b Comm, &'b dyn Idle)>,
+}
+
+impl std::fmt::Debug for Launched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launched")
+            .field("streams", &self.pairs.len())
+            .finish()
+    }
+}
+
+impl Launched<'_> {
+    /// [`Comm::wait`] for every stream of the group at once, with one time limit: on a
+    /// timeout or an error every communicator of the group is aborted (their streams poisoned).
+    pub fn wait(self, timeout: Duration) -> Result<()> {
+        wait_pairs(&self.pairs, timeout)
+    }
+}
