@@ -15,4 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 baseline=$(mktemp -d)/um_baseline
 "$nvcc" -O3 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --notes bench/notes.md "${@:2}"
+# Section 8's C++ program (CUDA graphs, issue 24).
+graph_baseline=$(dirname "$baseline")/graph_baseline
+"$nvcc" -O3 -cudart none -o "$graph_baseline" bench/graph_baseline.cpp -lcuda
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" --notes bench/notes.md "${@:2}"

@@ -51,7 +51,7 @@ for line in sys.stdin:
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
 strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
-cp bench/baseline.cpp bench/notes.md "$out/bench/"
+cp bench/baseline.cpp bench/graph_baseline.cpp bench/notes.md "$out/bench/"
 cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"

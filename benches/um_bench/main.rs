@@ -1,6 +1,6 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--notes FILE] [--quick] [--only LIST]`
+//! `um_bench --out DIR [--cpp PATH] [--graph-cpp PATH] [--notes FILE] [--quick] [--only LIST]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`, `run_task`,
 //! `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`, `handoff`): for an
@@ -13,6 +13,7 @@
 //! own paths, so `cp -r DIR/docs .` (or DIR = the repository root) updates them all.
 
 mod cpp;
+mod graphs;
 mod handoff;
 mod paired;
 mod report;
@@ -60,6 +61,8 @@ pub(crate) struct Paired {
 pub(crate) struct Options {
     pub(crate) out: PathBuf,
     pub(crate) cpp: Option<PathBuf>,
+    /// The C++ program of section 8 (bench/graph_baseline.cpp).
+    pub(crate) graph_cpp: Option<PathBuf>,
     pub(crate) notes: Option<PathBuf>,
     pub(crate) rounds: usize,
     pub(crate) sizes_mib: Vec<usize>,
@@ -75,7 +78,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -85,12 +88,14 @@ const SCENARIOS: [&str; 9] = [
     "overlap",
     "transitions",
     "handoff",
+    "graphs",
 ];
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         out: PathBuf::from("bench-out"),
         cpp: None,
+        graph_cpp: None,
         notes: None,
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
@@ -102,6 +107,7 @@ fn parse_args() -> Result<Options, String> {
         match a.as_str() {
             "--out" => o.out = PathBuf::from(value()?),
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
+            "--graph-cpp" => o.graph_cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
@@ -128,7 +134,7 @@ fn parse_args() -> Result<Options, String> {
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
 /// in this fresh process; prints `{"median":..,"min":..}` of its samples (and `free_ms` for
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
-/// line.
+/// line. `--child graphs`: section 8's measurements, as one JSON line.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -160,10 +166,11 @@ fn child(args: &[String]) -> ExitCode {
                 "",
             )),
             [what, storage] if what == "handoff" => handoff::child(ctx, storage),
+            [what] if what == "graphs" => graphs::child(ctx),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE`"
+                      `handoff STORAGE` or `graphs`"
                     .into(),
             ),
         }
@@ -225,10 +232,7 @@ fn write_docs(
         docs.join("performance-results.json"),
         report::json(ctx.info(), records),
     )?;
-    let mut md = report::markdown(ctx.info(), records, notes);
-    // Section 7 (handoff.rs) goes before the goals table.
-    let at = md.find("\n## Goals").unwrap_or(md.len());
-    md.insert_str(at, &handoff::markdown(records));
+    let md = report::markdown(ctx.info(), records, notes);
     std::fs::write(docs.join("performance.md"), md)?;
     std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
     std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
@@ -315,6 +319,13 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     }
     if opts.wants("handoff") {
         records.extend(handoff::handoff(ctx, opts.rounds)?);
+    }
+    if opts.wants("graphs") {
+        let graph_cpp = opts.graph_cpp.as_ref().map(|exe| cpp::Baseline {
+            exe: exe.clone(),
+            ptx_dir: ptx_dir.clone(),
+        });
+        records.extend(graphs::graphs(graph_cpp.as_ref(), opts.rounds)?);
     }
     save(&records)?;
     println!(

@@ -331,6 +331,10 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
     }
 
     mirror_sections(&mut md, records, &mut goals);
+    // Sections 7 (handoff.rs) and 8 (graphs.rs), and issue 24's goals.
+    md.push_str(&crate::handoff::markdown(records));
+    md.push_str(&crate::graphs::markdown(records));
+    goals.extend(crate::graphs::goals(records));
 
     let _ = writeln!(
         md,

@@ -359,7 +359,15 @@ fn write_node(out: &mut String, names: &Names<'_>, counts: &[Count], with: &str,
         .params
         .iter()
         .filter_map(|p| names.param(p, counts))
-        .map(|p| format!(", {}", p.replace("__um::StreamOwned<'s, K>", "__um::StreamOwned<'s, __um::Capture>")))
+        .map(|p| {
+            format!(
+                ", {}",
+                p.replace(
+                    "__um::StreamOwned<'s, K>",
+                    "__um::StreamOwned<'s, __um::Capture>"
+                )
+            )
+        })
         .collect();
     let scalars: Vec<(usize, String, &str)> = k
         .params
@@ -377,7 +385,10 @@ fn write_node(out: &mut String, names: &Names<'_>, counts: &[Count], with: &str,
         [(_, t, _)] => format!("({t},)"),
         many => format!(
             "({})",
-            many.iter().map(|(_, t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|(_, t, _)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let positions: Vec<String> = scalars.iter().map(|(i, _, _)| i.to_string()).collect();
@@ -634,9 +645,9 @@ fn write_unit(out: &mut String, u: &Unit<'_>, arch: &str) -> Result<()> {
             .map(|(c, r)| (c.as_str(), r.clone()))
             .collect();
         distinct("launchers", &pairs).map_err(|e| {
-            e.kernel(&k.name)
-                .at(k.line)
-                .help("rename the kernel: a safe kernel `k` has the launchers `k`, `k_with` and `k_node`")
+            e.kernel(&k.name).at(k.line).help(
+                "rename the kernel: a safe kernel `k` has the launchers `k`, `k_with` and `k_node`",
+            )
         })?;
     }
     for k in &u.source.kernels {

@@ -46,7 +46,7 @@ impl Context {
     ///   that made it keeps it alive for the whole call.
     /// * While `f` runs, work that other code enqueues on the stream touches no memory that
     ///   `um` owns, except through pointers `um` gave it
-    ///   ([`Managed::device_ptr`](crate::Managed::device_ptr)), under their own contract.
+    ///   ([`Managed::as_device_ptr`](crate::Managed::as_device_ptr)), under their own contract.
     /// * Nobody begins a stream capture (a CUDA graph) on it while `f` runs.
     ///
     /// Work the other library enqueued before or during `f` is ordered with `um`'s as the

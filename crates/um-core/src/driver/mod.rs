@@ -588,7 +588,9 @@ pub(crate) unsafe fn stream_end_capture(s: sys::CUstream) -> Result<sys::CUgraph
 ///
 /// # Safety
 /// `s` is a live stream of the current context.
-pub(crate) unsafe fn stream_last_captured_node(s: sys::CUstream) -> Result<Option<sys::CUgraphNode>> {
+pub(crate) unsafe fn stream_last_captured_node(
+    s: sys::CUstream,
+) -> Result<Option<sys::CUgraphNode>> {
     let mut status: c_uint = 0;
     let mut deps: *const sys::CUgraphNode = ptr::null();
     let mut count: usize = 0;

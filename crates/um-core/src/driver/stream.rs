@@ -48,17 +48,18 @@ pub trait StreamKind: Sealed + 'static {
 )]
 pub trait Eager: StreamKind {}
 
-/// The stream kinds memory may be attached to: [`Owned`] and [`PerThread`]. Sealed.
+/// The stream kinds memory may be attached to: [`Owned`], [`PerThread`] and
+/// [`Foreign`](crate::Foreign). Sealed.
 ///
 /// [`Legacy`] is not one: attaching memory singly to the NULL stream is illegal (the driver
 /// returns `CUDA_ERROR_INVALID_VALUE`), because it is a virtual, global stream and not a
-/// specific one.
+/// specific one. Nor is [`Capture`]: an attach cannot be captured.
 #[diagnostic::on_unimplemented(
-    message = "memory cannot be attached to the {Self} default stream",
+    message = "memory cannot be attached to the {Self} stream",
     label = "this stream accepts kernel launches but no attached memory",
-    note = "the driver rejects CU_MEM_ATTACH_SINGLE on the NULL (legacy default) stream: it is a virtual global stream, not a specific one",
-    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)",
-    note = "for kernels on the legacy stream itself, use `attach_global` (CU_MEM_ATTACH_GLOBAL, the association the NULL stream accepts)"
+    note = "the legacy (NULL) default stream: the driver rejects CU_MEM_ATTACH_SINGLE on it, because it is a virtual global stream, not a specific one; for kernels on it, use `attach_global` (CU_MEM_ATTACH_GLOBAL, the association the NULL stream accepts)",
+    note = "a capture stream: cuStreamAttachMemAsync cannot be captured (the driver refuses it and invalidates the capture); buffers enter a capture as its buffer set (`stream.capture(buffers, ..)`), attached to the eager stream first",
+    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)"
 )]
 pub trait Attachable: Eager {}
 
@@ -268,14 +269,13 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         &self.ctx
     }
 
-
     /// The driver's handle of this stream (`CUstream`), for a library call that `um` does not
     /// make itself (cuBLAS, NCCL, a cudarc kernel): see `docs/interop.md`.
     ///
     /// Getting the handle is safe; every use of it is a foreign call, and so `unsafe`. What such
     /// a call may do: enqueue work on this stream that touches only memory it owns or memory
-    /// `um` owns *on this stream* (through [`Managed::device_ptr`](crate::Managed::device_ptr)
-    /// and [`device_ptr_mut`](crate::Managed::device_ptr_mut)), while the stream's scope runs.
+    /// `um` owns *on this stream* (through [`Managed::as_device_ptr`](crate::Managed::as_device_ptr)
+    /// and [`as_device_ptr_mut`](crate::Managed::as_device_ptr_mut)), while the stream's scope runs.
     /// What it must never do: destroy the stream, synchronize it into a state `um` did not
     /// expect (waiting is harmless), capture it into a graph, or use the handle after the
     /// scope's closure returned (an owned stream is destroyed then). The special handles of the

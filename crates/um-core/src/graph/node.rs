@@ -31,7 +31,11 @@ impl Param {
         // least as many, and they do not overlap; bytes are copied as bytes (padding included),
         // never read as a typed value.
         unsafe {
-            std::ptr::copy_nonoverlapping(value.cast::<u8>(), bytes.as_mut_ptr().cast::<u8>(), size);
+            std::ptr::copy_nonoverlapping(
+                value.cast::<u8>(),
+                bytes.as_mut_ptr().cast::<u8>(),
+                size,
+            );
         }
         Param { bytes }
     }
@@ -83,7 +87,11 @@ impl<U: Scalars> Node<U> {
         f: impl FnOnce(&sys::KernelNodeParams) -> Result<R>,
     ) -> Result<R> {
         let mut params = self.params.clone();
-        scalars.write(&mut params_view(&mut params), self.positions, crate::sealed::PRIVATE);
+        scalars.write(
+            &mut params_view(&mut params),
+            self.positions,
+            crate::sealed::PRIVATE,
+        );
         let mut pointers: Vec<*mut c_void> = params.iter_mut().map(Param::as_ptr).collect();
         let c = self.config;
         let node = sys::KernelNodeParams {

@@ -42,6 +42,11 @@
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's [`Transfer`]
 //! policy acts at the transitions (prefetch, advice).
 //!
+//! A graph's capture (`Stream::capture`, in `crate::graph`) moves a set of buffers
+//! ([`CaptureSet`]) from their stream to a capture stream of a fresh brand and back: the retypes
+//! are here, with `hand_off` between capture streams (a fork of the graph, no storage call); the
+//! graph's wait that gives them back is [`CaptureSet`]'s, as `sync_all`'s is [`SyncGroup`]'s.
+//!
 //! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
 //! only way into a state is the transition that makes it true.
 //!
@@ -262,7 +267,10 @@ impl<'c, T: ?Sized, M: Storage> Managed<T, StreamOwned<'c, Capture>, M> {
     /// If a driver call fails (the capture is then invalidated), the memory is dropped (the scope
     /// frees it once the capture has ended) and the error returned.
     #[must_use = "`hand_off` returns the memory: drop the Result and the buffer is lost to the graph"]
-    pub fn hand_off(self, to: &Stream<'c, Capture>) -> Result<Managed<T, StreamOwned<'c, Capture>, M>> {
+    pub fn hand_off(
+        self,
+        to: &Stream<'c, Capture>,
+    ) -> Result<Managed<T, StreamOwned<'c, Capture>, M>> {
         let from = self.stream();
         let target = to.raw();
         if from.id == target.id {
@@ -519,7 +527,12 @@ pub trait CaptureSet<'s, K: StreamKind>: Sealed + Sized {
     /// The buffers owned by `back` again, once the capture has ended; [`Error::CaptureLostBuffer`]
     /// if fewer than `count` came back.
     #[doc(hidden)]
-    fn leave(captured: Self::Captured<'_>, back: RawStream, count: usize, _: Private) -> Result<Self>;
+    fn leave(
+        captured: Self::Captured<'_>,
+        back: RawStream,
+        count: usize,
+        _: Private,
+    ) -> Result<Self>;
     /// How many buffers.
     #[doc(hidden)]
     fn count(&self, _: Private) -> usize;
