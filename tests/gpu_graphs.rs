@@ -497,7 +497,7 @@ fn eager_work_and_other_threads_go_on_during_a_capture() {
 fn a_buffer_dropped_inside_a_capture_fails_it_and_is_freed_later() {
     let _serial = serial();
     let ctx = gpu_as_is();
-    let bytes = 64 << 20;
+    let bytes = common::workload(64 << 20, 1 << 20);
     um::reap_pending();
     let (before, _) = ctx.mem_info().expect("mem info");
     let set: Vec<_> = (0..4)
@@ -524,10 +524,12 @@ fn a_buffer_dropped_inside_a_capture_fails_it_and_is_freed_later() {
     assert_eq!(e, Error::CaptureLostBuffer { lost: 1 });
     um::reap_pending();
     let (after, _) = ctx.mem_info().expect("mem info");
-    assert!(
-        after + (2 << 20) >= before,
-        "memory lost: {before} free before, {after} after"
-    );
+    if common::counts_free_memory() {
+        assert!(
+            after + (2 << 20) >= before,
+            "memory lost: {before} free before, {after} after"
+        );
+    }
     common::assert_context_usable(&ctx);
 }
 
@@ -543,7 +545,7 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
     let spin_ns = 200_000_000;
     um::reap_pending();
     let (before, _) = ctx.mem_info().expect("mem info");
-    let x = Managed::<[f32]>::zeroed_slice(&ctx, 16 << 20).expect("x");
+    let x = Managed::<[f32]>::zeroed_slice(&ctx, common::workload(16 << 20, 1 << 12)).expect("x");
     let y = um::Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("y");
     let (waited, y) = ctx
         .with_stream(StreamOptions::new(), |s| {
@@ -575,10 +577,12 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
     drop(y);
     um::reap_pending();
     let (after, _) = ctx.mem_info().expect("mem info");
-    assert!(
-        after + (2 << 20) >= before,
-        "memory lost: {before} before, {after} after"
-    );
+    if common::counts_free_memory() {
+        assert!(
+            after + (2 << 20) >= before,
+            "memory lost: {before} before, {after} after"
+        );
+    }
     common::assert_context_usable(&ctx);
 }
 
