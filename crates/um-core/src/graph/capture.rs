@@ -1,13 +1,15 @@
 //! The capture scope: `Stream::capture` and `Stream::capture_streams`.
 //!
 //! What the driver does, and so what the scope relies on (each checked by a test of
-//! `tests/gpu_graphs.rs`, and first seen on an H100 with driver 580 by a C++ probe):
+//! `tests/gpu_graphs.rs`, and first seen on an H100 and an H200 with driver 580 by C++ probes):
 //!
 //! * in thread-local mode, the capturing thread's potentially unsafe calls (allocations, frees,
 //!   waits on any stream, `cuStreamQuery`, `cuStreamAttachMemAsync`, `cuMemPrefetchAsync`, a
-//!   module load) are refused with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidate the
-//!   capture; a refused free frees nothing; other threads are not restricted, except a
-//!   `cuCtxSynchronize`, which fails there and invalidates the capture;
+//!   module load) are refused with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (a module load is
+//!   accepted but invalidates the capture) and invalidate it; a refused free frees nothing; with
+//!   the mode relaxed for the call, a module load leaves the capture active; other threads are
+//!   not restricted (launches, waits, frees), except a `cuCtxSynchronize`, which fails there and
+//!   invalidates the capture;
 //! * after a captured kernel launch, the stream's capture dependencies are that one kernel node;
 //! * a stream that waits for an event recorded on a capturing stream joins the capture (a fork);
 //!   every joined stream must be joined back before `cuStreamEndCapture`, which otherwise fails
