@@ -9,7 +9,7 @@
 # minutes to the run (estimated from iteration counts and allocation sizes, not yet timed);
 # cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
 #
-# Section 9 (NCCL all-reduce) runs where two or more GPUs and NCCL exist, and says "skipped" in
+# Section 10 (NCCL all-reduce) runs where two or more GPUs and NCCL exist, and says "skipped" in
 # one line elsewhere. To measure it alone and keep the rest of the last full run's page:
 #   bench.sh OUT --only nccl --base bench/performance.md
 # (one section per GPU count: run it on the 2-GPU and the 4-GPU machine in turn, the second
@@ -46,8 +46,11 @@ if [ "${gpus:-0}" -ge 2 ]; then
     "$nvcc" -O3 -o "$nb" bench/nccl_baseline.cpp -l:libnccl.so.2 -lcuda 2>>"$tmp/nccl_build.log"; then
     nccl_args=(--nccl-cpp "$nb")
   else
-    echo "bench.sh: the NCCL baseline did not build (section 9 runs without it):" >&2
+    echo "bench.sh: the NCCL baseline did not build (section 10 runs without it):" >&2
     tail -n 5 "$tmp/nccl_build.log" >&2
   fi
 fi
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md "${@:2}"
+# Section 9's C++ program (CUDA graphs, issue 24).
+graph_baseline=$(dirname "$baseline")/graph_baseline
+"$nvcc" -O3 -cudart none -o "$graph_baseline" bench/graph_baseline.cpp -lcuda
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md "${@:2}"

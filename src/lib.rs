@@ -116,8 +116,8 @@
 
 pub use um_core::*;
 #[doc(inline)]
-pub use um_kernels as kernels;
-#[doc(inline)]
 pub use um_cublas as cublas;
+#[doc(inline)]
+pub use um_kernels as kernels;
 #[doc(inline)]
 pub use um_nccl as nccl;

@@ -1,7 +1,7 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
-//! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--nccl-cpp PATH] [--notes FILE] [--quick]
-//! [--only LIST] [--base PAGE]`
+//! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--graph-cpp PATH] [--nccl-cpp PATH]
+//! [--notes FILE] [--quick] [--only LIST] [--base PAGE]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
@@ -20,6 +20,7 @@
 
 mod cpp;
 mod cublas;
+mod graphs;
 mod handoff;
 mod nccl;
 mod paired;
@@ -72,6 +73,8 @@ pub(crate) struct Options {
     pub(crate) cpp: Option<PathBuf>,
     /// The cuBLAS scenario's C++ baseline.
     pub(crate) cublas_cpp: Option<PathBuf>,
+    /// The C++ program of section 9 (bench/graph_baseline.cpp).
+    pub(crate) graph_cpp: Option<PathBuf>,
     pub(crate) notes: Option<PathBuf>,
     pub(crate) rounds: usize,
     pub(crate) sizes_mib: Vec<usize>,
@@ -92,7 +95,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -103,6 +106,7 @@ const SCENARIOS: [&str; 11] = [
     "transitions",
     "handoff",
     "cublas",
+    "graphs",
     "nccl",
 ];
 
@@ -111,6 +115,7 @@ fn parse_args() -> Result<Options, String> {
         out: PathBuf::from("bench-out"),
         cpp: None,
         cublas_cpp: None,
+        graph_cpp: None,
         notes: None,
         rounds: 5,
         sizes_mib: vec![1, 16, 256],
@@ -125,6 +130,7 @@ fn parse_args() -> Result<Options, String> {
             "--out" => o.out = PathBuf::from(value()?),
             "--cpp" => o.cpp = Some(PathBuf::from(value()?)),
             "--cublas-cpp" => o.cublas_cpp = Some(PathBuf::from(value()?)),
+            "--graph-cpp" => o.graph_cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
             "--nccl-cpp" => o.nccl_cpp = Some(PathBuf::from(value()?)),
             "--base" => o.base = Some(PathBuf::from(value()?)),
@@ -153,7 +159,7 @@ fn parse_args() -> Result<Options, String> {
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
 /// in this fresh process; prints `{"median":..,"min":..}` of its samples (and `free_ms` for
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
-/// line.
+/// line. `--child graphs`: section 9's measurements, as one JSON line.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -185,10 +191,11 @@ fn child(args: &[String]) -> ExitCode {
                 "",
             )),
             [what, storage] if what == "handoff" => handoff::child(ctx, storage),
+            [what] if what == "graphs" => graphs::child(ctx),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE`"
+                      `handoff STORAGE` or `graphs`"
                     .into(),
             ),
         }
@@ -251,27 +258,22 @@ fn write_docs(
         report::json(ctx.info(), records),
     )?;
     let mut md = report::markdown(ctx.info(), records, notes);
-    // Section 7 (handoff.rs) goes before section 8 (cuBLAS); section 9 (nccl.rs) before the
-    // goals table.
-    let at = md
-        .find("\n## 8. ")
-        .or_else(|| md.find("\n## Goals"))
-        .unwrap_or(md.len());
-    md.insert_str(at, &handoff::markdown(records));
-    let section9 = nccl::markdown(records);
+    // Sections 7 (handoff), 8 (cuBLAS) and 9 (graphs) are in `report::markdown`; section 10
+    // (nccl.rs) goes before the goals table.
+    let section10 = nccl::markdown(records);
     let at = md.find("\n## Goals").unwrap_or(md.len());
-    md.insert_str(at, &section9);
+    md.insert_str(at, &section10);
     if let Some(base) = &opts.base {
-        // Only section 9 is this run's: keep the rest of the earlier page.
+        // Only section 10 is this run's: keep the rest of the earlier page.
         let gpus = records
             .iter()
             .find(|r| r.scenario.starts_with("nccl"))
             .map_or(0, |r| r.threads);
         let old = std::fs::read_to_string(base)?;
-        md = if section9.is_empty() {
+        md = if section10.is_empty() {
             old
         } else {
-            nccl::splice(&old, &section9, gpus)
+            nccl::splice(&old, &section10, gpus)
         };
     }
     std::fs::write(docs.join("performance.md"), md)?;
@@ -360,6 +362,13 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     }
     if opts.wants("handoff") {
         records.extend(handoff::handoff(ctx, opts.rounds)?);
+    }
+    if opts.wants("graphs") {
+        let graph_cpp = opts.graph_cpp.as_ref().map(|exe| cpp::Baseline {
+            exe: exe.clone(),
+            ptx_dir: ptx_dir.clone(),
+        });
+        records.extend(graphs::graphs(graph_cpp.as_ref(), opts.rounds)?);
     }
     save(&records)?;
     if opts.wants("cublas") {

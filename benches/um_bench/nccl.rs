@@ -443,9 +443,9 @@ fn size_label(bytes: usize) -> String {
     }
 }
 
-/// The heading of section 9 for `gpus` GPUs: a page may hold one per GPU count.
+/// The heading of section 10 for `gpus` GPUs: a page may hold one per GPU count.
 pub(crate) fn heading(gpus: usize) -> String {
-    format!("## 9. NCCL all-reduce, {gpus} GPUs")
+    format!("## 10. NCCL all-reduce, {gpus} GPUs")
 }
 
 /// Section 8, with its own goals, or nothing if it did not run.
@@ -557,7 +557,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     }
     let _ = writeln!(
         md,
-        "\n### Goals of section 9\n\n| goal | measured | |\n| --- | ---: | --- |"
+        "\n### Goals of section 10\n\n| goal | measured | |\n| --- | ---: | --- |"
     );
     for (g, m, ok) in &goals {
         let _ = writeln!(
@@ -569,12 +569,12 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     md
 }
 
-/// `base` (a page from an earlier run) with this run's section 9 in place of the section of the
+/// `base` (a page from an earlier run) with this run's section 10 in place of the section of the
 /// same GPU count (or of the placeholder), before "## Goals" if it had none.
 pub(crate) fn splice(base: &str, section: &str, gpus: usize) -> String {
     let head = heading(gpus);
     let starts =
-        |line: &str| line == head || line.starts_with("## 9. NCCL all-reduce: not measured");
+        |line: &str| line == head || line.starts_with("## 10. NCCL all-reduce: not measured");
     let mut out = String::new();
     let mut skipping = false;
     let mut placed = false;

@@ -332,7 +332,11 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
     }
 
     mirror_sections(&mut md, records, &mut goals);
+    // Sections 7 (handoff.rs), 8 (cublas.rs) and 9 (graphs.rs), and their goals.
+    md.push_str(&crate::handoff::markdown(records));
     crate::cublas::section(&mut md, records, &mut goals);
+    md.push_str(&crate::graphs::markdown(records));
+    goals.extend(crate::graphs::goals(records));
 
     let _ = writeln!(
         md,

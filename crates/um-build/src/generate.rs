@@ -355,6 +355,105 @@ fn write_struct(out: &mut String, s: &Struct, name: &str, file: &str) -> Result<
     Ok(())
 }
 
+/// The `_node` form of a safe launcher: the launch recorded in a capture, returning its node,
+/// whose scalars (the parameters that are neither buffers nor lengths) change between replays.
+fn write_node(out: &mut String, names: &Names<'_>, counts: &[Count], with: &str, node: &str) {
+    let k = names.kernel;
+    let params: String = k
+        .params
+        .iter()
+        .filter_map(|p| names.param(p, counts))
+        .map(|p| {
+            format!(
+                ", {}",
+                p.replace(
+                    "__um::StreamOwned<'s, K>",
+                    "__um::StreamOwned<'s, __um::Capture>"
+                )
+            )
+        })
+        .collect();
+    let scalars: Vec<(usize, String, &str)> = k
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !counts.iter().any(|c| c.name == p.name))
+        .filter_map(|(i, p)| match &p.ty {
+            Type::Scalar(s) => Some((i, s.rust().to_owned(), p.name.as_str())),
+            Type::Struct(name) => Some((i, names.struct_path(name), p.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    let tuple_ty = match scalars.as_slice() {
+        [] => "()".to_owned(),
+        [(_, t, _)] => format!("({t},)"),
+        many => format!(
+            "({})",
+            many.iter()
+                .map(|(_, t, _)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let positions: Vec<String> = scalars.iter().map(|(i, _, _)| i.to_string()).collect();
+    let shown_scalars: Vec<&str> = scalars.iter().map(|(_, _, n)| *n).collect();
+    let count_lets: String = counts
+        .iter()
+        .map(|c| {
+            let lens: Vec<String> = c
+                .buffers
+                .iter()
+                .map(|b| format!("({b:?}, {}.len())", names.of(b)))
+                .collect();
+            format!(
+                "    let {}: {} = __um::codegen::count(KERNEL, {:?}, __um::codegen::common_len(KERNEL, &[{}])?, threads)?;\n",
+                names.of(&c.name),
+                c.ty.rust(),
+                c.name,
+                lens.join(", ")
+            )
+        })
+        .collect();
+    let threads_let = if counts.is_empty() {
+        ""
+    } else {
+        "    let threads = config.total_threads();\n"
+    };
+    let tuple: String = k
+        .params
+        .iter()
+        .map(|p| format!("{}, ", names.value(p)))
+        .collect();
+    let storages: String = (0..k
+        .params
+        .iter()
+        .filter(|p| matches!(p.ty, Type::Pointer { .. }))
+        .count())
+        .map(|i| format!(", M{i}: __um::Storage"))
+        .collect();
+    let _ = write!(
+        out,
+        "/// {link_with} inside a capture ([`Stream::capture`](__um::Stream::capture)): records the\n\
+         /// launch and returns its node, whose scalars ({shown}, as the tuple `{tuple_ty}`)\n\
+         /// [`Graph::set`](__um::Graph::set) changes for later replays. Buffers, lengths and\n\
+         /// `config` stay as recorded. Errors as {link_with}.\n\
+         #[allow(clippy::too_many_arguments)]\n\
+         pub fn {node}<'s{storages}>(stream: &__um::Stream<'s, __um::Capture>, config: __um::Linear{params}) -> __um::Result<__um::Node<{tuple_ty}>> {{\n\
+         \x20   const KERNEL: &str = {kname:?};\n\
+         {threads_let}{count_lets}\
+         \x20   // SAFETY: as in {with}: the tuple follows the declaration um-build checked against the PTX,\n\
+         \x20   // buffers owned by `stream`, lengths from the buffers, a one-dimensional `config`. The\n\
+         \x20   // positions are the parameters that are neither buffers nor lengths, of the node's tuple\n\
+         \x20   // types in order; the author of the `UM_SAFE_KERNEL` body promised its contract for every\n\
+         \x20   // value of them (docs/kernels.md).\n\
+         \x20   unsafe {{ stream.launch_ptx_node::<_, {tuple_ty}>(self::PTX, KERNEL, config.into(), ({tuple}), &[{positions}]) }}\n}}\n\n",
+        link_with = doc_link(with),
+        shown = shown(&shown_scalars),
+        kname = k.name,
+        positions = positions.join(", "),
+    );
+}
+
 fn write_safe(out: &mut String, names: &Names<'_>, counts: &[Count], fn_names: &(String, String)) {
     let k = names.kernel;
     let (name, with) = fn_names;
@@ -497,13 +596,15 @@ fn write_unsafe(out: &mut String, names: &Names<'_>, name: &str) {
     );
 }
 
-/// The Rust names of a kernel's launchers: `k` and `k_with` for a safe kernel, `k` alone for
-/// another.
+/// The Rust names of a kernel's launchers: `k`, `k_with` and `k_node` for a safe kernel, `k`
+/// alone for another.
 fn launcher_names(k: &Kernel) -> Result<Vec<(String, String)>> {
     let mut names = vec![(k.name.clone(), rust_ident(&k.name, "kernel")?)];
     if k.safe {
         let with = format!("{}_with", k.name);
         names.push((with.clone(), rust_ident(&with, "kernel")?));
+        let node = format!("{}_node", k.name);
+        names.push((node.clone(), rust_ident(&node, "kernel")?));
     }
     Ok(names)
 }
@@ -548,9 +649,9 @@ fn write_unit(out: &mut String, u: &Unit<'_>, arch: &str) -> Result<()> {
             .map(|(c, r)| (c.as_str(), r.clone()))
             .collect();
         distinct("launchers", &pairs).map_err(|e| {
-            e.kernel(&k.name)
-                .at(k.line)
-                .help("rename the kernel: a safe kernel `k` has the launchers `k` and `k_with`")
+            e.kernel(&k.name).at(k.line).help(
+                "rename the kernel: a safe kernel `k` has the launchers `k`, `k_with` and `k_node`",
+            )
         })?;
     }
     for k in &u.source.kernels {
@@ -560,7 +661,9 @@ fn write_unit(out: &mut String, u: &Unit<'_>, arch: &str) -> Result<()> {
         if k.safe {
             let counts = contract::counts(k)?;
             let with = own.get(1).map_or_else(String::new, |w| w.1.clone());
-            write_safe(out, &names, &counts, &(name, with));
+            let node = own.get(2).map_or_else(String::new, |w| w.1.clone());
+            write_safe(out, &names, &counts, &(name, with.clone()));
+            write_node(out, &names, &counts, &with, &node);
         } else {
             contract::check_any(k)?;
             write_unsafe(out, &names, &name);

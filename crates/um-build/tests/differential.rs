@@ -425,6 +425,7 @@ fn names_invalid(units: &[Unit]) -> Option<String> {
             launchers.push(rust_ident(&k.name));
             if k.safe {
                 launchers.push(rust_ident(&format!("{}_with", k.name)));
+                launchers.push(rust_ident(&format!("{}_node", k.name)));
             }
             let params: Vec<Option<String>> = k.params.iter().map(|(p, _)| rust_ident(p)).collect();
             if !distinct(&params) {
@@ -2661,6 +2662,9 @@ struct GenFn {
     /// `launch_ptx`'s first three arguments.
     launch: Vec<String>,
     tuple: Vec<String>,
+    /// A `_node` launcher's node type (`launch_ptx_node`'s turbofish) and scalar positions.
+    scalars: Option<String>,
+    positions: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -2794,15 +2798,75 @@ fn expected(u: &Unit) -> GenModule {
                     _ => {}
                 }
             }
+            // The `_node` form: the capture stream, the same buffers owned by it, and the node
+            // of the parameters that are neither buffers nor lengths.
+            let scalars: Vec<(usize, String)> = k
+                .params
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, t))| match t {
+                    Kind::Val(s) => Some((i, s.rust().to_owned())),
+                    Kind::ByVal(n) => Some((i, format!("self::{}", r(n)))),
+                    _ => None,
+                })
+                .collect();
+            let node_ty = match scalars.as_slice() {
+                [] => "()".to_owned(),
+                [(_, t)] => format!("({t},)"),
+                many => format!(
+                    "({})",
+                    many.iter()
+                        .map(|(_, t)| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            let node_generics = format!(
+                "<'s{}>",
+                (0..buffers.len())
+                    .map(|i| format!(", M{i}: __um::Storage"))
+                    .collect::<String>()
+            );
+            let node_params: Vec<String> = own
+                .iter()
+                .map(|p| p.replace("StreamOwned<'s, K>", "StreamOwned<'s, __um::Capture>"))
+                .collect();
             fns.push(GenFn {
                 name: with,
                 generics,
                 params: [vec![stream, "config: __um::Linear".to_owned()], own].concat(),
                 kernel_const: Some(quoted(&k.name)),
                 threads: !lens.is_empty(),
+                lens: lens.clone(),
+                launch: vec!["self::PTX".into(), "KERNEL".into(), "config.into()".into()],
+                tuple: tuple.clone(),
+                ..GenFn::default()
+            });
+            fns.push(GenFn {
+                name: r(&format!("{}_node", k.name)),
+                generics: node_generics,
+                params: [
+                    vec![
+                        "stream: &__um::Stream<'s, __um::Capture>".to_owned(),
+                        "config: __um::Linear".to_owned(),
+                    ],
+                    node_params,
+                ]
+                .concat(),
+                kernel_const: Some(quoted(&k.name)),
+                threads: !lens.is_empty(),
                 lens,
                 launch: vec!["self::PTX".into(), "KERNEL".into(), "config.into()".into()],
                 tuple,
+                scalars: Some(node_ty),
+                positions: Some(format!(
+                    "&[{}]",
+                    scalars
+                        .iter()
+                        .map(|(i, _)| i.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
                 ..GenFn::default()
             });
         } else {
@@ -2970,6 +3034,21 @@ fn parse_generated(code: &str) -> Result<Vec<GenModule>, String> {
                 g.lens.push(parse_len(t).ok_or_else(bad)?);
             } else if t.starts_with("self::") {
                 g.calls = Some(t.to_owned());
+            } else if let Some(at) = t.find("stream.launch_ptx_node::<_, ") {
+                let from = at + "stream.launch_ptx_node::<_, ".len();
+                let end = from + t[from..].find(">(").ok_or_else(bad)?;
+                g.scalars = Some(t[from..end].to_owned());
+                let args = split_top(inside(t, end + 1).ok_or_else(bad)?);
+                let [first @ .., tuple, positions] = args.as_slice() else {
+                    return Err(bad());
+                };
+                g.launch = first.to_vec();
+                g.positions = Some(positions.clone());
+                let tuple = tuple
+                    .strip_prefix('(')
+                    .and_then(|x| x.strip_suffix(')'))
+                    .ok_or_else(bad)?;
+                g.tuple = split_top(tuple);
             } else if let Some(at) = t.find("stream.launch_ptx(") {
                 let open = at + "stream.launch_ptx".len();
                 let args = split_top(inside(t, open).ok_or_else(bad)?);

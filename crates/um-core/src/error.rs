@@ -220,6 +220,43 @@ pub enum Error {
         /// The count type's maximum.
         max: u64,
     },
+    /// Unified memory in a graph on a device without concurrent managed access: a graph runs its
+    /// parallel branches on streams the driver makes, and there memory attached to one stream is
+    /// the GPU's only through that stream. Refused before the capture begins.
+    #[error(
+        "unified memory cannot be recorded into a graph on device {device}, which lacks concurrent \
+         managed access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 0): use mirrored memory \
+         (`Managed::from_slice_mirrored` and its siblings)"
+    )]
+    GraphNeedsConcurrentManagedAccess {
+        /// Ordinal of the buffer's device.
+        device: usize,
+    },
+    /// A buffer of a capture's set did not come back from the capture closure (it was dropped
+    /// inside it, or a `Vec` came back shorter): a graph that may use it cannot be made. The
+    /// capture is discarded; the buffer is freed once its stream is done with it.
+    #[error(
+        "the capture closure dropped {lost} buffer(s) of its set: every buffer must come back, \
+         because the graph may use it"
+    )]
+    CaptureLostBuffer {
+        /// How many buffers were dropped (or are missing from a `Vec`).
+        lost: usize,
+    },
+    /// The scalars a `_node` launcher names do not match the kernel's parameters (a bug of the
+    /// generated launcher, checked before the node exists).
+    #[error("kernel {kernel}: the node's scalar types do not match its parameters")]
+    NodeScalarMismatch {
+        /// The kernel.
+        kernel: &'static str,
+    },
+    /// A [`Node`](crate::Node) given to a graph that it was not captured into.
+    #[error("the node was captured into another graph")]
+    NodeOfAnotherGraph,
+    /// A graph whose buffers were lost (a [`Graph::host`](crate::Graph::host) whose wait or
+    /// attach failed, or whose closure panicked): it cannot be launched any more.
+    #[error("the graph lost its buffers (a host access failed or panicked): it cannot be launched")]
+    GraphEmptied,
     /// An environment variable that `um` reads has a value it does not understand.
     #[error("{variable}={value:?} is not understood: use 1 (on) or 0 (off)")]
     InvalidEnvironment {

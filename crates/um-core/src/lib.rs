@@ -85,6 +85,8 @@
 // The layers, top first (`docs/design.md`, "Layers"). The order is also the order in which
 // rustc lists a sealed trait's implementors in a diagnostic (`tests/ui/sealed/*`): the kernel
 // arguments of `launch` come first there.
+mod graph;
+
 mod launch;
 mod wait;
 
@@ -105,9 +107,12 @@ pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::poison::Poisoner;
 pub use driver::stream::{
-    Attachable, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions, Transfer,
+    Attachable, Capture, Eager, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions,
+    Transfer,
 };
 pub use error::{Error, Result};
+pub use graph::exec::Graph;
+pub use graph::node::{Node, Scalars};
 #[doc(hidden)]
 pub use launch::codegen;
 pub use launch::geometry::Linear;
@@ -121,7 +126,7 @@ pub use reclaim::completion::use_event_thread_for_waits;
 pub use reclaim::reaper::{orphans_pending, reap_pending};
 // Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
 #[doc(no_inline)]
-pub use state::{HostOwned, State, StreamOwned, SyncGroup};
+pub use state::{CaptureSet, HostOwned, State, StreamOwned, SyncGroup};
 #[doc(no_inline)]
 pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
 pub use wait::futures::{SyncAllFuture, SyncFuture};

@@ -31,6 +31,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("memory", 3),
     ("launch", 4),
     ("wait", 4),
+    ("graph", 5),
 ];
 
 /// Edges that close a cycle on purpose: `(from, to, why)`. Each is an `impl` block of one file's

@@ -55,7 +55,10 @@ mod tests {
     #[test]
     fn every_module_is_embedded_with_its_entries() {
         let names: Vec<&str> = ptx::ALL_PTX.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, ["data_parallel", "mlp", "run_task", "streams", "testing"]);
+        assert_eq!(
+            names,
+            ["data_parallel", "mlp", "run_task", "streams", "testing"]
+        );
         for (file, entries) in [
             (super::data_parallel::PTX, &["dp_gradient"][..]),
             (super::mlp::PTX, &["bias_relu"][..]),

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use um_core::{Context, Error, Poisoner, Result, Storage, Stream, StreamKind};
+use um_core::{Context, Eager, Error, Poisoner, Result, Storage, Stream, StreamKind};
 
 use crate::bootstrap::Bootstrap;
 use crate::call::{self, Buf, Call};
@@ -706,7 +706,7 @@ impl Comm {
     /// errors (a dead peer, a network error). On a timeout or an error the communicator is
     /// aborted, its streams poisoned (their buffers are leaked, never freed), and the error
     /// returned. On `Ok` the buffers' `sync` no longer waits.
-    pub fn wait<K: StreamKind>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
+    pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
         self.live()?;
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::WrongDevice {
@@ -723,7 +723,7 @@ pub(crate) trait Idle {
     fn idle(&self) -> Result<bool>;
 }
 
-impl<K: StreamKind> Idle for Stream<'_, K> {
+impl<K: Eager> Idle for Stream<'_, K> {
     fn idle(&self) -> Result<bool> {
         self.is_idle()
     }

@@ -1,7 +1,7 @@
 //! The types a collective takes: its element types, its reductions, the streams it may run on,
 //! and NCCL's unique id.
 
-use um_core::{DeviceCopy, Foreign, Legacy, Owned, Result, StreamKind};
+use um_core::{DeviceCopy, Eager, Foreign, Legacy, Owned, Result};
 
 use crate::sealed::Sealed;
 use crate::sys::{self, RawUniqueId, UNIQUE_ID_BYTES};
@@ -82,7 +82,7 @@ impl ReduceOp {
     note = "the per-thread default stream's handle names another stream on every thread, and NCCL enqueues from threads of its own",
     note = "run collectives on a stream of your own (`Context::with_stream`), a foreign stream or the legacy stream"
 )]
-pub trait CollectiveStream: StreamKind {}
+pub trait CollectiveStream: Eager {}
 impl CollectiveStream for Owned {}
 impl CollectiveStream for Foreign {}
 impl CollectiveStream for Legacy {}

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::context::next_stream_id;
-use crate::driver::stream::{Attachable, Stream, StreamKind, Transfer};
+use crate::driver::stream::{Attachable, Eager, Stream, StreamKind, Transfer};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::sealed::Sealed;
@@ -26,6 +26,7 @@ impl StreamKind for Foreign {
     const OWNED: bool = false;
     const NAME: &'static str = "foreign";
 }
+impl Eager for Foreign {}
 impl Attachable for Foreign {}
 
 impl Context {

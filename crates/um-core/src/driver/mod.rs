@@ -546,3 +546,171 @@ pub(crate) unsafe fn launch_kernel(
         )
     })
 }
+
+/// Begins capturing `s` into a graph, in thread-local mode: until the capture ends, this thread
+/// may make no potentially unsafe call (an allocation, a free, a wait: the driver refuses them
+/// with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the capture), and work enqueued on
+/// `s` is recorded, not run.
+///
+/// # Safety
+/// `s` is a live stream of the current context that this crate created, not capturing.
+pub(crate) unsafe fn stream_begin_capture(s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller; the mode is a valid CUstreamCaptureMode.
+    check("cuStreamBeginCapture", unsafe {
+        sys::cuStreamBeginCapture_v2(s, sys::CAPTURE_MODE_THREAD_LOCAL)
+    })
+}
+
+/// Ends the capture begun on `s` (on this thread) and returns its graph, which the caller owns
+/// (and destroys with [`graph_destroy`]). An invalidated or unjoined capture is an `Err`, and
+/// returns no graph; the stream is no longer capturing either way.
+///
+/// # Safety
+/// `s` is a live stream on which this thread began a capture.
+pub(crate) unsafe fn stream_end_capture(s: sys::CUstream) -> Result<sys::CUgraph> {
+    let mut g: sys::CUgraph = ptr::null_mut();
+    // SAFETY: guaranteed by the caller; `g` is a valid out-pointer.
+    let code = unsafe { sys::cuStreamEndCapture(s, &mut g) };
+    if code != sys::SUCCESS && !g.is_null() {
+        // Not documented to happen; a graph returned with an error is still ours to destroy.
+        // SAFETY: the graph was just handed to us and nothing uses it.
+        let _ = unsafe { graph_destroy(g) };
+    }
+    check("cuStreamEndCapture", code)?;
+    if g.is_null() {
+        return Err(driver_error("cuStreamEndCapture", 901));
+    }
+    Ok(g)
+}
+
+/// The node that the last operation enqueued on the capturing stream `s` added: after a kernel
+/// launch, the stream's capture dependencies are exactly that kernel's node. `Ok(None)` when the
+/// stream is not actively capturing or the set is not one node.
+///
+/// # Safety
+/// `s` is a live stream of the current context.
+pub(crate) unsafe fn stream_last_captured_node(
+    s: sys::CUstream,
+) -> Result<Option<sys::CUgraphNode>> {
+    let mut status: c_uint = 0;
+    let mut deps: *const sys::CUgraphNode = ptr::null();
+    let mut count: usize = 0;
+    // SAFETY: `s` is live (the caller); every out-pointer is valid or NULL (id and graph are
+    // optional).
+    check("cuStreamGetCaptureInfo", unsafe {
+        sys::cuStreamGetCaptureInfo_v2(
+            s,
+            &mut status,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut deps,
+            &mut count,
+        )
+    })?;
+    if status != sys::CAPTURE_STATUS_ACTIVE || count != 1 || deps.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: on success with an active capture the driver returns `count` (1) valid handles,
+    // readable until the next call on the stream; the handle is copied out at once.
+    Ok(Some(unsafe { *deps }))
+}
+
+/// Makes the calling thread's capture mode relaxed until the guard is dropped, then restores the
+/// mode it had: for the one potentially unsafe call `um` makes while capturing, the lazy load of
+/// a kernel's module (which, made in thread-local mode, invalidates the capture). Loading a
+/// module enqueues nothing on any stream, so nothing of it belongs in the graph.
+pub(crate) struct RelaxedCapture {
+    previous: c_uint,
+}
+
+impl RelaxedCapture {
+    pub(crate) fn enter() -> Result<RelaxedCapture> {
+        let mut mode = sys::CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid in-out pointer holding a valid CUstreamCaptureMode.
+        check("cuThreadExchangeStreamCaptureMode", unsafe {
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode)
+        })?;
+        Ok(RelaxedCapture { previous: mode })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: as in `enter`; restores the mode `enter` replaced.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
+/// Instantiates a captured graph (`cuGraphInstantiateWithFlags`, no flags).
+///
+/// # Safety
+/// `g` is a live graph of the current context.
+pub(crate) unsafe fn graph_instantiate(g: sys::CUgraph) -> Result<sys::CUgraphExec> {
+    let mut e: sys::CUgraphExec = ptr::null_mut();
+    // SAFETY: guaranteed by the caller; `e` is a valid out-pointer.
+    check("cuGraphInstantiate", unsafe {
+        sys::cuGraphInstantiateWithFlags(&mut e, g, 0)
+    })?;
+    Ok(e)
+}
+
+/// Enqueues one launch of `e` on `s`: ordered after the work queued on `s` before it (and after
+/// every earlier launch of `e`), before the work queued after it.
+///
+/// # Safety
+/// `e` is a live executable graph of the current context and `s` a live stream (or a special
+/// handle) of it; every memory its nodes touch stays valid and untouched by other work until
+/// `s` has run the launch.
+pub(crate) unsafe fn graph_launch(e: sys::CUgraphExec, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(e, s) })
+}
+
+/// Uploads `e`'s resources to the device on `s`, so that the first launch pays no setup.
+///
+/// # Safety
+/// As for [`graph_launch`] (an upload runs no node).
+pub(crate) unsafe fn graph_upload(e: sys::CUgraphExec, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuGraphUpload", unsafe { sys::cuGraphUpload(e, s) })
+}
+
+/// Destroys an executable graph. A launch still in flight is not cut short: the driver frees
+/// the graph once it completes.
+///
+/// # Safety
+/// `e` came from [`graph_instantiate`] and is destroyed once, with its context current.
+pub(crate) unsafe fn graph_exec_destroy(e: sys::CUgraphExec) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuGraphExecDestroy", unsafe { sys::cuGraphExecDestroy(e) })
+}
+
+/// Destroys a graph (the template an executable graph was instantiated from; the executable
+/// graph does not depend on it).
+///
+/// # Safety
+/// `g` came from [`stream_end_capture`] and is destroyed once, with its context current.
+pub(crate) unsafe fn graph_destroy(g: sys::CUgraph) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(g) })
+}
+
+/// Sets the parameters of the kernel node `node` in `e`, for the launches enqueued after this
+/// call (launches already enqueued keep theirs). The driver copies the values `params` points
+/// to.
+///
+/// # Safety
+/// `e` is a live executable graph instantiated from the graph that holds `node`, a kernel node;
+/// `params` names the node's own function and geometry, and one pointer per kernel parameter to
+/// a value of that parameter's type and size, whose accesses are valid for every later launch.
+pub(crate) unsafe fn graph_exec_set_kernel_params(
+    e: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    params: &sys::KernelNodeParams,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuGraphExecKernelNodeSetParams", unsafe {
+        sys::cuGraphExecKernelNodeSetParams_v2(e, node, params)
+    })
+}

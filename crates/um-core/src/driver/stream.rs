@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::driver;
 use crate::driver::context::{Context, next_stream_id};
-use crate::driver::event::StreamEvent;
+use crate::driver::event::{Event, StreamEvent};
 use crate::driver::poison::{PoisonFlag, Poisoner};
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -30,21 +30,39 @@ pub trait StreamKind: Sealed + 'static {
     /// What the kind is called in messages.
     #[doc(hidden)]
     const NAME: &'static str;
+    /// Whether the stream records work into a graph instead of running it ([`Capture`]).
+    #[doc(hidden)]
+    const CAPTURING: bool = false;
 }
 
-/// The stream kinds memory may be attached to: [`Owned`] and [`PerThread`]. Sealed.
+/// The stream kinds whose work runs as it is enqueued: every kind but [`Capture`]. Sealed.
+///
+/// Only work that runs can be waited for: `sync`, `sync_all`, `sync_async`,
+/// [`Stream::synchronize`] and [`Stream::is_idle`] need an eager stream, and `hand_off` moves
+/// memory between eager streams only (inside a capture, `hand_off` between capture streams is a
+/// fork of the graph instead).
+#[diagnostic::on_unimplemented(
+    message = "the host cannot wait for a `{Self}` stream: its work is recorded into a graph, not run",
+    label = "a stream being captured",
+    note = "inside a capture, launches are recorded; nothing runs until the graph is launched, so there is nothing to wait for (the driver refuses the wait and invalidates the capture)",
+    note = "return the buffers from the capture closure; replay with `graph.launch(stream)` and get them back with `graph.sync()`"
+)]
+pub trait Eager: StreamKind {}
+
+/// The stream kinds memory may be attached to: [`Owned`], [`PerThread`] and
+/// [`Foreign`](crate::Foreign). Sealed.
 ///
 /// [`Legacy`] is not one: attaching memory singly to the NULL stream is illegal (the driver
 /// returns `CUDA_ERROR_INVALID_VALUE`), because it is a virtual, global stream and not a
-/// specific one.
+/// specific one. Nor is [`Capture`]: an attach cannot be captured.
 #[diagnostic::on_unimplemented(
-    message = "memory cannot be attached to the {Self} default stream",
+    message = "memory cannot be attached to the {Self} stream",
     label = "this stream accepts kernel launches but no attached memory",
-    note = "the driver rejects CU_MEM_ATTACH_SINGLE on the NULL (legacy default) stream: it is a virtual global stream, not a specific one",
-    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)",
-    note = "for kernels on the legacy stream itself, use `attach_global` (CU_MEM_ATTACH_GLOBAL, the association the NULL stream accepts)"
+    note = "the legacy (NULL) default stream: the driver rejects CU_MEM_ATTACH_SINGLE on it, because it is a virtual global stream, not a specific one; for kernels on it, use `attach_global` (CU_MEM_ATTACH_GLOBAL, the association the NULL stream accepts)",
+    note = "a capture stream: cuStreamAttachMemAsync cannot be captured (the driver refuses it and invalidates the capture); buffers enter a capture as its buffer set (`stream.capture(buffers, ..)`), attached to the eager stream first",
+    note = "attach to a stream of your own (`Context::with_stream`) or to the per-thread default stream (`Context::with_per_thread_stream`)"
 )]
-pub trait Attachable: StreamKind {}
+pub trait Attachable: Eager {}
 
 /// A stream `um` created (`cuStreamCreateWithPriority`) and destroys when its scope ends.
 #[derive(Debug)]
@@ -70,9 +88,23 @@ pub struct Legacy {
     _private: (),
 }
 
+/// A stream that records work into a graph (`cuStreamBeginCapture`): the stream of a capture
+/// scope ([`Stream::capture`](crate::Stream::capture)), made and destroyed by the scope. Launches
+/// on it are recorded, not run; the host cannot wait for it ([`Eager`] is not implemented), and
+/// no memory can be attached to it ([`Attachable`] is not either): buffers enter a capture only
+/// as the scope's buffer set.
+///
+/// Neither `Send` nor `Sync`: a capture in thread-local mode must end on the thread that began
+/// it, and the buffers of a capture must be dropped (if they are) on that thread.
+#[derive(Debug)]
+pub struct Capture {
+    _not_send_not_sync: PhantomData<*const ()>,
+}
+
 impl Sealed for Owned {}
 impl Sealed for PerThread {}
 impl Sealed for Legacy {}
+impl Sealed for Capture {}
 impl StreamKind for Owned {
     const OWNED: bool = true;
     const NAME: &'static str = "owned";
@@ -85,6 +117,14 @@ impl StreamKind for Legacy {
     const OWNED: bool = false;
     const NAME: &'static str = "legacy";
 }
+impl StreamKind for Capture {
+    const OWNED: bool = true;
+    const NAME: &'static str = "capture";
+    const CAPTURING: bool = true;
+}
+impl Eager for Owned {}
+impl Eager for PerThread {}
+impl Eager for Legacy {}
 impl Attachable for Owned {}
 impl Attachable for PerThread {}
 
@@ -248,20 +288,6 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         &self.ctx
     }
 
-    /// Whether all work queued on the stream has completed (`cuStreamQuery`), without waiting.
-    pub fn is_idle(&self) -> Result<bool> {
-        self.ctx.bind()?;
-        driver::stream_query(self.raw.handle)
-    }
-
-    /// Waits until all work queued on the stream has completed. This changes no buffer's
-    /// state: to get CPU access back, `sync` the buffers themselves (one wait for several
-    /// with [`Stream::sync_all`]).
-    pub fn synchronize(&self) -> Result<()> {
-        self.ctx.bind()?;
-        driver::stream_synchronize(self.raw.handle)
-    }
-
     /// The driver's handle of this stream (`CUstream`), for a library call that `um` does not
     /// make itself (cuBLAS, NCCL, a cudarc kernel): see `docs/interop.md`.
     ///
@@ -277,6 +303,10 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         self.raw.handle.cast()
     }
 
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+
     /// The identity `um` gives this stream: no other stream of this process has, or will
     /// have, the same id while this process runs (the identity invariant of `RawStream`: equal
     /// ids, one driver stream; ids are never reused, although driver handles are). A library
@@ -286,10 +316,6 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// tell them apart.
     pub fn id(&self) -> u64 {
         self.raw.id
-    }
-
-    pub(crate) fn raw(&self) -> RawStream {
-        self.raw
     }
 
     /// A handle that poisons this stream, for a library that enqueues work here and may have to
@@ -314,6 +340,26 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         }
     }
 
+    /// The stream's event (made now on first use): what a handoff off this stream records.
+    pub(crate) fn event(&self) -> Result<&Event> {
+        self.events.get()
+    }
+}
+
+impl<K: Eager> Stream<'_, K> {
+    /// Whether all work queued on the stream has completed (`cuStreamQuery`), without waiting.
+    pub fn is_idle(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        driver::stream_query(self.raw.handle)
+    }
+
+    /// Waits until all work queued on the stream has completed. This changes no buffer's
+    /// state: to get CPU access back, `sync` the buffers themselves (one wait for several
+    /// with [`Stream::sync_all`]).
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        driver::stream_synchronize(self.raw.handle)
+    }
 }
 
 impl<K: StreamKind> std::fmt::Debug for Stream<'_, K> {
@@ -489,6 +535,16 @@ impl Context {
             next_stream_id(),
             options.transfer,
         ))
+    }
+
+    /// A fresh non-blocking stream for a capture scope, with a fresh id and its event made. Non-
+    /// blocking, so that the legacy stream stays usable while it captures (a capturing blocking
+    /// stream makes every use of the legacy stream an error).
+    pub(crate) fn new_capture_stream<'c>(&self) -> Result<Stream<'c, Capture>> {
+        let handle = driver::stream_create(sys::STREAM_NON_BLOCKING, 0)?;
+        let stream = Stream::from_raw(self, handle, next_stream_id(), Transfer::OnDemand);
+        stream.event()?;
+        Ok(stream)
     }
 
     /// Runs `f` with the calling thread's default stream (`CU_STREAM_PER_THREAD`).

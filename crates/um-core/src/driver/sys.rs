@@ -14,7 +14,8 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub(crate) use cust::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
+    CUmodule, CUstream,
 };
 
 /// `CUDA_SUCCESS`.
@@ -25,6 +26,31 @@ pub(crate) const ERROR_NO_DEVICE: i32 = 100;
 pub(crate) const ERROR_NOT_READY: i32 = 600;
 /// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
 pub(crate) const ERROR_UNSUPPORTED_PTX_VERSION: i32 = 222;
+
+/// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: while this thread captures, it may make no
+/// potentially unsafe call (an allocation, a free, a wait); other threads are not restricted.
+pub(crate) const CAPTURE_MODE_THREAD_LOCAL: c_uint = 1;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread may make potentially unsafe calls.
+pub(crate) const CAPTURE_MODE_RELAXED: c_uint = 2;
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+pub(crate) const CAPTURE_STATUS_ACTIVE: c_uint = 1;
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2`: what `cuGraphExecKernelNodeSetParams_v2` sets on a kernel
+/// node of an executable graph.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KernelNodeParams {
+    pub(crate) func: CUfunction,
+    pub(crate) grid: [c_uint; 3],
+    pub(crate) block: [c_uint; 3],
+    pub(crate) shared_mem_bytes: c_uint,
+    pub(crate) kernel_params: *mut *mut c_void,
+    pub(crate) extra: *mut *mut c_void,
+    /// `CUkernel`: NULL, `func` is set.
+    pub(crate) kern: *mut c_void,
+    /// `CUcontext`: ignored when `func` is set.
+    pub(crate) ctx: CUcontext,
+}
 
 /// `CU_MEM_ATTACH_GLOBAL`.
 pub(crate) const MEM_ATTACH_GLOBAL: c_uint = 0x1;
@@ -186,6 +212,34 @@ unsafe extern "C" {
     pub(crate) fn cuEventDestroy_v2(event: CUevent) -> i32;
     pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
+
+    pub(crate) fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> i32;
+    pub(crate) fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> i32;
+    // The CUDA 11.3+ form (CUDA 13's header maps `cuStreamGetCaptureInfo` to `_v3`, which adds
+    // edge data; every driver since 11.3 exports `_v2`, 580 included).
+    pub(crate) fn cuStreamGetCaptureInfo_v2(
+        stream: CUstream,
+        status: *mut c_uint,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        dependencies: *mut *const CUgraphNode,
+        count: *mut usize,
+    ) -> i32;
+    pub(crate) fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> i32;
+    pub(crate) fn cuGraphInstantiateWithFlags(
+        exec: *mut CUgraphExec,
+        graph: CUgraph,
+        flags: std::ffi::c_ulonglong,
+    ) -> i32;
+    pub(crate) fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> i32;
+    pub(crate) fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> i32;
+    pub(crate) fn cuGraphExecDestroy(exec: CUgraphExec) -> i32;
+    pub(crate) fn cuGraphDestroy(graph: CUgraph) -> i32;
+    pub(crate) fn cuGraphExecKernelNodeSetParams_v2(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const KernelNodeParams,
+    ) -> i32;
 
     pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> i32;
     pub(crate) fn cuModuleUnload(module: CUmodule) -> i32;

@@ -73,9 +73,10 @@ pub trait KernelArgs<'s>: Sealed {
     /// The position of the first buffer not owned by stream `id`, if any.
     #[doc(hidden)]
     fn foreign_buffer(&self, id: u64, _: Private) -> Option<usize>;
-    /// Calls `f` with a pointer to each argument's value. `um`'s own (the token).
+    /// Calls `f` with a pointer to each argument's value, and each value's size in bytes. `um`'s
+    /// own (the token).
     #[doc(hidden)]
-    fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R, _: Private) -> R;
+    fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R, _: Private) -> R;
 }
 
 /// A value of any [`DeviceCopy`] type, passed to the kernel by value (a `struct` parameter,
@@ -151,14 +152,19 @@ macro_rules! tuple_args {
             }
 
             #[allow(unused_mut, clippy::unused_unit)]
-            fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void]) -> R, _: Private) -> R {
+            fn with_params<R>(
+                self,
+                f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R,
+                _: Private,
+            ) -> R {
                 let ($($v,)*) = self;
                 // Each raw value lives in a local until `f` returns: the pointers stay valid
                 // for the launch call, which copies the values.
                 $( let $v = $v.raw(PRIVATE); )*
                 let mut params: [*mut c_void; count!($($t)*)] =
                     [$( (&raw const $v).cast_mut().cast::<c_void>() ),*];
-                f(&mut params)
+                let sizes: [usize; count!($($t)*)] = [$( std::mem::size_of_val(&$v) ),*];
+                f(&mut params, &sizes)
             }
         }
     )+};
@@ -219,10 +225,22 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         config: LaunchConfig,
         args: A,
     ) -> Result<()> {
-        let function = self.context().function_cached(ptx, name)?;
+        let function = self.function(ptx, name)?;
         // SAFETY: `function` belongs to this stream's context, which the stream keeps alive;
         // the caller's guarantees are this function's.
         unsafe { self.launch_function(function, name, config, args) }
+    }
+
+    /// The kernel `name` of module `ptx` in this stream's context, from this thread's cache.
+    /// On a capture stream, a first use loads the module with the thread's capture mode relaxed:
+    /// loading a module in thread-local mode invalidates the capture (seen on driver 580), and
+    /// loading enqueues nothing that the graph would need.
+    pub(crate) fn function(&self, ptx: &'static str, name: &'static str) -> Result<Function> {
+        if K::CAPTURING {
+            let _relaxed = driver::RelaxedCapture::enter()?;
+            return self.context().function_cached(ptx, name);
+        }
+        self.context().function_cached(ptx, name)
     }
 
     /// # Safety
@@ -234,6 +252,24 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         config: LaunchConfig,
         args: A,
     ) -> Result<()> {
+        // SAFETY: the caller's guarantees are this function's.
+        unsafe { self.launch_then(function, name, config, args, |_, _| Ok(())) }
+    }
+
+    /// Launches as [`Stream::launch`] does, then calls `then` with the parameters passed (a
+    /// pointer to each value, and its size), while they are still alive: for a capture, which
+    /// keeps them with the recorded node.
+    ///
+    /// # Safety
+    /// As for `launch_function`.
+    pub(crate) unsafe fn launch_then<A: KernelArgs<'s>, R>(
+        &self,
+        function: Function,
+        name: &str,
+        config: LaunchConfig,
+        args: A,
+        then: impl FnOnce(&[*mut c_void], &[usize]) -> Result<R>,
+    ) -> Result<R> {
         // Work on a poisoned stream was aborted and may still touch its buffers.
         self.check_not_poisoned()?;
         // Brands already guarantee this, except between streams of one `with_streams` set.
@@ -254,11 +290,12 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         }
         self.context().bind()?;
         args.with_params(
-            |params| {
+            |params, sizes| {
                 // SAFETY: the caller guarantees that `params` matches the kernel and that the
                 // kernel's accesses are in bounds; the buffers are owned by this stream (brand
                 // 's), so nothing else uses them while the kernel runs, and they cannot be freed
-                // before the stream has finished with them (see `Managed`'s drop).
+                // before the stream has finished with them (see `Managed`'s drop). On a capture
+                // stream the launch is recorded, and the graph that replays it holds them.
                 unsafe {
                     driver::launch_kernel(
                         function.raw,
@@ -268,7 +305,8 @@ impl<'s, K: StreamKind> Stream<'s, K> {
                         self.raw().handle,
                         params,
                     )
-                }
+                }?;
+                then(params, sizes)
             },
             PRIVATE,
         )

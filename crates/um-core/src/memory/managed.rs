@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::memory::marker::{HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
-use crate::reclaim::defer::{defer_free, dropping_scope};
+use crate::reclaim::defer::{bury, defer_free, dropping_scope};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::PRIVATE;
 
@@ -360,6 +360,17 @@ impl<T: ?Sized, M: Storage> DerefMut for Managed<T, HostOwned, M> {
 
 impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
     fn drop(&mut self) {
+        if S::IN_CAPTURE {
+            // Owned by a capture stream: nothing may be freed or waited for while the capture
+            // runs (the driver refuses it), and the eager stream that owned the buffer before the
+            // capture may still use it. The capture scope takes it and frees it once the capture
+            // has ended and that stream is done; without a scope (never expected), it leaks.
+            // SAFETY: if `bury` takes the orphan, this drop returns without freeing; otherwise the
+            // orphan comes back and is dropped unfreed (a leak), and so does this drop.
+            let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
+            let _ = bury(self.alloc.stream.id, orphan);
+            return;
+        }
         if S::ON_STREAM {
             // Work on the owning stream was aborted (a poisoned stream): it may still touch the
             // memory whether or not the stream is idle. Leak it.

@@ -15,6 +15,9 @@ pub trait State: Sealed {
     /// Whether work on a stream may be using the memory.
     #[doc(hidden)]
     const ON_STREAM: bool;
+    /// Whether the owning stream is capturing a graph (its kind is `Capture`).
+    #[doc(hidden)]
+    const IN_CAPTURE: bool = false;
 }
 
 /// State: the CPU owns the memory; no kernel can see it.
@@ -40,4 +43,5 @@ impl State for HostOwned {
 }
 impl<K: StreamKind> State for StreamOwned<'_, K> {
     const ON_STREAM: bool = true;
+    const IN_CAPTURE: bool = K::CAPTURING;
 }

@@ -42,6 +42,11 @@
 //! the same path with `attach_global` (`CU_MEM_ATTACH_GLOBAL`). Each stream's [`Transfer`]
 //! policy acts at the transitions (prefetch, advice).
 //!
+//! A graph's capture (`Stream::capture`, in `crate::graph`) moves a set of buffers
+//! ([`CaptureSet`]) from their stream to a capture stream of a fresh brand and back: the retypes
+//! are here, with `hand_off` between capture streams (a fork of the graph, no storage call); the
+//! graph's wait that gives them back is [`CaptureSet`]'s, as `sync_all`'s is [`SyncGroup`]'s.
+//!
 //! Both states are zero-sized markers that cannot be constructed, and [`State`] is sealed: the
 //! only way into a state is the transition that makes it true.
 //!
@@ -52,7 +57,7 @@ use std::fmt;
 use crate::driver;
 use crate::driver::context::Context;
 use crate::driver::event::{Event, StreamEvent};
-use crate::driver::stream::{Attachable, Legacy, RawStream, Stream, StreamKind};
+use crate::driver::stream::{Attachable, Capture, Eager, Legacy, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
@@ -147,7 +152,7 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     }
 }
 
-impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
+impl<'s, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// Waits for the owning stream, then gives the memory back to the CPU.
     ///
     /// Before the wait it enqueues the storage's release to the host: with the default storage,
@@ -171,7 +176,7 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
     }
 }
 
-impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
+impl<'a, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
     /// Hands the memory from the stream that owns it (A) to `to` (B) without waiting on the
     /// host: the second form of `attach`, for memory that is still in use on A.
     ///
@@ -262,6 +267,45 @@ impl<'a, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'a, K>, M>
     }
 }
 
+impl<'c, T: ?Sized, M: Storage> Managed<T, StreamOwned<'c, Capture>, M> {
+    /// Inside a capture with several streams ([`Stream::capture_streams`]), moves the memory
+    /// from the capture stream that owns it (A) to `to` (B): a fork of the graph. It records A's
+    /// event on A and makes B wait for it, both captured: the graph gets an edge from A's nodes
+    /// so far to B's next ones, and runs nothing now. Nothing else is recorded: the buffer keeps
+    /// whatever the storage set up on the eager stream that owned it before the capture, and the
+    /// graph replays on that stream.
+    ///
+    /// Afterwards launches on B take the buffer (checked by id: the streams of one capture share
+    /// a brand) and launches on A do not. Handing it to the stream that owns it makes no driver
+    /// call. Before the capture ends, the scope joins every stream back to the first one, so the
+    /// graph ends only once all of them are done.
+    ///
+    /// If a driver call fails (the capture is then invalidated), the memory is dropped (the scope
+    /// frees it once the capture has ended) and the error returned.
+    #[must_use = "`hand_off` returns the memory: drop the Result and the buffer is lost to the graph"]
+    pub fn hand_off(
+        self,
+        to: &Stream<'c, Capture>,
+    ) -> Result<Managed<T, StreamOwned<'c, Capture>, M>> {
+        let from = self.stream();
+        let target = to.raw();
+        if from.id == target.id {
+            return Ok(self.retype(target));
+        }
+        // SAFETY: the memory is owned by a capture stream of brand 'c, alive for this call.
+        let Some(owner) = (unsafe { from.events() }) else {
+            return Err(Error::StreamMismatch { argument: 0 });
+        };
+        // Made when the scope made the stream: no creation during the capture.
+        let event = owner.get()?;
+        // SAFETY: `from.handle` and `target.handle` are capture streams of this scope (brand 'c),
+        // both alive, both of the event's context; the record and the wait are captured as an
+        // edge of the graph.
+        unsafe { event.order(from.handle, to.context(), target.handle) }?;
+        Ok(self.retype(target))
+    }
+}
+
 /// A handoff between contexts needs concurrent managed access on every device involved: the
 /// allocation's, the current owner's and the receiver's.
 fn check_devices(memory: &Context, from: &Context, to: &Context) -> Result<()> {
@@ -341,7 +385,7 @@ fn next_after(after: &mut std::vec::IntoIter<Released>) -> RawStream {
     after.next().map_or(RawStream::NONE, |r| r.0)
 }
 
-impl<'s, K: StreamKind> Stream<'s, K> {
+impl<'s, K: Eager> Stream<'s, K> {
     /// Waits once for this stream and gives all of `group` back to the CPU: one
     /// `cuStreamSynchronize` for any number of buffers, where a `sync` per buffer would repeat
     /// the wait.
@@ -482,5 +526,212 @@ impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for Managed<T, StreamOwned
             .field("stream_id", &self.stream().id)
             .field("bytes", &self.size_in_bytes())
             .finish_non_exhaustive()
+    }
+}
+
+/// The buffers a capture records into a graph ([`Stream::capture`]): tuples of up to six
+/// `Managed<_, StreamOwned<'s, K>, _>` (of any storages, mixed freely) and `Vec`s of one, all
+/// owned by the stream the graph will replay on, of element types without borrows (`'static`,
+/// as every `DeviceCopy` type of a kernel argument is). Sealed.
+///
+/// A capture moves them into a second state, owned by the capture's own stream (brand `'c`,
+/// kind [`Capture`]): only launches recorded by that capture take them, the host cannot wait
+/// for them, and they cannot leave the closure but by coming back in its result. The graph then
+/// holds them, owned by `'s` again: no CPU access, no other stream, no free while it exists.
+///
+/// Its methods are `um`'s own: each takes a token no other crate can name or make (`Private`).
+pub trait CaptureSet<'s, K: StreamKind>: Sealed + Sized {
+    /// The same buffers, owned by a capture stream of brand `'c`.
+    type Captured<'c>;
+    /// The same buffers on the host.
+    type Host;
+    /// What a host access between replays sees: `&mut T` for each buffer, never the buffer
+    /// itself (which the graph keeps).
+    type View<'v>;
+
+    /// The ids of the streams that own the buffers, in order.
+    #[doc(hidden)]
+    fn owners(&self, _: Private) -> Vec<u64>;
+    /// Each buffer's storage allows recording (`Storage`'s `check_capture`).
+    #[doc(hidden)]
+    fn check_capture(&self, _: Private) -> Result<()>;
+    /// The buffers owned by the capture stream `to`.
+    #[doc(hidden)]
+    fn enter<'c>(self, to: RawStream, _: Private) -> Self::Captured<'c>;
+    /// The buffers owned by `back` again, once the capture has ended; [`Error::CaptureLostBuffer`]
+    /// if fewer than `count` came back.
+    #[doc(hidden)]
+    fn leave(
+        captured: Self::Captured<'_>,
+        back: RawStream,
+        count: usize,
+        _: Private,
+    ) -> Result<Self>;
+    /// How many buffers.
+    #[doc(hidden)]
+    fn count(&self, _: Private) -> usize;
+    /// Which buffers a launch may have written (by the storages' marks).
+    #[doc(hidden)]
+    fn written(&self, _: Private) -> Vec<bool>;
+    /// Marks the buffers of `mask` written, as a launch taking them as `&mut` does.
+    #[doc(hidden)]
+    fn mark_written(&self, mask: &[bool], _: Private);
+    /// Each buffer's release, one wait for `owner`, and the retype to the host.
+    #[doc(hidden)]
+    fn to_host(self, owner: RawStream, _: Private) -> Result<Self::Host>;
+    /// `&mut T` of each host buffer.
+    #[doc(hidden)]
+    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_>;
+    /// Each host buffer attached to `stream` again.
+    #[doc(hidden)]
+    fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
+    where
+        K: Attachable;
+}
+
+macro_rules! capture_set_for_tuples {
+    ($( ($($t:ident $m:ident $v:ident),+) )+) => {$(
+        impl<'s, K: StreamKind, $($t: ?Sized + 'static, $m: Storage),+> CaptureSet<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
+        {
+            type Captured<'c> = ($(Managed<$t, StreamOwned<'c, Capture>, $m>,)+);
+            type Host = ($(Managed<$t, HostOwned, $m>,)+);
+            type View<'v> = ($(&'v mut $t,)+);
+
+            fn owners(&self, _: Private) -> Vec<u64> {
+                let ($($v,)+) = self;
+                vec![$($v.stream().id),+]
+            }
+            fn check_capture(&self, _: Private) -> Result<()> {
+                let ($($v,)+) = self;
+                $( $m::check_capture($v.context())?; )+
+                Ok(())
+            }
+            fn enter<'c>(self, to: RawStream, _: Private) -> Self::Captured<'c> {
+                let ($($v,)+) = self;
+                ($($v.retype(to),)+)
+            }
+            fn leave(
+                captured: Self::Captured<'_>,
+                back: RawStream,
+                _: usize,
+                _: Private,
+            ) -> Result<Self> {
+                let ($($v,)+) = captured;
+                Ok(($($v.retype(back),)+))
+            }
+            fn count(&self, _: Private) -> usize {
+                self.owners(PRIVATE).len()
+            }
+            fn written(&self, _: Private) -> Vec<bool> {
+                let ($($v,)+) = self;
+                vec![$($m::written_on_device(&$v.allocation().parts)),+]
+            }
+            fn mark_written(&self, mask: &[bool], _: Private) {
+                let ($($v,)+) = self;
+                let mut mask = mask.iter();
+                $( if mask.next() == Some(&true) { $v.mark_device_written(); } )+
+            }
+            fn to_host(self, owner: RawStream, _: Private) -> Result<Self::Host> {
+                let ($($v,)+) = self;
+                let releases = [$({
+                    $v.owner_context().bind()?;
+                    release_to_host(&$v)?
+                }),+];
+                driver::stream_synchronize(owner.handle)?;
+                let mut after = releases.into_iter();
+                Ok(($($v.retype(after.next().unwrap_or(RawStream::NONE)),)+))
+            }
+            fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
+                let ($($v,)+) = host;
+                ($(&mut **$v,)+)
+            }
+            fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
+            where
+                K: Attachable,
+            {
+                let ($($v,)+) = host;
+                Ok(($($v.attach(stream)?,)+))
+            }
+        }
+    )+};
+}
+
+capture_set_for_tuples! {
+    (A MA a)
+    (A MA a, B MB b)
+    (A MA a, B MB b, C MC c)
+    (A MA a, B MB b, C MC c, D MD d)
+    (A MA a, B MB b, C MC c, D MD d, E ME e)
+    (A MA a, B MB b, C MC c, D MD d, E ME e, F MF f)
+}
+
+impl<'s, K: StreamKind, T: ?Sized + 'static, M: Storage> CaptureSet<'s, K>
+    for Vec<Managed<T, StreamOwned<'s, K>, M>>
+{
+    type Captured<'c> = Vec<Managed<T, StreamOwned<'c, Capture>, M>>;
+    type Host = Vec<Managed<T, HostOwned, M>>;
+    type View<'v> = Vec<&'v mut T>;
+
+    fn owners(&self, _: Private) -> Vec<u64> {
+        self.iter().map(|m| m.stream().id).collect()
+    }
+    fn check_capture(&self, _: Private) -> Result<()> {
+        self.iter().try_for_each(|m| M::check_capture(m.context()))
+    }
+    fn enter<'c>(self, to: RawStream, _: Private) -> Self::Captured<'c> {
+        self.into_iter().map(|m| m.retype(to)).collect()
+    }
+    fn leave(
+        captured: Self::Captured<'_>,
+        back: RawStream,
+        count: usize,
+        _: Private,
+    ) -> Result<Self> {
+        if captured.len() < count {
+            // The missing buffers were dropped inside the closure (and kept by the scope);
+            // those that came back are this stream's again and dropped as such.
+            let lost = count - captured.len();
+            drop(Self::leave(captured, back, 0, PRIVATE));
+            return Err(Error::CaptureLostBuffer { lost });
+        }
+        Ok(captured.into_iter().map(|m| m.retype(back)).collect())
+    }
+    fn count(&self, _: Private) -> usize {
+        self.len()
+    }
+    fn written(&self, _: Private) -> Vec<bool> {
+        self.iter()
+            .map(|m| M::written_on_device(&m.allocation().parts))
+            .collect()
+    }
+    fn mark_written(&self, mask: &[bool], _: Private) {
+        for (m, written) in self.iter().zip(mask) {
+            if *written {
+                m.mark_device_written();
+            }
+        }
+    }
+    fn to_host(self, owner: RawStream, _: Private) -> Result<Self::Host> {
+        let mut after = Vec::with_capacity(self.len());
+        for m in &self {
+            m.owner_context().bind()?;
+            after.push(release_to_host(m)?);
+        }
+        driver::stream_synchronize(owner.handle)?;
+        Ok(self
+            .into_iter()
+            .zip(after)
+            .map(|(m, s)| m.retype(s))
+            .collect())
+    }
+    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
+        host.iter_mut().map(|m| &mut **m).collect()
+    }
+    fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
+    where
+        K: Attachable,
+    {
+        host.into_iter().map(|m| m.attach(stream)).collect()
     }
 }

@@ -66,3 +66,55 @@ pub(crate) fn defer_free(
         Err(_) => Err(orphan),
     }
 }
+
+thread_local! {
+    /// The buffers dropped inside the capture scopes running on this thread, by the id of the
+    /// capture stream that owned them. A scope registers its streams when it begins
+    /// ([`open_capture`]) and takes what was left when its capture has ended ([`close_capture`]).
+    static CAPTURES: std::cell::RefCell<Vec<(u64, Vec<Orphan>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A capture scope on this thread owns the streams `ids` from now on: buffers of those streams
+/// dropped meanwhile are kept for it ([`bury`]).
+pub(crate) fn open_capture(ids: &[u64]) {
+    CAPTURES.with(|c| {
+        c.borrow_mut()
+            .extend(ids.iter().map(|id| (*id, Vec::new())));
+    });
+}
+
+/// Ends the registration of `ids` and returns the buffers dropped under them.
+pub(crate) fn close_capture(ids: &[u64]) -> Vec<Orphan> {
+    CAPTURES.with(|c| {
+        let mut c = c.borrow_mut();
+        let mut buried = Vec::new();
+        c.retain_mut(|(id, orphans)| {
+            if ids.contains(id) {
+                buried.append(orphans);
+                false
+            } else {
+                true
+            }
+        });
+        buried
+    })
+}
+
+/// For `Managed`'s drop of a buffer owned by a capture stream: no free and no wait can happen
+/// during a capture (the driver refuses both, and would invalidate the capture), so the buffer is
+/// kept for the scope that owns the stream, which frees it once its capture has ended and the
+/// buffer's eager stream is done with it. Returns the orphan if no scope on this thread owns
+/// `stream` (the caller then leaks it).
+pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orphan> {
+    CAPTURES.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.iter_mut().find(|(id, _)| *id == stream) {
+            Some((_, orphans)) => {
+                orphans.push(orphan);
+                Ok(())
+            }
+            None => Err(orphan),
+        }
+    })
+}

@@ -24,7 +24,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::driver;
 use crate::driver::context::Context;
-use crate::driver::stream::{Owned, RawStream, Stream, StreamKind};
+use crate::driver::stream::{Eager, Owned, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
@@ -35,7 +35,7 @@ use crate::memory::storage::{Storage, Unified};
 use crate::reclaim::completion::Completion;
 use crate::sealed::PRIVATE;
 
-impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
+impl<'s, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// `sync` as a future: enqueues what `sync` enqueues before its wait, then a host callback
     /// (`cuStreamAddCallback`), and resolves to the host-owned memory once the stream has run
     /// up to that point. No thread blocks while the GPU works.
@@ -53,7 +53,7 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Managed<T, StreamOwned<'s, K>, M>
     }
 }
 
-impl<'s, K: StreamKind> Stream<'s, K> {
+impl<'s, K: Eager> Stream<'s, K> {
     /// `sync_all` as a future: one host callback for the whole group, resolving to the
     /// buffers in the host state (see [`Managed::sync_async`]).
     pub fn sync_all_async<G: SyncGroup<'s, K>>(&self, group: G) -> SyncAllFuture<'s, K, G> {

@@ -112,6 +112,17 @@ impl HasParts for Coherent {
     #[inline]
     fn device_written(_: &Advice, _: Private) {}
 
+    #[inline]
+    fn written_on_device(_: &Advice) -> bool {
+        false
+    }
+
+    /// Globally attached memory is reachable from every stream, a graph's own included; its
+    /// constructors already required concurrent managed access.
+    fn check_capture(_: &Context) -> Result<()> {
+        Ok(())
+    }
+
     unsafe fn attach(
         host: NonNull<u8>,
         a: &mut Allocation<Self>,

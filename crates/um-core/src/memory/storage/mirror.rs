@@ -134,6 +134,16 @@ impl HasParts for Mirror {
         parts.device_dirty.store(true, Ordering::Relaxed);
     }
 
+    #[inline]
+    fn written_on_device(parts: &MirrorParts) -> bool {
+        parts.device_dirty.load(Ordering::Relaxed)
+    }
+
+    /// Device memory has no stream association: any graph node may use it.
+    fn check_capture(_: &Context) -> Result<()> {
+        Ok(())
+    }
+
     /// Enqueues the copy of the host half to the device half on `to`, unless the host has not
     /// written since the last one. The caller retypes the buffer to the stream state right
     /// after, so the CPU cannot touch the host half while the copy may read it.

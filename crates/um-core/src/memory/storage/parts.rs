@@ -81,6 +81,16 @@ pub trait HasParts: Sized {
     /// A launch takes the buffer as `&mut`: its kernel may write it.
     fn device_written(parts: &Self::Parts, _: Private);
 
+    /// Whether a launch may have written the buffer since the storage last looked (a mirror's
+    /// mark of [`device_written`](HasParts::device_written)); `false` where the storage keeps no
+    /// such mark. A graph reads it once its capture has ended, and marks the same buffers again
+    /// at every replay.
+    fn written_on_device(parts: &Self::Parts) -> bool;
+
+    /// Whether buffers of this storage, allocated in `ctx`, may be recorded into a graph: the
+    /// check a capture scope makes before it begins.
+    fn check_capture(ctx: &Context) -> Result<()>;
+
     /// At `attach` (and `attach_global`), before the retype: enqueues on `to` what must come
     /// before `to`'s kernels may use the buffer. On `Err` the buffer, still host-owned, is
     /// dropped (freed) by the caller.

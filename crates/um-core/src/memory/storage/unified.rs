@@ -25,7 +25,7 @@ use crate::driver;
 use crate::driver::context::{Context, device_lacking_concurrent_access};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::reclaim::reaper::Orphan;
@@ -75,6 +75,27 @@ impl HasParts for Unified {
 
     #[inline]
     fn device_written(_: &Advice, _: Private) {}
+
+    #[inline]
+    fn written_on_device(_: &Advice) -> bool {
+        false
+    }
+
+    /// A graph runs its nodes where the driver places them, on streams of its own for parallel
+    /// branches; on a device without concurrent managed access, memory attached to one stream
+    /// is the GPU's only through that stream's work, and the host's only while it is idle, which
+    /// a graph's driver-made streams do not promise. So unified memory enters graphs only on
+    /// devices with concurrent managed access.
+    fn check_capture(ctx: &Context) -> Result<()> {
+        let info = ctx.info();
+        if info.concurrent_managed_access {
+            Ok(())
+        } else {
+            Err(Error::GraphNeedsConcurrentManagedAccess {
+                device: info.ordinal,
+            })
+        }
+    }
 
     unsafe fn attach(
         host: NonNull<u8>,

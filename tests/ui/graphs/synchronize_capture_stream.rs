@@ -1,0 +1,21 @@
+// Rule: no host wait of any kind on a capture stream: `Stream::synchronize` and `is_idle` need
+// an eager stream.
+use um::kernels::testing;
+use um::{Context, Managed, StreamOptions};
+
+fn synchronize_in_capture(ctx: &Context) -> um::Result<()> {
+    let x = Managed::from_slice(ctx, &[1.0f32; 256])?;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            testing::add_scalar(cap, &mut x, 1.0)?;
+            cap.synchronize()?;
+            Ok(((x,), ()))
+        })?;
+        graph.sync().map(drop)
+    })
+}
+
+fn main() {
+    let _ = synchronize_in_capture;
+}
