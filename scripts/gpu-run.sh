@@ -6,12 +6,17 @@
 #                       every example, N times each (default 1). Each test counts as one pass
 #                       or failure, each run of an example as one; the last line is
 #                       "N passed, N failed". A per-example count is printed when N > 1.
-#                       --examples-only skips the test binaries.
+#                       --examples-only skips the test binaries; UM_SKIP_EXAMPLES="a b" skips
+#                       those examples (left out of the verdict). Each program runs under
+#                       `timeout` (UM_PROGRAM_LIMIT_S, default 300 s): a hang is a failure.
 #   run.sh --sanitize [TOOL ...]
 #                       every test binary and example under compute-sanitizer, once per tool
 #                       (default: memcheck racecheck synccheck initcheck). A program passes when
 #                       the tool reports 0 errors. Only programs that use the GPU run; the fault
-#                       tests (which fault on purpose) are skipped; UM_SANITIZE=1 shrinks the
+#                       tests (which fault on purpose) are skipped; memcheck looks for leaks
+#                       too (--leak-check full), except in tests whose name holds "leaks_"
+#                       (they leak on purpose; a second run checks them for the rest);
+#                       UM_SANITIZE=1 shrinks the
 #                       heaviest workloads and the stress test runs 20 iterations. Last line as
 #                       above. Under racecheck, per_thread_streams runs its per-thread half only
 #                       (UM_ONLY_PER_THREAD=1), and the C++ reproducer bench/racecheck_repro.cu
@@ -73,7 +78,8 @@ run_all() {
     local t0=$SECONDS
     local log
     log=$(mktemp)
-    "./$t" --include-ignored 2>&1 | tee "$log"
+    # Bounded: a hung binary is one failure, not a lost call (UM_PROGRAM_LIMIT_S, default 300).
+    timeout -k 10 "${UM_PROGRAM_LIMIT_S:-300}" "./$t" --include-ignored 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     local counts
     counts=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | tail -n 1)
@@ -96,6 +102,10 @@ run_all() {
   for e in examples/*; do
     local name ok=0 bad=0
     name=$(basename "$e")
+    case " ${UM_SKIP_EXAMPLES:-} " in *" $name "*)
+      echo "=== example $name: skipped (UM_SKIP_EXAMPLES)"
+      continue ;;
+    esac
     if two_gpu_only "$name" && [ "${gpus:-0}" -lt 2 ]; then
       echo "=== example $name: skipped (needs two GPUs, this machine has ${gpus:-0})"
       echo "example $name: skipped (needs two GPUs, this machine has ${gpus:-0})" >>"$verdict"
@@ -108,7 +118,7 @@ run_all() {
         echo "=== example $name"
       fi
       local t0=$SECONDS
-      if "./$e"; then
+      if timeout -k 10 "${UM_PROGRAM_LIMIT_S:-300}" "./$e"; then
         ok=$((ok + 1))
       else
         echo "!!! example $name failed (run $i)"
@@ -153,15 +163,36 @@ sanitize_one() {
   log=$(mktemp)
   # CUDA API errors are not reported: every one already surfaces as an Err that fails its
   # test, and the bad-input tests make some on purpose.
-  env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
-    --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
-  local rc=$?
+  local rc
+  if [ "$tool" = memcheck ] && [[ "$prog" == tests/* ]]; then
+    # Tests whose name holds "leaks_" leak on purpose (memory a faulted or poisoned stream may
+    # still touch, mem::forget): memcheck checks them for everything but leaks, in a second run;
+    # every other test also for leaks.
+    env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool memcheck --leak-check full --report-api-errors no \
+      --error-exitcode 99 "./$prog" "${args[@]}" --skip leaks_ >"$log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool memcheck --report-api-errors no \
+        --error-exitcode 99 "./$prog" "${args[@]}" leaks_ >>"$log" 2>&1
+      rc=$?
+    fi
+  else
+    env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
+      --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
+    rc=$?
+  fi
   local summary
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-  if [ "$rc" = 99 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log"; then
+  if [ "$rc" = 99 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log" ||
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | grep -qvE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards"; then
     echo "!!! $tool $(basename "$prog"): rc=$rc ${summary:-no summary}"
-    grep -E "^========= (Invalid|Uninitialized|Race|Barrier|Error|Program hit|Internal)" "$log" | sort | uniq -c | head -n 5
+    grep -E "^========= (Invalid|Uninitialized|Race|Barrier|Error|Program hit|Internal|Leaked)" "$log" | sort | uniq -c | head -n 5
     [ -z "$summary" ] && tail -n 5 "$log"
+    # The whole report, for the verdict's reader (run.sh --all keeps it under OUT/sanitizer/).
+    if [ -n "${UM_SANITIZE_LOGS:-}" ]; then
+      mkdir -p "$UM_SANITIZE_LOGS"
+      grep -E '^=========|^test |panicked' "$log" | head -n 400 >"$UM_SANITIZE_LOGS/$tool-$(basename "$prog").log"
+    fi
     rm -f "$log"
     return 1
   fi
@@ -284,7 +315,7 @@ if [ "${1:-}" = "--all" ]; then
       emulated)
         (export UM_EMULATE_NO_CONCURRENT_ACCESS=1; run_all 1 "$body") ;;
       memcheck | racecheck | synccheck | initcheck)
-        (sanitize "$part" "$body") ;;
+        (export UM_SANITIZE_LOGS="$out/sanitizer"; sanitize "$part" "$body") ;;
       *) echo "run.sh --all: unknown part $part" >&2; rm -f "$body"; continue ;;
     esac
     secs=$(($(date +%s) - t0))

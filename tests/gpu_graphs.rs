@@ -110,18 +110,21 @@ fn thousand_replays<M: Storage>(alloc: Alloc<M>) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_thousand_replays_are_exact_in_unified_memory() {
+    let _serial = serial();
     thousand_replays(UNIFIED);
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_thousand_replays_are_exact_in_mirrored_memory() {
+    let _serial = serial();
     thousand_replays(MIRROR);
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_thousand_replays_are_exact_in_coherent_memory() {
+    let _serial = serial();
     thousand_replays(COHERENT);
 }
 
@@ -131,6 +134,7 @@ fn a_thousand_replays_are_exact_in_coherent_memory() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_records_without_running_and_each_launch_is_one_node() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("x");
     let (before, after) = ctx
@@ -178,6 +182,7 @@ fn a_capture_records_without_running_and_each_launch_is_one_node() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_scalar_update_applies_to_later_replays_only() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, n(), |_| 0.0f32).expect("x");
     let x = ctx
@@ -243,6 +248,7 @@ fn host_between_replays<M: Storage>(alloc: Alloc<M>) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_host_steps_between_replays_see_and_feed_them_in_every_storage() {
+    let _serial = serial();
     host_between_replays(UNIFIED);
     host_between_replays(MIRROR);
     host_between_replays(COHERENT);
@@ -254,6 +260,7 @@ fn the_host_steps_between_replays_see_and_feed_them_in_every_storage() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_forks_and_joins_across_two_streams() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let n = n();
     let x = Managed::from_fn(&ctx, n, |i| i as f32).expect("x");
@@ -293,6 +300,7 @@ fn a_capture_forks_and_joins_across_two_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn graphs_replay_on_the_per_thread_and_legacy_streams() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, n(), |_| 0.0f32).expect("x");
     let x = ctx
@@ -329,6 +337,7 @@ fn graphs_replay_on_the_per_thread_and_legacy_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_module_first_loaded_inside_a_capture_does_not_invalidate_it() {
+    let _serial = serial();
     // A fresh handle: its module cache is empty, so the first launch below loads the module.
     let ctx = gpu_as_is();
     assert_eq!(
@@ -421,6 +430,7 @@ unsafe extern "C" {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn an_attach_cannot_be_captured() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let y = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("y");
@@ -447,11 +457,19 @@ fn an_attach_cannot_be_captured() {
 
 /// Driver: a launch on an eager stream, the legacy one included, runs as usual while a
 /// non-blocking stream captures; another thread allocates, launches and waits as usual
-/// (thread-local mode restricts the capturing thread only).
+/// (thread-local mode restricts the capturing thread only). That thread also drops another
+/// handle of the device with a module loaded: its modules stay loaded until the capture has
+/// ended (unloading them waits for the context first, which would invalidate the capture; this
+/// is what failed when the tests of this file ran in parallel, H100, 2026-11-22).
 #[test]
 #[ignore = "needs a CUDA device"]
 fn eager_work_and_other_threads_go_on_during_a_capture() {
+    let _serial = serial();
     let ctx = gpu_as_is();
+    let other = gpu_as_is();
+    other
+        .load_ptx(um::kernels::testing::PTX)
+        .expect("a module on the other handle");
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let y = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("y");
     let (x, y, z) = ctx
@@ -463,6 +481,7 @@ fn eager_work_and_other_threads_go_on_during_a_capture() {
                 ctx.with_legacy_stream(um::kernels::streams::empty)?; // the legacy stream
                 let z = std::thread::scope(|t| {
                     t.spawn(|| {
+                        drop(other); // its module waits for the capture to end
                         let z = Managed::from_fn(&ctx, 256, |_| 1.0f32)?;
                         ctx.with_stream(StreamOptions::new(), |o| {
                             let mut z = z.attach(o)?;
@@ -592,6 +611,7 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_inside_a_replay_is_an_err() {
+    let _serial = serial();
     if is_fault_child() {
         let ctx = gpu_as_is();
         let trap = ctx
@@ -634,6 +654,7 @@ fn fault_inside_a_replay_is_an_err() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn unified_memory_is_refused_without_concurrent_managed_access() {
+    let _serial = serial();
     let ctx = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
         .expect("an emulating context");
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
@@ -665,6 +686,7 @@ fn unified_memory_is_refused_without_concurrent_managed_access() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn streams_of_a_set_and_nodes_of_other_graphs_are_refused() {
+    let _serial = serial();
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let y = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("y");

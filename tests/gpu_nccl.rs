@@ -452,6 +452,9 @@ fn spawn_ranks(
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
                 .env("NCCL_NVLS_ENABLE", "0")
+                // Piped, so that `wait_with_output` returns what the rank printed.
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("spawn a rank")
         })
@@ -538,12 +541,15 @@ fn a_rank_killed_mid_collective_is_an_error_within_the_time_limit() {
             // One collective that every rank completes: connections are up.
             comm.all_reduce_in_place(s, &mut d, ReduceOp::Sum)?;
             comm.wait(s, WAIT)?;
-            comm.all_reduce_in_place(s, &mut d, ReduceOp::Sum)?;
             if comm.rank() == 1 {
-                // Dies with its collective enqueued, as a crashed trainer would.
+                // Dies before it joins the collective that rank 0 enqueues next, as a crashed
+                // trainer would: rank 0's all-reduce can never complete. (Dying just after its
+                // own enqueue is no test: on NVLink both ranks finished that all-reduce before
+                // the abort, H200, 2026-11-22.)
                 println!("rank 1: killing itself mid-collective");
                 std::process::abort();
             }
+            comm.all_reduce_in_place(s, &mut d, ReduceOp::Sum)?;
             let t0 = Instant::now();
             let err = comm.wait(s, limit).expect_err("rank 1 is dead");
             let took = t0.elapsed();

@@ -113,7 +113,7 @@ fn forgetting_stream_owned_memory_only_leaks_it() {
 /// (a documented panic).
 #[test]
 #[ignore = "needs a CUDA device"]
-fn async_cancellation_at_every_await_point_frees_nothing_in_use() {
+fn async_cancellation_frees_nothing_in_use_and_a_forgotten_scope_leaks_it() {
     let ctx = gpu();
     let mut cx = Cx::from_waker(Waker::noop());
     for cancel_at in 0..3 {
@@ -341,7 +341,7 @@ fn handoffs_across_scopes_and_panics_with_kernels_in_flight() {
 /// another context (two GPUs only).
 #[test]
 #[ignore = "needs a CUDA device"]
-fn a_panicking_constructor_and_a_mirror_of_another_context() {
+fn a_panicking_constructor_leaks_its_allocation_and_a_mirror_stays_home() {
     let ctx = gpu();
     let r = std::panic::catch_unwind(|| {
         Managed::from_fn(&ctx, 16, |i| {

@@ -64,6 +64,121 @@ struct Inner {
     device: sys::CUdevice,
     info: DeviceInfo,
     modules: Mutex<ModuleCache>,
+    /// What every handle of the device shares: the retain of its primary context, and the
+    /// modules of dropped handles that wait for the device's captures to end.
+    shared: Arc<Shared>,
+}
+
+/// One device's primary context, shared by every `Context` handle of it that is alive.
+///
+/// Unloading a module needs the device's work to be done first (a kernel of it may still run),
+/// and that wait (`cuCtxSynchronize`) invalidates a stream capture that another thread has in
+/// progress on the context, whichever handle began it (driver 580). So a handle dropped while a
+/// capture of `um` is open on the device leaves its modules here, and they are unloaded when
+/// the last such capture ends, or with the last handle. The lock is held across the wait, so no
+/// capture can begin while it runs.
+struct Shared {
+    raw: sys::CUcontext,
+    device: sys::CUdevice,
+    quiet: Mutex<Quiet>,
+}
+
+#[derive(Default)]
+struct Quiet {
+    /// Captures of `um` in progress on the device, on any thread and through any handle.
+    captures: usize,
+    /// Modules of dropped handles, unloaded once `captures` is 0.
+    graves: Vec<ModuleCache>,
+}
+
+// SAFETY: as for `Inner`: the handles are plain driver handles, usable from any thread; the
+// mutable state is behind the Mutex.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// The `Shared` of each device with a live handle.
+static DEVICES: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+impl Shared {
+    /// The device's shared state: the live one, or a new one that retains the primary context.
+    fn of(device: sys::CUdevice) -> Result<Arc<Shared>> {
+        let mut devices = DEVICES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        devices.retain(|w| w.strong_count() > 0);
+        if let Some(live) = devices
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .find(|s| s.device == device)
+        {
+            return Ok(live);
+        }
+        let raw = driver::primary_ctx_retain(device)?;
+        let shared = Arc::new(Shared {
+            raw,
+            device,
+            quiet: Mutex::new(Quiet::default()),
+        });
+        devices.push(Arc::downgrade(&shared));
+        Ok(shared)
+    }
+
+    fn quiet(&self) -> std::sync::MutexGuard<'_, Quiet> {
+        self.quiet
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
+    fn retire(&self, modules: ModuleCache) {
+        let mut quiet = self.quiet();
+        if quiet.captures == 0 {
+            self.unload(vec![modules]);
+        } else {
+            quiet.graves.push(modules);
+        }
+    }
+
+    /// Waits for the device's work, then unloads `modules`; should the context not be made
+    /// current or the wait fail (a sticky error), they are leaked rather than unloaded under a
+    /// kernel. The caller holds the lock of `quiet` (no capture begins meanwhile).
+    fn unload(&self, modules: Vec<ModuleCache>) {
+        if modules.is_empty() {
+            return;
+        }
+        if driver::ctx_bind(self.raw).is_ok() && driver::ctx_synchronize().is_ok() {
+            drop(modules);
+        } else {
+            std::mem::forget(modules);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let graves = std::mem::take(&mut self.quiet().graves);
+        self.unload(graves);
+        driver::primary_ctx_release(self.device);
+    }
+}
+
+/// A capture of `um` in progress on a device, from before `cuStreamBeginCapture` to after
+/// `cuStreamEndCapture`: while one exists, no module of a dropped handle is unloaded (the wait
+/// that comes first would invalidate the capture).
+pub(crate) struct CaptureGuard {
+    shared: Arc<Shared>,
+}
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        let mut quiet = self.shared.quiet();
+        quiet.captures = quiet.captures.saturating_sub(1);
+        if quiet.captures == 0 {
+            let graves = std::mem::take(&mut quiet.graves);
+            self.shared.unload(graves);
+        }
+    }
 }
 
 // SAFETY: a primary context handle may be used from any thread (the driver API is thread-safe
@@ -74,27 +189,20 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Modules belong to the context: unload them while it is still retained. A kernel of
-        // one of them may still run: launches keep no reference to the handle, and memory of
-        // another handle of the device may be on a stream of this one (issue 18's red team,
-        // suspect 4). `cuModuleUnload` documents no wait, so wait for the context's work first,
-        // and only when there is a module to unload. Should the wait fail (a sticky error), the
-        // modules are leaked rather than unloaded under a kernel.
-        if self.bind().is_ok() {
-            let mut cache = self
+        // Modules belong to the context: a kernel of one of them may still run (launches keep
+        // no reference to the handle, and memory of another handle of the device may be on a
+        // stream of this one: issue 18's red team, suspect 4), so they are unloaded only after a
+        // wait for the device's work, which `Shared` does when no capture is in progress. The
+        // primary context stays retained by `shared` until its last handle is gone.
+        let modules = std::mem::take(
+            &mut *self
                 .modules
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !cache.is_empty() {
-                let modules = std::mem::take(&mut *cache);
-                if driver::ctx_synchronize().is_ok() {
-                    drop(modules);
-                } else {
-                    std::mem::forget(modules);
-                }
-            }
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if !modules.is_empty() {
+            self.shared.retire(modules);
         }
-        driver::primary_ctx_release(self.device);
     }
 }
 
@@ -147,7 +255,8 @@ impl Context {
             pageable_memory_access: attr(sys::ATTR_PAGEABLE_MEMORY_ACCESS)? != 0,
             driver_version: driver::driver_version()?,
         };
-        let raw = driver::primary_ctx_retain(device)?;
+        let shared = Shared::of(device)?;
+        let raw = shared.raw;
         let ctx = Context {
             inner: Arc::new(Inner {
                 oversubscribe: std::sync::atomic::AtomicBool::new(false),
@@ -161,6 +270,7 @@ impl Context {
                 device,
                 info,
                 modules: Mutex::new(ModuleCache::default()),
+                shared,
             }),
         };
         ctx.bind()?;
@@ -230,6 +340,14 @@ impl Context {
 
     pub(crate) fn modules(&self) -> &Mutex<ModuleCache> {
         &self.inner.modules
+    }
+
+    /// Marks a capture of `um` on this device as in progress until the guard is dropped: take
+    /// it before `cuStreamBeginCapture`, drop it after `cuStreamEndCapture`.
+    pub(crate) fn capture_guard(&self) -> CaptureGuard {
+        let shared = Arc::clone(&self.inner.shared);
+        shared.quiet().captures += 1;
+        CaptureGuard { shared }
     }
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device

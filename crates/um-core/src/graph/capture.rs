@@ -21,11 +21,15 @@
 //! The scope therefore captures on non-blocking streams of its own (the legacy stream stays
 //! usable), makes their events before it begins, forks every extra stream from the first at the
 //! start and joins them all back at the end, loads modules with the thread's mode relaxed
-//! (`Stream::function`), and keeps the buffers dropped during the capture (`Managed`'s drop,
-//! `reclaim::defer::bury`) to free them once the capture has ended.
+//! (`Stream::function`), keeps the buffers dropped during the capture (`Managed`'s drop,
+//! `reclaim::defer::bury`) to free them once the capture has ended, and marks the device as
+//! capturing (`Context::capture_guard`), so that a `Context` handle dropped meanwhile on any
+//! thread leaves its modules loaded until the capture has ended: unloading them needs a
+//! `cuCtxSynchronize` first, which would invalidate the capture (seen on an H100, driver 580,
+//! when tests of one process dropped their handles beside another test's capture).
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{CaptureGuard, Context};
 use crate::driver::stream::{Capture, Eager, RawStream, Stream};
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -130,6 +134,9 @@ struct Scope<'c> {
     /// The eager stream whose buffers the capture records: what a buried buffer waits for.
     owner: RawStream,
     ctx: Context,
+    /// Held from before the capture begins until it has ended: no module of a dropped handle of
+    /// the device is unloaded meanwhile (the wait before would invalidate this capture).
+    guard: Option<CaptureGuard>,
 }
 
 impl<'c> Scope<'c> {
@@ -155,12 +162,14 @@ impl<'c> Scope<'c> {
             streams.push(ctx.new_capture_stream()?);
         }
         let ids: Vec<u64> = streams.iter().map(|s| s.raw().id).collect();
+        let guard = Some(ctx.capture_guard());
         let mut scope = Scope {
             streams,
             ids,
             active: false,
             owner,
             ctx,
+            guard,
         };
         let origin = scope.streams[0].raw().handle;
         // SAFETY: a live, non-capturing stream this crate just made in the current context.
@@ -188,6 +197,7 @@ impl<'c> Scope<'c> {
         self.active = false;
         // SAFETY: the capture was begun on `origin` by this thread (`begin`), and not ended.
         let graph = unsafe { driver::stream_end_capture(origin) };
+        self.guard = None;
         match (joined, graph) {
             (Ok(()), graph) => graph,
             (Err(e), Ok(graph)) => {
@@ -199,14 +209,21 @@ impl<'c> Scope<'c> {
         }
     }
 
-    /// The buffers dropped during the capture, freed once the owner stream is done with them
-    /// (a callback on it, then the reaper); how many there were.
+    /// The buffers dropped during the capture, freed once their stream is done with them (a
+    /// callback on it, then the reaper): the owner stream for buffers of the set, their own
+    /// eager stream for others. Returns how many buffers of the set there were.
     fn free_buried(&mut self) -> usize {
         let buried = close_capture(&self.ids);
-        let lost = buried.len();
-        for orphan in buried {
+        let mut lost = 0;
+        for b in buried {
             // If the callback cannot be enqueued the orphan comes back, and dropping it leaks.
-            let _ = defer_free(&self.ctx, self.owner, orphan);
+            let _ = match b.eager {
+                None => {
+                    lost += 1;
+                    defer_free(&self.ctx, self.owner, b.orphan)
+                }
+                Some((ctx, stream)) => defer_free(&ctx, stream, b.orphan),
+            };
         }
         lost
     }

@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::memory::marker::{HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
-use crate::reclaim::defer::{bury, defer_free, dropping_scope};
+use crate::reclaim::defer::{bury, bury_eager, capturing, defer_free, dropping_scope};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::PRIVATE;
 
@@ -380,6 +380,18 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // The owner's context: after a `hand_off` to another device it is not the
             // allocation's.
             let owner = self.owner_context();
+            // On a thread that is capturing, the wait below is refused and would invalidate the
+            // capture: the capture scope takes the memory and frees it behind a callback on its
+            // stream once the capture has ended (`crate::reclaim::defer::bury_eager`).
+            if capturing() {
+                // SAFETY: if `bury_eager` takes the orphan, this drop returns without freeing;
+                // otherwise the orphan comes back and is dropped unfreed, and the drop goes on.
+                let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
+                    .watching(self.owner_poison());
+                if bury_eager(owner, self.alloc.stream, orphan).is_ok() {
+                    return;
+                }
+            }
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
             // of being waited for here (see `crate::reclaim::defer`).
             if dropping_scope() {
