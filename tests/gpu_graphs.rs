@@ -717,3 +717,79 @@ fn streams_of_a_set_and_nodes_of_other_graphs_are_refused() {
     })
     .expect("checks");
 }
+
+/// Red team 3, finding 1: a buffer of an eager stream dropped on the capturing thread, from a
+/// `with_stream` scope that ends inside the capture closure (its stream is destroyed while its
+/// kernel still runs). The drop waits for nothing (the capture goes on), and the memory is
+/// freed behind a callback enqueued on that stream at the drop, while it was alive: after the
+/// kernel, never under it (memcheck would report the kernel's writes to freed memory). No
+/// memory is lost once the reaper is done.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_eager_buffer_dropped_in_a_capture_is_freed_behind_its_own_stream() {
+    let _serial = serial();
+    let ctx = gpu_as_is();
+    let len = common::workload(16 << 20, 1 << 16);
+    let (free_before, _) = ctx.mem_info().expect("free memory");
+    let set = Managed::from_slice_coherent(&ctx, &[0.0f32; 256]).expect("set");
+    let x = Managed::from_fn_coherent(&ctx, len, |_| 0.0f32).expect("x");
+    let set = ctx
+        .with_stream(StreamOptions::new().non_blocking(), |s| {
+            let set = set.attach(s)?;
+            let (graph, ()) = s.capture((set,), |cap, (mut set,)| {
+                add_scalar(cap, &mut set, 1.0)?;
+                ctx.with_stream(StreamOptions::new().non_blocking(), |inner| {
+                    let mut x = x.attach(inner)?;
+                    spin_then_add(inner, &mut x, 1.0, 200_000_000)?; // eager, 200 ms
+                    drop(x); // on the capturing thread: no wait, a callback on `inner`
+                    Ok(())
+                })?; // `inner` is destroyed here; its kernel runs on
+                Ok(((set,), ()))
+            })?;
+            graph.launch(s)?;
+            graph.sync()
+        })
+        .expect("the capture is not invalidated by the drop");
+    assert!(set.0.iter().all(|v| *v == 1.0));
+    um::reap_pending();
+    assert_eq!(um::orphans_pending(), 0);
+    drop(set);
+    let (free_after, _) = ctx.mem_info().expect("free memory");
+    let slack = 64 << 20;
+    assert!(
+        free_after + slack >= free_before,
+        "memory lost: {free_before} free before, {free_after} after"
+    );
+}
+
+/// Red team 3, finding 3: rule 164 holds for graphs. On a poisoned stream (what um-nccl does
+/// before it aborts a communicator) a capture and a replay are refused, and a graph's buffers
+/// are never handed to the CPU: `sync` is `StreamPoisoned`, and the buffers are leaked.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn leaks_a_poisoned_stream_refuses_captures_and_replays() {
+    let _serial = serial();
+    let ctx = gpu_as_is();
+    let x = Managed::from_slice_coherent(&ctx, &[0.0f32; 1024]).expect("x");
+    let y = Managed::from_slice_coherent(&ctx, &[0.0f32; 1024]).expect("y");
+    ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+        let x = x.attach(s)?;
+        let y = y.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        s.poisoner().poison();
+        assert!(matches!(graph.launch(s), Err(Error::StreamPoisoned)));
+        assert!(matches!(graph.upload(s), Err(Error::StreamPoisoned)));
+        let again = s.capture((y,), |cap, (mut y,)| {
+            add_scalar(cap, &mut y, 1.0)?;
+            Ok(((y,), ()))
+        });
+        assert!(matches!(again, Err(Error::StreamPoisoned)));
+        assert!(matches!(graph.sync(), Err(Error::StreamPoisoned)));
+        Ok(())
+    })
+    .expect("the checks");
+}

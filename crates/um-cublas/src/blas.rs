@@ -9,6 +9,7 @@ use crate::element::{Element, Kind};
 use crate::error::{Error, Result};
 use crate::library::Cublas;
 use crate::shape::{Gemm, Gemv};
+use crate::stream::BlasStream;
 use crate::sys;
 
 /// A cuBLAS handle (`cublasHandle_t`) of one [`Context`], created with `alpha` and `beta` read
@@ -122,7 +123,11 @@ impl Blas {
     /// ([`Gemm::check`]); [`Error::ContextMismatch`] for a stream of another context;
     /// [`Error::StreamMismatch`]. What cuBLAS reports is [`Error::Status`]. The call is
     /// asynchronous: `sync` the buffers to see the result.
-    pub fn gemm<'s, T: Element, K: StreamKind, MA: Storage, MB: Storage, MC: Storage>(
+    ///
+    /// The stream must be a [`BlasStream`]: not a graph's capture stream. A captured cuBLAS call would
+    /// use the handle's workspace at every replay, which the graph does not hold (the handle may
+    /// be dropped, or serve another stream, while the graph lives).
+    pub fn gemm<'s, T: Element, K: BlasStream, MA: Storage, MB: Storage, MC: Storage>(
         &self,
         stream: &Stream<'s, K>,
         gemm: &Gemm<T>,
@@ -185,7 +190,7 @@ impl Blas {
     /// `y = alpha op(A) x + beta y` on `stream` (`cublasSgemv_v2` for `f32`, `cublasDgemv_v2`
     /// for `f64`), unit strides. The same rules as [`gemm`](Blas::gemm): every buffer owned by
     /// `stream`, any storage, `y` written (`&mut`), the shapes checked first ([`Gemv::check`]).
-    pub fn gemv<'s, T: Element, K: StreamKind, MA: Storage, MX: Storage, MY: Storage>(
+    pub fn gemv<'s, T: Element, K: BlasStream, MA: Storage, MX: Storage, MY: Storage>(
         &self,
         stream: &Stream<'s, K>,
         gemv: &Gemv<T>,

@@ -59,6 +59,7 @@ mod element;
 mod error;
 mod library;
 mod shape;
+mod stream;
 pub mod sys;
 
 pub use blas::Blas;
@@ -66,6 +67,7 @@ pub use element::{Element, Kind};
 pub use error::{Error, Result, ShapeError};
 pub use library::{Cublas, ENV_VAR, INSTALL_HELP, SEARCH};
 pub use shape::{Gemm, Gemv, Layout, Op};
+pub use stream::BlasStream;
 
 // The thread facts the design relies on, checked at compile time.
 mod facts {

@@ -77,9 +77,10 @@ impl ReduceOp {
 /// every thread, and a nonblocking communicator enqueues from a thread of NCCL's own, where it
 /// would name a stream the buffers do not belong to.
 #[diagnostic::on_unimplemented(
-    message = "an NCCL collective cannot run on the {Self} default stream",
+    message = "an NCCL collective cannot run on a `{Self}` stream",
     label = "not a stream a collective may be enqueued on",
-    note = "the per-thread default stream's handle names another stream on every thread, and NCCL enqueues from threads of its own",
+    note = "the per-thread default stream (`PerThread`): its handle names another stream on every thread, and NCCL enqueues from threads of its own",
+    note = "a graph's capture stream (`Capture`): um-nccl does not record collectives into graphs (a captured collective would run at every replay, with no agreement check, no bounded wait and no abort)",
     note = "run collectives on a stream of your own (`Context::with_stream`), a foreign stream or the legacy stream"
 )]
 pub trait CollectiveStream: Eager {}

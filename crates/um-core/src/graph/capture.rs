@@ -154,6 +154,8 @@ impl<'c> Scope<'c> {
             return Err(Error::StreamMismatch { argument });
         }
         buffers.check_capture(PRIVATE)?;
+        // Work on a poisoned stream was aborted and may still touch its buffers (rule 164).
+        stream.check_not_poisoned()?;
         let ctx = stream.context().clone();
         ctx.bind()?;
         let mut streams = Vec::with_capacity(n);
@@ -209,21 +211,18 @@ impl<'c> Scope<'c> {
         }
     }
 
-    /// The buffers dropped during the capture, freed once their stream is done with them (a
-    /// callback on it, then the reaper): the owner stream for buffers of the set, their own
-    /// eager stream for others. Returns how many buffers of the set there were.
+    /// The buffers dropped during the capture, freed once the owner stream is done with them
+    /// (a callback on it, then the reaper), and leaked if the owner stream is poisoned by then;
+    /// how many there were.
     fn free_buried(&mut self) -> usize {
         let buried = close_capture(&self.ids);
-        let mut lost = 0;
-        for b in buried {
+        let lost = buried.len();
+        // SAFETY: `owner` is the eager stream this scope borrows (`Stream::capture`'s `self`),
+        // alive for the whole scope.
+        let poison = unsafe { self.owner.poison_flag() };
+        for orphan in buried {
             // If the callback cannot be enqueued the orphan comes back, and dropping it leaks.
-            let _ = match b.eager {
-                None => {
-                    lost += 1;
-                    defer_free(&self.ctx, self.owner, b.orphan)
-                }
-                Some((ctx, stream)) => defer_free(&ctx, stream, b.orphan),
-            };
+            let _ = defer_free(&self.ctx, self.owner, orphan.watching(poison.clone()));
         }
         lost
     }

@@ -98,6 +98,8 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
         if target.id != self.owner.id {
             return Err(Error::StreamMismatch { argument: 0 });
         }
+        // Work on a poisoned stream was aborted and may still touch the buffers (rule 164).
+        stream.check_not_poisoned()?;
         self.ctx.bind()?;
         buffers.mark_written(&self.written, PRIVATE);
         // SAFETY: the graph is live and of this context; `stream` is the stream that owns every
@@ -112,6 +114,7 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
         if stream.raw().id != self.owner.id {
             return Err(Error::StreamMismatch { argument: 0 });
         }
+        stream.check_not_poisoned()?;
         self.ctx.bind()?;
         // SAFETY: as in `launch`; an upload runs no node.
         unsafe { driver::graph_upload(self.exec, stream.raw().handle) }

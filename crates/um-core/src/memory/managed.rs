@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::memory::marker::{HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
-use crate::reclaim::defer::{bury, bury_eager, capturing, defer_free, dropping_scope};
+use crate::reclaim::defer::{bury, capturing, defer_free, dropping_scope};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::PRIVATE;
 
@@ -381,16 +381,16 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // allocation's.
             let owner = self.owner_context();
             // On a thread that is capturing, the wait below is refused and would invalidate the
-            // capture: the capture scope takes the memory and frees it behind a callback on its
-            // stream once the capture has ended (`crate::reclaim::defer::bury_eager`).
+            // capture. The memory goes to the reaper behind a callback enqueued now on its (eager)
+            // stream, which is alive here: its brand is on this buffer. Should that fail, the
+            // memory is leaked, never waited for.
             if capturing() {
-                // SAFETY: if `bury_eager` takes the orphan, this drop returns without freeing;
-                // otherwise the orphan comes back and is dropped unfreed, and the drop goes on.
+                // SAFETY: whether `defer_free` takes the orphan or gives it back (then dropped
+                // unfreed: a leak), this drop returns without freeing.
                 let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
                     .watching(self.owner_poison());
-                if bury_eager(owner, self.alloc.stream, orphan).is_ok() {
-                    return;
-                }
+                let _ = defer_free(owner, self.alloc.stream, orphan);
+                return;
             }
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
             // of being waited for here (see `crate::reclaim::defer`).

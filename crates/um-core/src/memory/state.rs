@@ -639,6 +639,9 @@ macro_rules! capture_set_for_tuples {
                     release_to_host(&$v)?
                 }),+];
                 driver::stream_synchronize(owner.handle)?;
+                // Poisoned during the wait: the stream may be idle only because its work was
+                // aborted; the buffers are then dropped (leaked), never handed to the CPU.
+                $( check_not_poisoned(&$v)?; )+
                 let mut after = releases.into_iter();
                 Ok(($($v.retype(after.next().unwrap_or(RawStream::NONE)),)+))
             }
@@ -719,6 +722,8 @@ impl<'s, K: StreamKind, T: ?Sized + 'static, M: Storage> CaptureSet<'s, K>
             after.push(release_to_host(m)?);
         }
         driver::stream_synchronize(owner.handle)?;
+        // As for tuples: poisoned during the wait, the buffers are leaked by their drop.
+        self.iter().try_for_each(check_not_poisoned)?;
         Ok(self
             .into_iter()
             .zip(after)

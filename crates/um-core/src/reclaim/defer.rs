@@ -67,19 +67,11 @@ pub(crate) fn defer_free(
     }
 }
 
-/// A buffer dropped during a capture on this thread, kept to be freed once the capture has
-/// ended: one of the capture's set (`eager` is `None`: the scope waits for its own eager
-/// stream), or a buffer of an eager stream (`eager` names that stream and its context).
-pub(crate) struct Buried {
-    pub(crate) orphan: Orphan,
-    pub(crate) eager: Option<(Context, RawStream)>,
-}
-
 thread_local! {
     /// The buffers dropped inside the capture scopes running on this thread, by the id of the
     /// capture stream that owned them. A scope registers its streams when it begins
     /// ([`open_capture`]) and takes what was left when its capture has ended ([`close_capture`]).
-    static CAPTURES: std::cell::RefCell<Vec<(u64, Vec<Buried>)>> =
+    static CAPTURES: std::cell::RefCell<Vec<(u64, Vec<Orphan>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -93,7 +85,7 @@ pub(crate) fn open_capture(ids: &[u64]) {
 }
 
 /// Ends the registration of `ids` and returns the buffers dropped under them.
-pub(crate) fn close_capture(ids: &[u64]) -> Vec<Buried> {
+pub(crate) fn close_capture(ids: &[u64]) -> Vec<Orphan> {
     CAPTURES.with(|c| {
         let mut c = c.borrow_mut();
         let mut buried = Vec::new();
@@ -119,10 +111,7 @@ pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orpha
         let mut c = c.borrow_mut();
         match c.iter_mut().find(|(id, _)| *id == stream) {
             Some((_, orphans)) => {
-                orphans.push(Buried {
-                    orphan,
-                    eager: None,
-                });
+                orphans.push(orphan);
                 Ok(())
             }
             None => Err(orphan),
@@ -133,29 +122,4 @@ pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orpha
 /// Whether a capture scope is open on this thread.
 pub(crate) fn capturing() -> bool {
     CAPTURES.with(|c| !c.borrow().is_empty())
-}
-
-/// For `Managed`'s drop of a buffer owned by an eager stream, on a thread that is capturing:
-/// the wait its drop would make is refused there, and would invalidate the capture (and then
-/// leak the buffer). It is kept instead for the innermost capture scope of the thread, which
-/// frees it, once that capture has ended, behind a callback on `stream` (as [`defer_free`]).
-/// Returns the orphan if the thread is not capturing.
-pub(crate) fn bury_eager(
-    owner: &Context,
-    stream: RawStream,
-    orphan: Orphan,
-) -> std::result::Result<(), Orphan> {
-    CAPTURES.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.last_mut() {
-            Some((_, orphans)) => {
-                orphans.push(Buried {
-                    orphan,
-                    eager: Some((owner.clone(), stream)),
-                });
-                Ok(())
-            }
-            None => Err(orphan),
-        }
-    })
 }
