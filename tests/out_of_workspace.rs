@@ -197,16 +197,18 @@ fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
         .map(|(_, s)| s)
         .unwrap_or_else(|| panic!("no `--- stderr` section:\n{stderr}"));
     let first = script.lines().next().unwrap_or_default().trim();
+    // The plain integer named like a length is the one named, with the type to write
+    // (issue 21: before, the message was about `x`, which "has no length after it").
     assert_eq!(
         first,
         format!(
-            "{}/kernels/scale.cu:4: kernel `scale`: parameter `x`: the buffer `x` of a safe kernel has no length after it",
+            "{}/kernels/scale.cu:4: kernel `scale`: parameter `len`: write `um::len32 len`, not `unsigned int len`: a plain integer is a value the caller passes, so the buffer `x` has no length",
             dir.display()
         ),
         "{stderr}"
     );
     assert!(
-        script.contains("help: declare `um::len32 x_len` after `x`"),
+        script.contains("help: a length has a type of um.cuh"),
         "{stderr}"
     );
     assert!(

@@ -17,6 +17,7 @@
 //! * an integer that is not a length is a value the caller passes.
 
 use crate::error::{Error, Result};
+use crate::mistakes;
 use crate::source::{Kernel, Scalar, Type};
 
 /// Parameters a launch can pass: the longest argument tuple `um-core` takes.
@@ -95,6 +96,44 @@ pub(crate) fn counts(k: &Kernel) -> Result<Vec<Count>> {
         }
     }
     if let Some(buffer) = uncounted.first() {
+        // A plain integer named like a count after the buffer (`int n`, `size_t x_len`) was
+        // meant as its length: say which, and the length type to write (mistakes.rs).
+        let buffers: Vec<&str> = k
+            .params
+            .iter()
+            .filter(|p| matches!(p.ty, Type::Pointer { .. }))
+            .map(|p| p.name.as_str())
+            .collect();
+        let meant = k
+            .params
+            .iter()
+            .skip_while(|p| p.name != *buffer)
+            .find_map(|p| match p.ty {
+                Type::Scalar(s) if s.is_integer() && mistakes::count_like(&p.name, &buffers) => {
+                    Some((p, s))
+                }
+                _ => None,
+            });
+        if let Some((p, s)) = meant {
+            let length = mistakes::length_type(s);
+            return Err(err(
+                &p.name,
+                format!(
+                    "write `{length} {name}`, not `{written} {name}`: a plain integer is a value \
+                     the caller passes, so the buffer `{buffer}` has no length",
+                    name = p.name,
+                    written = p.written,
+                ),
+            )
+            .help(format!(
+                "a length has a type of um.cuh (um::len32, um::len64, um::ilen32, um::ilen64: \
+                 they convert to unsigned int, unsigned long long, int and long long, so the \
+                 body reads as before) and counts the buffers declared before it, back to the \
+                 previous length; the launcher fills it in from the buffers. If `{}` is a \
+                 value, declare a length after `{buffer}` instead (`um::len32 {buffer}_len`)",
+                p.name
+            )));
+        }
         return Err(err(
             buffer,
             format!("the buffer `{buffer}` of a safe kernel has no length after it"),
@@ -159,9 +198,9 @@ mod tests {
 
     #[test]
     fn uncounted_buffers_and_lengths_without_buffers_are_refused() {
-        // The old convention: a plain integer named `n` is a value, so `x` has no length.
+        // A plain integer is a value, so `x` has no length.
         let e = counts(&kernel(
-            "UM_SAFE_KERNEL void k(float *x, unsigned int n) {}",
+            "UM_SAFE_KERNEL void k(float *x, unsigned int value) {}",
         ))
         .expect_err("no length");
         assert_eq!(e.param_name(), Some("x"));
@@ -169,6 +208,31 @@ mod tests {
             e.help_text().is_some_and(|h| h.contains("um::len32")),
             "{e}"
         );
+        // The old convention, a plain integer named `n`: the error names `n` and its length
+        // type (the integer's: `int` is `um::ilen32`).
+        for (decl, want) in [
+            (
+                "unsigned int n",
+                "write `um::len32 n`, not `unsigned int n`",
+            ),
+            ("int nb", "write `um::ilen32 nb`, not `int nb`"),
+            (
+                "size_t x_len",
+                "write `um::len64 x_len`, not `size_t x_len`",
+            ),
+            ("long long nx", "write `um::ilen64 nx`, not `long long nx`"),
+        ] {
+            let e = counts(&kernel(&format!(
+                "UM_SAFE_KERNEL void k(float *x, float a, {decl}) {{}}"
+            )))
+            .expect_err(decl);
+            assert_eq!(e.param_name(), decl.split(' ').next_back(), "{e}");
+            assert!(e.message().starts_with(want), "{e}");
+            assert!(
+                e.message().ends_with("so the buffer `x` has no length"),
+                "{e}"
+            );
+        }
 
         let e = counts(&kernel(
             "UM_SAFE_KERNEL void k(float *x, um::len32 n, um::len32 m) {}",

@@ -18,14 +18,18 @@
 //! * A kernel declared `UM_SAFE_KERNEL void name(...)` (from `um.cuh`, which every compile can
 //!   `#include`) gets a **safe** launcher, `name(stream, buffers.., scalars..)`, and
 //!   `name_with(stream, um::Linear, ..)`. Its author promises the contract in `um.cuh` and
-//!   `docs/kernels.md`; the launcher ensures the rest: one-dimensional launches, every count
-//!   parameter (`n`, `x_len`) filled from its buffers, every buffer owned by the launch stream.
+//!   `docs/kernels.md`; the launcher ensures the rest: one-dimensional launches, every length
+//!   parameter (`um::len32 n`, by type) filled from its buffers, every buffer owned by the launch
+//!   stream.
 //! * A kernel declared `extern "C" __global__ void name(...)` gets an **`unsafe fn`** launcher
 //!   that takes a full `um::LaunchConfig`; its `# Safety` section says what the body must do.
 //!
 //! Both take `&Managed<[T], StreamOwned<'s>>` for `const T *` parameters and `&mut` for `T *`,
 //! and plain values or generated `#[repr(C)]` structs for the rest. Failures name the file,
-//! the line, the kernel and the parameter, and say what to change ([`Error`]).
+//! the line, the kernel and the parameter, and say what to change ([`Error`]). The common
+//! mistakes of a first kernel file (no `#include "um.cuh"`, a kernel in a namespace, a length
+//! declared `int n`) are said in one such line before nvcc runs; a declaration that builds but
+//! reads like a mistake is a `cargo:warning` ([`Built::warnings`]).
 //!
 //! [`Kernels::build_or_exit`] prints a failure as it is (the [`Error`]'s `Display`) and exits
 //! with status 1, which is what a build script wants; [`Kernels::build`] returns it.
@@ -40,6 +44,7 @@ mod check;
 mod contract;
 mod error;
 mod generate;
+mod mistakes;
 mod nvcc;
 mod ptx;
 mod source;
@@ -83,6 +88,9 @@ pub struct Built {
     pub safe_kernels: Vec<String>,
     /// Kernels that got an `unsafe fn` launcher.
     pub unsafe_kernels: Vec<String>,
+    /// Declarations that build but read like a mistake (a plain integer named for a buffer's
+    /// length, `int ny` beside a buffer `y`), each also printed as a `cargo:warning`.
+    pub warnings: Vec<Error>,
 }
 
 impl Kernels {
@@ -209,6 +217,7 @@ impl Kernels {
             println!("cargo:rerun-if-changed={}", dir.display());
         }
         let mut prebuilt_arch: Option<String> = None;
+        let mut warnings = Vec::new();
 
         let mut parsed = Vec::new();
         for src in &sources {
@@ -245,10 +254,21 @@ impl Kernels {
             }
             let text = fs::read_to_string(src)
                 .map_err(|e| Error::new(format!("cannot read: {e}")).in_file(src))?;
+            // What the text alone can show is said before nvcc runs, in one line with its fix:
+            // a missing `#include "um.cuh"`, a kernel in a namespace (`parse`), a buffer
+            // without a length or a length declared as a plain integer, too many parameters.
+            mistakes::missing_include(&text).map_err(|e| e.in_file(src))?;
             let source = source::parse(&text).map_err(|e| e.in_file(src))?;
-            // What the declarations alone can show (a buffer without a length, too many
-            // parameters) is said before nvcc runs, in one line with its fix.
             contract::check_declarations(&source).map_err(|e| e.in_file(src))?;
+            for warning in mistakes::warnings(&source) {
+                let warning = warning.in_file(src);
+                // One `cargo:warning` per line: cargo shows each as its own `warning:` line.
+                for (i, line) in warning.to_string().lines().enumerate() {
+                    let prefix = if i == 0 { "um-build: " } else { "" };
+                    println!("cargo:warning={prefix}{line}");
+                }
+                warnings.push(warning);
+            }
             let ptx = match &ptx_from {
                 PtxFrom::Nvcc(nvcc) => {
                     let wrapper = check_dir.join(format!("{file_stem}.cu"));
@@ -344,6 +364,7 @@ impl Kernels {
             sources,
             safe_kernels: safe.into_iter().map(|k| k.name.clone()).collect(),
             unsafe_kernels: unsafe_.into_iter().map(|k| k.name.clone()).collect(),
+            warnings,
         })
     }
 }

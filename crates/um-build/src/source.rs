@@ -10,6 +10,7 @@
 //!   fixed-size array fields, for parameters passed by value.
 
 use crate::error::{Error, Result};
+use crate::mistakes;
 
 /// A scalar type of a parameter, a pointer's element, or a struct field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,11 @@ impl Scalar {
             Scalar::I64 => "i64",
             Scalar::U64 => "u64",
         }
+    }
+
+    /// An integer, signed or not (not a float).
+    pub(crate) fn is_integer(self) -> bool {
+        !matches!(self, Scalar::F32 | Scalar::F64)
     }
 
     pub(crate) fn size(self) -> usize {
@@ -119,6 +125,8 @@ pub(crate) fn len_c(s: Scalar) -> &'static str {
 pub(crate) struct Param {
     pub(crate) name: String,
     pub(crate) ty: Type,
+    /// The type as written, qualifiers left out (`unsigned int`, `size_t`): for messages.
+    pub(crate) written: String,
 }
 
 /// One kernel declaration.
@@ -176,7 +184,17 @@ pub(crate) const SAFE_MARKER: &str = "UM_SAFE_KERNEL";
 
 /// Comments and preprocessor lines replaced by spaces, newlines kept, so that offsets still
 /// give line numbers.
-fn clean(src: &str) -> String {
+pub(crate) fn clean(src: &str) -> String {
+    strip(src, false)
+}
+
+/// Comments replaced by spaces, preprocessor lines kept: where `#include`s are read.
+pub(crate) fn without_comments(src: &str) -> String {
+    strip(src, true)
+}
+
+/// Comments, and unless `keep_directives` preprocessor lines, replaced by spaces.
+fn strip(src: &str, keep_directives: bool) -> String {
     let mut out = String::with_capacity(src.len());
     let mut chars = src.chars().peekable();
     let mut at_line_start = true;
@@ -208,7 +226,7 @@ fn clean(src: &str) -> String {
             }
             '#' if at_line_start => {
                 // A directive, with its backslash continuations.
-                out.push(' ');
+                out.push(if keep_directives { '#' } else { ' ' });
                 let mut prev = '#';
                 for c in chars.by_ref() {
                     if c == '\n' {
@@ -217,7 +235,7 @@ fn clean(src: &str) -> String {
                             break;
                         }
                     } else {
-                        out.push(' ');
+                        out.push(if keep_directives { c } else { ' ' });
                     }
                     if !c.is_whitespace() || c == '\n' {
                         prev = c;
@@ -238,7 +256,7 @@ fn clean(src: &str) -> String {
     out
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset].matches('\n').count() + 1
 }
 
@@ -251,7 +269,7 @@ fn is_ident(s: &str) -> bool {
 }
 
 /// Offsets of `word` in `text` as a whole identifier.
-fn find_word(text: &str, word: &str) -> Vec<usize> {
+pub(crate) fn find_word(text: &str, word: &str) -> Vec<usize> {
     text.match_indices(word)
         .filter(|(at, _)| {
             let before = text[..*at].chars().next_back();
@@ -291,6 +309,8 @@ const SUPPORTED: &str = "float, double, (unsigned) char, short, int, long long, 
 /// Reads the kernels and structs of a `.cu` file's text.
 pub(crate) fn parse(src: &str) -> Result<Source> {
     let text = clean(src);
+    // The same text with string and character literals blanked, for the namespace check.
+    let code = mistakes::blank_literals(&text);
     let structs = parse_structs(&text)?;
     let mut kernels = Vec::new();
     let mut starts: Vec<(usize, bool)> = find_word(&text, SAFE_MARKER)
@@ -323,6 +343,22 @@ pub(crate) fn parse(src: &str) -> Result<Source> {
         }
         let kernel = parse_kernel(&text, at + marker.len(), safe, &structs)
             .map_err(|e| if e.line().is_none() { e.at(line) } else { e })?;
+        // Said here, in one line, rather than by nvcc after the check wrapper cannot name it.
+        if let Some(namespace) = mistakes::enclosing_namespace(&code, at) {
+            return Err(Error::new(format!(
+                "declared inside `namespace {namespace}`: move the kernel out of the namespace, \
+                 to global scope"
+            ))
+            .kernel(&kernel.name)
+            .at(line)
+            .help(format!(
+                "um-build's compiler-side check names the kernel `::{}` (the `.entry {}` of the \
+                 PTX), which does not find a kernel in a named namespace. Device functions it \
+                 calls may stay in the namespace; an unnamed or `inline` namespace is global \
+                 scope for this",
+                kernel.name, kernel.name
+            )));
+        }
         if kernels.iter().any(|k: &Kernel| k.name == kernel.name) {
             return Err(Error::new("declared twice")
                 .kernel(&kernel.name)
@@ -449,6 +485,7 @@ fn parse_param(text: &str, structs: &[Struct]) -> Result<Param> {
         return Ok(Param {
             name,
             ty: Type::Len(width),
+            written: ty,
         });
     }
     let elem = if let Some(s) = Scalar::from_c(&ty) {
@@ -460,12 +497,13 @@ fn parse_param(text: &str, structs: &[Struct]) -> Result<Param> {
             .param(&name)
             .help(format!("use {SUPPORTED}")));
     };
+    let written = ty;
     let ty = match (star, elem) {
         (Some(_), elem) => Type::Pointer { elem, constant },
         (None, Elem::Scalar(s)) => Type::Scalar(s),
         (None, Elem::Struct(s)) => Type::Struct(s),
     };
-    Ok(Param { name, ty })
+    Ok(Param { name, ty, written })
 }
 
 fn parse_structs(text: &str) -> Result<Vec<Struct>> {

@@ -2507,9 +2507,11 @@ fn gen_forms(out: &mut Vec<Case>) {
             1,
         ),
         (
+            // Refused by the reading, before nvcc (issue 21); hidden in a macro, it is the
+            // check's (the case after this one).
             "kernel in a namespace",
             "namespace ns {\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}\n}",
-            Expect::Lying(Why::Check),
+            Expect::Invalid(Why::Reading),
             1,
         ),
         (

@@ -64,13 +64,27 @@ fn safe_and_unsafe_launchers_and_structs_are_generated() {
 #[test]
 fn generator_errors_name_line_kernel_parameter_and_fix() {
     // A buffer of a safe kernel with no length: a plain integer is a value, whatever its name.
+    // One named like a count (`n`) was meant as the length: the error names it, and its type.
     let src = "UM_SAFE_KERNEL void scatter(float *x, const unsigned int *idx, float value, unsigned int n) {}";
     let e = um_build::generate_for("k", src, PTX.replace("hist", "zzz").as_str())
         .expect_err("uncounted buffers");
     assert_eq!(
         (e.kernel_name(), e.param_name(), e.line()),
-        (Some("scatter"), Some("x"), Some(1))
+        (Some("scatter"), Some("n"), Some(1))
     );
+    let shown = e.to_string();
+    assert_eq!(
+        shown.lines().next(),
+        Some(
+            "line 1: kernel `scatter`: parameter `n`: write `um::len32 n`, not `unsigned int n`: a plain integer is a value the caller passes, so the buffer `x` has no length"
+        ),
+        "{shown}"
+    );
+    // Any other name: the buffer has no length after it.
+    let src = src.replace("unsigned int n", "unsigned int m");
+    let e = um_build::generate_for("k", &src, PTX.replace("hist", "zzz").as_str())
+        .expect_err("uncounted buffers");
+    assert_eq!(e.param_name(), Some("x"));
     let shown = e.to_string();
     assert!(
         shown.contains("help: declare `um::len32 x_len` after `x`"),
