@@ -188,7 +188,7 @@ fn single_process<M: Storage>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Resu
     }
     let total = (gpus * ROWS) as f32;
     let mut failure = None;
-    let outcome = Context::with_streams_across(&ctxs, StreamOptions::new(), |streams| {
+    let outcome = Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
         let mut dev = Vec::with_capacity(gpus);
         for ((x, y, w, g), s) in per_rank.into_iter().zip(streams) {
             dev.push((x.attach(s)?, y.attach(s)?, w.attach(s)?, g.attach(s)?));

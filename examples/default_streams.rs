@@ -68,7 +68,7 @@ struct Setup {
 fn warm(s: &[um::Stream<'_>]) -> um::Result<()> {
     for st in s {
         streams::empty(st)?;
-        st.synchronize()?;
+        st.wait_idle()?;
     }
     Ok(())
 }
@@ -112,7 +112,7 @@ fn run(ctx: &Context, setup: Setup) -> um::Result<Run> {
         .collect::<um::Result<_>>()?;
     // Blocking streams (the seed's cudaStreamCreate): they synchronize with the legacy stream.
     let (data, stamps, enqueue_ms, launches) =
-        ctx.with_streams(NUM_STREAMS, StreamOptions::new(), |s| {
+        ctx.with_stream_set(NUM_STREAMS, StreamOptions::new(), |s| {
             if setup.warm == Warm::BeforeAttach {
                 warm(s)?;
             }

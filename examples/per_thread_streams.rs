@@ -67,7 +67,7 @@ fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u
     // The first launch on a thread's default stream sets that stream up: do it before timing.
     ctx.with_per_thread_stream(|s| {
         streams::empty(s)?;
-        s.synchronize()
+        s.wait_idle()
     })?;
     start.wait();
     let (x, t) = match which {

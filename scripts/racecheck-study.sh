@@ -7,7 +7,7 @@
 #   bash racecheck/study.sh [OUT_DIR]        # default OUT_DIR: ./racecheck-out
 #
 # 1. Builds bench/racecheck_repro.cu with nvcc (driver API + runtime API, no um).
-# 2. Runs it under racecheck for 1, 2, 4, 8 and 16 host threads, on owned streams and on the
+# 2. Runs it under racecheck for 1, 2, 4, 8 and 16 host threads, on created streams and on the
 #    per-thread default stream (driver API, um's PTX JIT-loaded as um does), then the runtime
 #    API and the other memory kinds.
 # 3. Runs um's per_thread_streams example and gpu_stress test under racecheck with fewer

@@ -132,23 +132,26 @@ fn per_thread_and_stream_set_scopes() {
     let bufs: Vec<_> = (0..4)
         .map(|k| Managed::from_fn(&ctx, 256, move |_| k as f32).expect("alloc"))
         .collect();
-    let (bufs, mismatch) = block_on(ctx.with_streams_async(4, StreamOptions::new(), async |ss| {
-        let mut out = Vec::new();
-        for (buf, s) in bufs.into_iter().zip(ss) {
-            let mut b = buf.attach(s)?;
-            add_scalar(s, &mut b, 1.0)?;
-            out.push(b);
-        }
-        // A buffer of stream 0 synced on stream 1 of the set: checked at run time.
-        let first = out.remove(0);
-        let mismatch = ss[1].sync_all_async(vec![first]).await;
-        let mut host = Vec::new();
-        for (b, s) in out.into_iter().zip(&ss[1..]) {
-            host.push(s.sync_all_async((b,)).await?.0);
-        }
-        Ok((host, mismatch.map(drop)))
-    }))
-    .expect("stream set");
+    let (bufs, mismatch) =
+        block_on(
+            ctx.with_stream_set_async(4, StreamOptions::new(), async |ss| {
+                let mut out = Vec::new();
+                for (buf, s) in bufs.into_iter().zip(ss) {
+                    let mut b = buf.attach(s)?;
+                    add_scalar(s, &mut b, 1.0)?;
+                    out.push(b);
+                }
+                // A buffer of stream 0 synced on stream 1 of the set: checked at run time.
+                let first = out.remove(0);
+                let mismatch = ss[1].sync_all_async(vec![first]).await;
+                let mut host = Vec::new();
+                for (b, s) in out.into_iter().zip(&ss[1..]) {
+                    host.push(s.sync_all_async((b,)).await?.0);
+                }
+                Ok((host, mismatch.map(drop)))
+            }),
+        )
+        .expect("stream set");
     assert_eq!(mismatch, Err(Error::StreamMismatch { argument: 0 }));
     for (k, b) in bufs.iter().enumerate() {
         assert!(
@@ -307,7 +310,7 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
     );
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
-    ctx.synchronize_device().expect("no fault");
+    ctx.wait_idle().expect("no fault");
 }
 
 /// Child: launches the trap kernel, awaits its buffer's future (with the chosen mechanism), and
@@ -323,7 +326,7 @@ fn fault_child(event_thread: bool) {
     let err = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
         let mut x = x.attach(s)?;
         // SAFETY: none; this launch breaks the contract on purpose, in a child process.
-        unsafe { s.launch(&k, LaunchConfig::linear(1, 1), (&mut x,)) }?;
+        unsafe { s.launch(&k, LaunchConfig::grid_1d(1, 1), (&mut x,)) }?;
         x.sync_async().await.map(drop) // the future wakes, checks the stream: Err
     }))
     .expect_err("the fault is reported");
@@ -361,7 +364,8 @@ fn mirrored_memory_syncs_asynchronously_and_cancels_without_a_leak() {
     let _serial = serial();
     let ctx = gpu();
     // Results: the future's release enqueues the device-to-host copy of a written mirror.
-    let data = um::Mirrored::<[f32]>::from_slice_mirrored(&ctx, &[1.0f32; 4097]).expect("alloc");
+    let data =
+        um::MirroredManaged::<[f32]>::from_slice_mirrored(&ctx, &[1.0f32; 4097]).expect("alloc");
     let data = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
         let mut d = data.attach(s)?;
         add_scalar(s, &mut d, 2.0)?;
@@ -375,9 +379,9 @@ fn mirrored_memory_syncs_asynchronously_and_cancels_without_a_leak() {
 
     // Cancellation: a mirror's future dropped with a kernel in flight goes to the reaper,
     // which frees both halves once the stream is done.
-    let x = um::Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("alloc");
+    let x = um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("alloc");
     cancel_buffer_with_kernel_in_flight(&ctx, x).expect("cancel");
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
-    ctx.synchronize_device().expect("no fault");
+    ctx.wait_idle().expect("no fault");
 }

@@ -24,7 +24,8 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use pollster::block_on;
 use um::kernels::testing::{add_scalar, axpy, spin_then_add};
 use um::{
-    CoherentManaged, Context, ContextOptions, Error, Managed, Mirrored, StreamOptions, Transfer,
+    CoherentManaged, Context, ContextOptions, Error, Managed, MirroredManaged, StreamOptions,
+    Transfer,
 };
 
 /// GPU time `spin_then_add` takes at least, where a test needs a stream to be busy.
@@ -175,7 +176,7 @@ fn within_a_stream_set_the_old_owner_of_coherent_memory_is_refused() {
     let ctx = coherent_gpu();
     let x = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
-        .with_streams(3, StreamOptions::new().non_blocking(), |s| {
+        .with_stream_set(3, StreamOptions::new().non_blocking(), |s| {
             let mut x = x.attach(&s[0])?;
             spin_then_add(&s[0], &mut x, 1.0, SPIN_NS)?;
             let mut x = x.hand_off(&s[1])?;
@@ -209,7 +210,8 @@ fn unified_mirrored_and_coherent_share_a_launch_and_a_sync_all() {
     let ctx = coherent_gpu();
     let x = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("coherent");
     let y = Managed::from_fn(&ctx, n(), |_| 1.0f32).expect("unified");
-    let z: Mirrored<[f32]> = Managed::from_fn_mirrored(&ctx, n(), |_| 2.0f32).expect("mirrored");
+    let z: MirroredManaged<[f32]> =
+        Managed::from_fn_mirrored(&ctx, n(), |_| 2.0f32).expect("mirrored");
     let parts = vec![
         Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("coherent vec 0"),
         Managed::from_fn_coherent(&ctx, n(), |_| 3.0f32).expect("coherent vec 1"),
@@ -320,7 +322,7 @@ fn dropping_a_coherent_buffer_in_flight_waits_and_frees_it() {
             "free memory back to where it was: before {before}, after {after}"
         );
     }
-    ctx.synchronize_device().expect("the context is healthy");
+    ctx.wait_idle().expect("the context is healthy");
 }
 
 #[test]
@@ -408,7 +410,7 @@ fn coherent_memory_syncs_asynchronously_and_cancels_without_a_leak() {
     .expect("cancel");
     um::reap_pending();
     assert_eq!(um::orphans_pending(), 0);
-    ctx.synchronize_device()
+    ctx.wait_idle()
         .expect("no fault: nothing freed under the kernel");
 }
 
@@ -434,7 +436,7 @@ fn a_panic_with_coherent_memory_in_flight_on_two_streams_frees_nothing_in_use() 
         })
     }));
     assert!(unwound.is_err(), "the closure panicked");
-    ctx.synchronize_device()
+    ctx.wait_idle()
         .expect("no fault: nothing was freed under a kernel");
     let y = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc after");
     let y = ctx

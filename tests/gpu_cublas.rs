@@ -460,7 +460,7 @@ fn a_buffer_of_another_stream_of_a_set_is_refused() {
     let b = Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc");
     let c = Managed::from_slice(&ctx, &[SENTINEL as f32; 4]).expect("alloc");
     let (a, b, c) = ctx
-        .with_streams(2, StreamOptions::new(), |s| {
+        .with_stream_set(2, StreamOptions::new(), |s| {
             let (a, b, mut c) = (a.attach(&s[0])?, b.attach(&s[0])?, c.attach(&s[1])?);
             let got = blas.gemm(&s[0], &Gemm::new(2, 2, 2), &a, &b, &mut c);
             assert_eq!(got, Err(Error::StreamMismatch { buffer: "c" }));
@@ -477,7 +477,7 @@ fn a_buffer_of_another_stream_of_a_set_is_refused() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn one_handle_serves_every_stream_kind_in_turn() {
-    // Owned, per-thread, then owned again: the handle is bound to each before its call.
+    // Created, per-thread, then created again: the handle is bound to each before its call.
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let n = 96;
@@ -492,7 +492,7 @@ fn one_handle_serves_every_stream_kind_in_turn() {
                 blas.gemv(s, &Gemv::new(n, n), &a, &x, &mut y)?;
                 s.sync_all((a, x, y))
             })
-            .expect("owned stream");
+            .expect("created stream");
         y
     };
     let data = Managed::from_fn(&ctx, n, |i| i as f64).expect("alloc");

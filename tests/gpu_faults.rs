@@ -58,7 +58,7 @@ fn fault_scenario(ptx: &'static str, kernel: &str, expected: &[&str]) {
         .with_stream(StreamOptions::new(), |s| {
             let mut x = x.attach(s)?;
             // SAFETY: none; this launch breaks the contract on purpose, in a child process.
-            unsafe { s.launch(&k, LaunchConfig::linear(1, 1), (&mut x,)) }?;
+            unsafe { s.launch(&k, LaunchConfig::grid_1d(1, 1), (&mut x,)) }?;
             x.sync().map(drop) // the wait reports the fault; `x` is dropped (and leaked)
         })
         .expect_err("the fault is reported");
@@ -85,7 +85,7 @@ fn fault_scenario(ptx: &'static str, kernel: &str, expected: &[&str]) {
         ),
         (
             "wait for the device",
-            ctx.synchronize_device().expect_err("sync after a fault"),
+            ctx.wait_idle().expect_err("sync after a fault"),
         ),
         (
             "query memory",

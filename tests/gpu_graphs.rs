@@ -565,7 +565,7 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
     um::reap_pending();
     let (before, _) = ctx.mem_info().expect("mem info");
     let x = Managed::<[f32]>::zeroed_slice(&ctx, common::workload(16 << 20, 1 << 12)).expect("x");
-    let y = um::Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("y");
+    let y = um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("y");
     let (waited, y) = ctx
         .with_stream(StreamOptions::new(), |s| {
             let x = x.attach(s)?;
@@ -625,7 +625,7 @@ fn fault_inside_a_replay_is_an_err() {
                 let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
                     add_scalar(cap, &mut x, 1.0)?;
                     // SAFETY: none; a trap on purpose, in a child process.
-                    unsafe { cap.launch(&trap, LaunchConfig::linear(1, 1), (&mut x,))? };
+                    unsafe { cap.launch(&trap, LaunchConfig::grid_1d(1, 1), (&mut x,))? };
                     Ok(((x,), ()))
                 })?;
                 graph.launch(s)?;
@@ -690,7 +690,7 @@ fn streams_of_a_set_and_nodes_of_other_graphs_are_refused() {
     let ctx = gpu_as_is();
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let y = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("y");
-    ctx.with_streams(2, StreamOptions::new().transfer(Transfer::Prefetch), |s| {
+    ctx.with_stream_set(2, StreamOptions::new().transfer(Transfer::Prefetch), |s| {
         let (x, y) = (x.attach(&s[0])?, y.attach(&s[0])?);
         let e = s[1]
             .capture((x,), |_cap, (x,)| Ok(((x,), ())))

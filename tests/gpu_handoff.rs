@@ -138,7 +138,7 @@ fn memory_of_the_legacy_stream_is_handed_to_a_non_blocking_stream() {
     let bad = y.iter().enumerate().find(|(i, v)| **v != *i as f32 + 1.0);
     assert_eq!(
         bad, None,
-        "the owned stream read before the legacy kernel wrote"
+        "the created stream read before the legacy kernel wrote"
     );
 }
 
@@ -148,7 +148,7 @@ fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
-        .with_streams(2, StreamOptions::new().non_blocking(), |s| {
+        .with_stream_set(2, StreamOptions::new().non_blocking(), |s| {
             let mut x = x.attach(&s[0])?;
             spin_then_add(&s[0], &mut x, 1.0, SPIN_NS)?;
             let mut x = x.hand_off(&s[1])?;
@@ -182,7 +182,7 @@ fn a_set_hands_off_and_syncs_on_the_new_owner() {
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
-        .with_streams(3, StreamOptions::new().non_blocking(), |s| {
+        .with_stream_set(3, StreamOptions::new().non_blocking(), |s| {
             let mut x = x.attach(&s[0])?;
             spin_then_add(&s[0], &mut x, 1.0, SPIN_NS)?;
             let mut x = x.hand_off(&s[1])?;

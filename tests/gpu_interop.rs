@@ -145,7 +145,7 @@ fn special_handles_are_not_foreign_streams() {
 fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {
     let ctx = gpu();
     let n = 4 << 20;
-    ctx.synchronize_device().expect("idle");
+    ctx.wait_idle().expect("idle");
     let (free_before, _) = ctx.mem_info().expect("free memory");
     let unified = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
     let mirrored = Managed::from_fn_mirrored(&ctx, n, |_| 1.0f32).expect("alloc");
@@ -175,7 +175,7 @@ fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {
         .expect("stream work");
     // Nothing holds the mark any more: the stream is gone, its memory leaked.
     assert!(!handle.is_live() && !handle.is_poisoned());
-    ctx.synchronize_device().expect("the context still works");
+    ctx.wait_idle().expect("the context still works");
     common::assert_context_usable(&ctx);
     if common::counts_free_memory() {
         let (free_after, _) = ctx.mem_info().expect("free memory");

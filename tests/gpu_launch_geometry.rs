@@ -115,7 +115,7 @@ fn the_unsafe_launcher_runs_a_kernel_um_cannot_vouch_for() {
             unsafe {
                 testing::scatter(
                     s,
-                    LaunchConfig::linear(n.div_ceil(128), 128),
+                    LaunchConfig::grid_1d(n.div_ceil(128), 128),
                     &mut x,
                     &idx,
                     7.0,

@@ -8,7 +8,9 @@ mod common;
 use common::gpu;
 use um::kernels::testing::{add_scalar, axpy};
 use um::kernels::{ptx, streams};
-use um::{Error, LaunchConfig, Managed, Mirrored, StreamOptions, mirror_copies_on_this_thread};
+use um::{
+    Error, LaunchConfig, Managed, MirroredManaged, StreamOptions, mirror_copies_on_this_thread,
+};
 
 /// What `MirrorCopies` counts, as `(to_device, to_device_skipped, to_host, to_host_skipped)`
 /// since `before`.
@@ -41,7 +43,7 @@ fn copies_are_made_only_when_needed() {
     let ctx = gpu();
     let n = 4096;
     let x = Managed::from_fn_mirrored(&ctx, n, |i| i as f32).expect("alloc x");
-    let y = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, n).expect("alloc y");
+    let y = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, n).expect("alloc y");
     let before = mirror_copies_on_this_thread();
     let (x, y) = ctx
         .with_stream(StreamOptions::new(), |s| {
@@ -113,7 +115,7 @@ fn a_large_input_the_kernel_only_reads_is_copied_once() {
     let ctx = gpu();
     let n = common::workload(1 << 22, 1 << 12);
     let input = Managed::from_fn_mirrored(&ctx, n, |i| (i % 7) as f32).expect("alloc input");
-    let out = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, n).expect("alloc out");
+    let out = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, n).expect("alloc out");
     let before = mirror_copies_on_this_thread();
     let rounds = 8u64;
     let (input, out) = ctx
@@ -167,12 +169,12 @@ fn mirrored_and_unified_buffers_share_a_launch_and_a_sync_all() {
         assert_eq!(xu[i], 2.0 * f);
     }
     // A Vec group of mirrors, on a stream set, with the run-time owner check.
-    let parts: Vec<Mirrored<[f32]>> = (0..3)
+    let parts: Vec<MirroredManaged<[f32]>> = (0..3)
         .map(|k| Managed::from_fn_mirrored(&ctx, 64, move |_| k as f32))
         .collect::<um::Result<_>>()
         .expect("alloc parts");
     let parts = ctx
-        .with_streams(3, StreamOptions::new(), |s| {
+        .with_stream_set(3, StreamOptions::new(), |s| {
             let mut owned = Vec::new();
             for (p, st) in parts.into_iter().zip(s) {
                 owned.push(p.attach(st)?);
@@ -258,16 +260,16 @@ fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
     let n = common::workload(1 << 22, 1 << 14);
     ctx.with_stream(StreamOptions::new(), |s| {
         for _ in 0..3 {
-            let mut x = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, n)?.attach(s)?;
+            let mut x = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, n)?.attach(s)?;
             // One block of 64 threads over 4M elements of pow/sqrt: milliseconds of work.
             // SAFETY: kernel(float *x, int n) writes x[0..n) (grid-stride); x holds n floats.
-            unsafe { s.launch(&kernel, LaunchConfig::linear(1, 64), (&mut x, n as i32)) }?;
+            unsafe { s.launch(&kernel, LaunchConfig::grid_1d(1, 64), (&mut x, n as i32)) }?;
             drop(x); // waits for the stream, then frees both halves
             // A copy in flight: a fresh buffer's attach enqueues 16 MiB host-to-device.
-            let y = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, n)?.attach(s)?;
+            let y = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, n)?.attach(s)?;
             drop(y);
         }
-        s.synchronize()
+        s.wait_idle()
     })
     .expect("no fault: nothing was freed under a running kernel or copy");
     let probe = Managed::from_fn_mirrored(&ctx, 8, |_| 1.0f32).expect("alloc after");
@@ -285,17 +287,19 @@ fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
 #[ignore = "needs a CUDA device"]
 fn mirrored_requests_are_refused_clearly() {
     let ctx = gpu();
-    let err = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 0).expect_err("empty");
+    let err = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 0).expect_err("empty");
     assert!(matches!(err, Error::ZeroSized { .. }), "{err}");
-    let err = Mirrored::<[u64]>::zeroed_slice_mirrored(&ctx, usize::MAX / 4).expect_err("overflow");
+    let err = MirroredManaged::<[u64]>::zeroed_slice_mirrored(&ctx, usize::MAX / 4)
+        .expect_err("overflow");
     assert!(matches!(err, Error::SizeOverflow { .. }), "{err}");
     // The device half is guarded like managed memory: refused before any allocation, so
     // nothing is left to leak.
     let (free, _) = ctx.mem_info().expect("mem info");
-    let err = Mirrored::<[u8]>::zeroed_slice_mirrored(&ctx, free + (1 << 30)).expect_err("too big");
+    let err = MirroredManaged::<[u8]>::zeroed_slice_mirrored(&ctx, free + (1 << 30))
+        .expect_err("too big");
     assert!(matches!(err, Error::WouldOversubscribe { .. }), "{err}");
     // And the footprint of a mirror is both halves.
-    let m = Mirrored::<[f32]>::zeroed_slice_mirrored(&ctx, 1024).expect("alloc");
+    let m = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 1024).expect("alloc");
     let u = Managed::<[f32]>::zeroed_slice(&ctx, 1024).expect("alloc");
     assert_eq!((m.size_in_bytes(), m.footprint_in_bytes()), (4096, 8192));
     assert_eq!((u.size_in_bytes(), u.footprint_in_bytes()), (4096, 4096));
@@ -324,7 +328,7 @@ fn fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky() {
         .with_stream(StreamOptions::new(), |s| {
             let mut x = x.attach(s)?;
             // SAFETY: none; this launch breaks the contract on purpose, in a child process.
-            unsafe { s.launch(&k, LaunchConfig::linear(1, 1), (&mut x,)) }?;
+            unsafe { s.launch(&k, LaunchConfig::grid_1d(1, 1), (&mut x,)) }?;
             x.sync().map(drop) // the copy back or the wait reports the fault
         })
         .expect_err("the fault is reported");

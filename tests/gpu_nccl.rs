@@ -94,7 +94,7 @@ fn every_collective<M: Storage>(ctxs: &[Context], comms: &[Comm], alloc: &Alloc<
             mk(ctx, len, &|_| 0.0), // recv from the previous rank
         ));
     }
-    let results = Context::with_streams_across(ctxs, StreamOptions::new(), |streams| {
+    let results = Context::with_stream_set_across(ctxs, StreamOptions::new(), |streams| {
         let mut on = Vec::new();
         for (b, s) in inputs.into_iter().zip(streams) {
             on.push((
@@ -309,7 +309,7 @@ fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
         .expect("stream work");
     // Nothing was enqueued or recorded: a correct pair of all-reduces still meets.
     let (x, y) = (mk(&ctxs[0], 8), other);
-    let (x, y) = Context::with_streams_across(&ctxs[..2], StreamOptions::new(), |streams| {
+    let (x, y) = Context::with_stream_set_across(&ctxs[..2], StreamOptions::new(), |streams| {
         let (mut x, mut y) = (x.attach(&streams[0])?, y.attach(&streams[1])?);
         let mut g = Group::new();
         g.all_reduce_in_place(&comms[0], &streams[0], &mut x, ReduceOp::Sum)?;
@@ -336,7 +336,7 @@ fn ranks_of_one_process_must_call_the_same_sizes() {
     let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
     let mk = |ctx: &Context, len| Managed::from_fn_mirrored(ctx, len, |_| 1.0f32).expect("alloc");
     let (x, warm, y) = (mk(&ctxs[0], 1000), mk(&ctxs[1], 1000), mk(&ctxs[1], 2000));
-    Context::with_streams_across(&ctxs[..2], StreamOptions::new(), |streams| {
+    Context::with_stream_set_across(&ctxs[..2], StreamOptions::new(), |streams| {
         let (mut x, mut warm, mut y) = (
             x.attach(&streams[0])?,
             warm.attach(&streams[1])?,

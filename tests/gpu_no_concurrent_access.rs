@@ -191,7 +191,7 @@ fn attach_global_memory_goes_back_to_the_host() {
             add_scalar(s, &mut x, 1.0)?;
             x.sync()
         })
-        .expect("owned stream")
+        .expect("created stream")
     });
     assert_eq!(calls, (2, 1, 0));
     assert!(x.iter().enumerate().all(|(i, v)| *v == i as f32 + 2.0));

@@ -79,8 +79,8 @@ fn kernels_run_on_the_legacy_default_stream() {
     ctx.with_legacy_stream(|legacy| {
         // The seed's dummy launch: no memory, n = 0.
         // SAFETY: kernel(float *x, int n) with n = 0 never dereferences x.
-        unsafe { legacy.launch(&kernel, LaunchConfig::linear(1, 1), (0u64, 0i32)) }?;
-        legacy.synchronize()
+        unsafe { legacy.launch(&kernel, LaunchConfig::grid_1d(1, 1), (0u64, 0i32)) }?;
+        legacy.wait_idle()
     })
     .expect("launch on the NULL stream");
 }
@@ -185,10 +185,10 @@ fn dropping_memory_with_a_kernel_in_flight_waits_for_it() {
             let mut x = Managed::<[f32]>::zeroed_slice(&ctx, n)?.attach(s)?;
             // One block of 64 threads over 4M elements of pow/sqrt: milliseconds of work.
             // SAFETY: kernel(float *x, int n) writes x[0..n) (grid-stride); x holds n floats.
-            unsafe { s.launch(&kernel, LaunchConfig::linear(1, 64), (&mut x, n as i32)) }?;
+            unsafe { s.launch(&kernel, LaunchConfig::grid_1d(1, 64), (&mut x, n as i32)) }?;
             drop(x); // waits for the stream, then frees
         }
-        s.synchronize()
+        s.wait_idle()
     })
     .expect("no fault: nothing was freed under a running kernel");
     // Nothing was freed under a running kernel: the context still runs work.
@@ -239,7 +239,7 @@ fn streams_of_a_set_are_told_apart_at_run_time() {
     let data = Managed::from_fn(&ctx, 100, |i| i as f32).expect("alloc");
     let other = Managed::from_fn(&ctx, 100, |_| 0.0f32).expect("alloc");
     let data = ctx
-        .with_streams(3, StreamOptions::new(), |s| {
+        .with_stream_set(3, StreamOptions::new(), |s| {
             let mut d = data.attach(&s[0])?;
             let o = other.attach(&s[1])?;
             // Streams of a set share a brand: a launch on s[1] with a buffer of s[0] compiles,
@@ -266,7 +266,7 @@ fn streams_of_a_set_are_told_apart_at_run_time() {
 fn data_after_drop(ctx: &um::Context) -> um::Result<()> {
     // The context is still healthy after the refusals.
     let probe = Managed::from_fn(ctx, 4, |_| 1.0f32)?;
-    let probe = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let probe = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let mut p = probe.attach(&s[1])?;
         add_scalar(&s[1], &mut p, 1.0)?;
         s[1].sync_all(vec![p]).map(|mut v| v.remove(0))

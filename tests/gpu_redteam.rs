@@ -129,7 +129,7 @@ fn a_read_only_buffer_of_another_stream_of_the_set_is_refused() {
     let x = Managed::from_fn(&ctx, 64, |_| 1.0f32).expect("alloc");
     let y = Managed::from_fn(&ctx, 64, |_| 3.0f32).expect("alloc");
     let (err, x, y) = ctx
-        .with_streams(2, StreamOptions::new(), |s| {
+        .with_stream_set(2, StreamOptions::new(), |s| {
             // x belongs to s[0]; the launch is on s[1], which owns y. Streams of a set share a
             // brand, so this compiles; a kernel of s[1] reading x while s[0] may write it
             // would race, so it is refused at run time, and nothing runs.

@@ -24,14 +24,14 @@ fn spin_ns(full_ms: u64) -> u64 {
     }
 }
 
-/// 9: streams of one `with_streams` set share a brand; owners are checked at run time.
+/// 9: streams of one stream set share a brand; owners are checked at run time.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_streams_of_a_set_are_told_apart_at_every_step() {
     let ctx = gpu();
     let a = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
     let b = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
-    let got = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let got = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let (mut a, b) = (a.attach(&s[0])?, b.attach(&s[1])?);
         assert_eq!(
             testing::add_scalar(&s[1], &mut a, 1.0),
@@ -104,7 +104,7 @@ fn forgetting_stream_owned_memory_only_leaks_it() {
         Ok(())
     })
     .expect("the scope ends");
-    ctx.synchronize_device()
+    ctx.wait_idle()
         .expect("the context is usable after the leaks");
 }
 
@@ -319,7 +319,7 @@ fn handoffs_across_scopes_and_panics_with_kernels_in_flight() {
         });
     }));
     assert!(unwound.is_err());
-    ctx.synchronize_device()
+    ctx.wait_idle()
         .expect("the context is usable after the unwind");
 
     let p = Managed::from_slice(&ctx, &[0.0f32; 64]).expect("alloc");

@@ -42,7 +42,7 @@ fn a_kernel_of_another_context_is_refused_at_launch() {
             let err = unsafe {
                 s.launch(
                     &kernel_of_a,
-                    LaunchConfig::linear(1, 8),
+                    LaunchConfig::grid_1d(1, 8),
                     (&mut d, 1.0f32, 8u32),
                 )
             }
@@ -283,7 +283,7 @@ fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurren
         "{err}"
     );
     // The refused buffer was dropped (its drop waited for s0); device 0 is healthy.
-    a.synchronize_device().expect("no fault");
+    a.wait_idle().expect("no fault");
 }
 
 /// Issue 18, hole 1: `CU_STREAM_PER_THREAD` names another stream in every context, but the

@@ -61,7 +61,7 @@ fn main() {
             scale::scale(s, &mut x, 2.0)?;
             // SAFETY: `perm` is a permutation of 0..3, the length of `out`: every write is in
             // bounds and no two threads write one element.
-            unsafe { scale::permute(s, LaunchConfig::linear(1, 32), &mut out, &x, &perm, 3)? };
+            unsafe { scale::permute(s, LaunchConfig::grid_1d(1, 32), &mut out, &x, &perm, 3)? };
             let (x, out, _perm) = s.sync_all((x, out, perm))?;
             Ok((x, out))
         })

@@ -3,10 +3,11 @@
 //! between the Rust measurements of each round), and the host time per call of
 //! `Blas::gemm` against a raw `cublasSgemm_v2` from Rust in the same process, interleaved.
 //!
-//! GEMM time: the host clock around ITERS calls and a stream synchronize, per call, in both
+//! GEMM time: the host clock around ITERS calls and a `Stream::wait_idle`, per call, in both
 //! programs. Variants:
-//! * `um mirror`: `Mirrored` buffers, whose device half is plain `cuMemAlloc` memory, attached
-//!   once before the clock: the same memory the C++ program uses (the goal compares these);
+//! * `um mirror`: `MirroredManaged` buffers, whose device half is plain `cuMemAlloc` memory,
+//!   attached once before the clock: the same memory the C++ program uses (the goal compares
+//!   these);
 //! * `um unified, prefetched` / `um unified, on demand`: managed memory that the host has just
 //!   written (its pages on the host), attached inside the clock to a stream with
 //!   `Transfer::Prefetch` or `Transfer::OnDemand`: what the calls cost a program that prepares
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use um::{Context, Managed, Mirrored, StreamOptions, Transfer};
+use um::{Context, Managed, MirroredManaged, StreamOptions, Transfer};
 use um_cublas::{Blas, Cublas, Element, Gemm};
 
 use crate::cpp;
@@ -86,23 +87,23 @@ fn mirror_samples<T: Num>(
     (m, n, k): (usize, usize, usize),
     iters: usize,
 ) -> Res<Vec<f64>> {
-    let a: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
-    let b: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
-    let c: Mirrored<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
+    let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
+    let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
+    let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
     let g = Gemm::<T>::new(m, n, k);
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
         for _ in 0..2 {
             blas.gemm(s, &g, &a, &b, &mut c)?;
         }
-        s.synchronize()?;
+        s.wait_idle()?;
         let mut out = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
             let t0 = Instant::now();
             for _ in 0..iters {
                 blas.gemm(s, &g, &a, &b, &mut c)?;
             }
-            s.synchronize()?;
+            s.wait_idle()?;
             out.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
         }
         s.sync_all((a, b, c)).map(drop)?;
@@ -139,7 +140,7 @@ fn unified_samples<T: Num>(
             for _ in 0..iters {
                 blas.gemm(s, &g, &da, &db, &mut dc)?;
             }
-            s.synchronize()?;
+            s.wait_idle()?;
             let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
             Ok((dt, s.sync_all((da, db, dc))?))
         })?;
@@ -380,7 +381,7 @@ pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             blas.gemm(s, &g, &a, &b, &mut c)?;
             raw()?;
         }
-        s.synchronize()?;
+        s.wait_idle()?;
         let mut out = Vec::with_capacity(rounds);
         for round in 0..rounds {
             let mut t = [0.0f64; 2];
@@ -395,11 +396,11 @@ pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
                     }
                 }
                 t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
-                s.synchronize()?;
+                s.wait_idle()?;
             }
             out.push(t);
         }
-        s.synchronize()?;
+        s.wait_idle()?;
         // SAFETY: the stream is drained; the handle is destroyed once.
         unsafe {
             let _ = (api.destroy)(handle);

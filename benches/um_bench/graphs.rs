@@ -55,7 +55,7 @@ fn twenty(ctx: &Context) -> Res<(Vec<f64>, Vec<f64>)> {
                 testing::add_scalar_with(s, config, &mut x, 1.0)?;
             }
             let dt = t0.elapsed().as_secs_f64() * 1e6;
-            s.synchronize()?;
+            s.wait_idle()?;
             if i >= 10 {
                 eager.push(dt);
             }
@@ -72,7 +72,7 @@ fn twenty(ctx: &Context) -> Res<(Vec<f64>, Vec<f64>)> {
             let t0 = Instant::now();
             graph.launch(s)?;
             let dt = t0.elapsed().as_secs_f64() * 1e6;
-            s.synchronize()?;
+            s.wait_idle()?;
             if i >= 10 {
                 replay.push(dt);
             }
@@ -145,12 +145,12 @@ fn pipeline(ctx: &Context) -> Res<(f64, f64)> {
             Ok((done, ()))
         })?;
         graph.launch(s)?; // warm-up
-        s.synchronize()?;
+        s.wait_idle()?;
         let start = Instant::now();
         for _ in 0..REPLAYS {
             graph.launch(s)?;
         }
-        s.synchronize()?;
+        s.wait_idle()?;
         let us = start.elapsed().as_secs_f64() * 1e6 / (BATCHES * REPLAYS) as f64;
         Ok((graph.sync()?, us))
     })?;

@@ -66,7 +66,7 @@ fn transition_once<M: Storage>(
                 if after_kernel {
                     testing::spin_then_add(a, &mut on_a, 1.0, KERNEL_NS)?;
                 } else {
-                    a.synchronize()?;
+                    a.wait_idle()?;
                 }
                 let t0 = Instant::now();
                 let on_b = if handoff {
@@ -77,7 +77,7 @@ fn transition_once<M: Storage>(
                 let dt = t0.elapsed().as_secs_f64() * 1e6;
                 // Back to A, untimed (and the same way for both, so every timed transition
                 // changes the association).
-                b.synchronize()?;
+                b.wait_idle()?;
                 on_a = on_b.sync()?.attach(a)?;
                 if i >= 4 {
                     samples.push(dt);
@@ -97,7 +97,7 @@ const PER_BATCH: usize = 256;
 /// launcher plus one `hand_off` per launch.
 fn um_alternating<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<Vec<f64>> {
     let m = alloc(ctx, 1)?;
-    let samples = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let samples = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let mut x = m.attach(&s[0])?;
         let mut samples = Vec::new();
         for batch in 0..LAUNCH_BATCHES {
@@ -108,8 +108,8 @@ fn um_alternating<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<Vec<f64>> {
                 testing::add_scalar(st, &mut x, 1.0)?;
             }
             let dt = t0.elapsed().as_secs_f64() * 1e6 / PER_BATCH as f64;
-            s[0].synchronize()?;
-            s[1].synchronize()?;
+            s[0].wait_idle()?;
+            s[1].wait_idle()?;
             if batch > 0 {
                 samples.push(dt);
             }

@@ -68,7 +68,7 @@ fn bandwidth_once<M: Storage>(
     let k = iters(n * 4);
     let warm = (k / 10).max(3);
     let opts = StreamOptions::new().transfer(transfer);
-    let secs = Context::with_streams_across(ctxs, opts, |streams| {
+    let secs = Context::with_stream_set_across(ctxs, opts, |streams| {
         let mut on = Vec::with_capacity(bufs.len());
         for ((send, recv), s) in bufs.into_iter().zip(streams) {
             on.push((send.attach(s)?, recv.attach(s)?));
@@ -84,14 +84,14 @@ fn bandwidth_once<M: Storage>(
             step()?;
         }
         for s in streams {
-            s.synchronize()?;
+            s.wait_idle()?;
         }
         let t0 = Instant::now();
         for _ in 0..k {
             step()?;
         }
         for s in streams {
-            s.synchronize()?;
+            s.wait_idle()?;
         }
         let secs = t0.elapsed().as_secs_f64() / k as f64;
         for ((send, recv), s) in on.into_iter().zip(streams) {
@@ -170,7 +170,7 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
         ));
     }
     let blocking = comms[0].options().is_blocking();
-    let out = Context::with_streams_across(ctxs, StreamOptions::new(), |streams| {
+    let out = Context::with_stream_set_across(ctxs, StreamOptions::new(), |streams| {
         let mut on = Vec::with_capacity(bufs.len());
         for ((send, recv), s) in bufs.into_iter().zip(streams) {
             on.push((send.attach(s)?, recv.attach(s)?));
@@ -244,7 +244,7 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
                 }
                 t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
                 for s in streams {
-                    s.synchronize()?;
+                    s.wait_idle()?;
                 }
             }
             // The first round warms both paths up and is not kept.
@@ -327,7 +327,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
                     }
                     let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
                     let mirror: Alloc<um::Mirror> =
-                        |c, n| um::Mirrored::<[f32]>::zeroed_slice_mirrored(c, n);
+                        |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
                     let coherent: Alloc<um::Coherent> = |c, n| Managed::zeroed_slice_coherent(c, n);
                     let od = Transfer::OnDemand;
                     um_t[0][i].push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od)?);

@@ -146,7 +146,7 @@ fn measure(ctx: &Context, rounds: usize) -> Res<Vec<[f64; 4]>> {
             testing::add_scalar(s, &mut b, 1.0)?;
             raw()?;
         }
-        s.synchronize()?;
+        s.wait_idle()?;
         let mut out = Vec::with_capacity(rounds);
         for round in 0..rounds {
             let mut t = [0.0f64; 4];
@@ -165,7 +165,7 @@ fn measure(ctx: &Context, rounds: usize) -> Res<Vec<[f64; 4]>> {
                 }
                 t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
             }
-            s.synchronize()?;
+            s.wait_idle()?;
             if let Err(e) = raw_stream.synchronize() {
                 return Err(raw_error("cuStreamSynchronize", e));
             }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cust::sys as cs;
 use um::kernels::{run_task as rt, streams, testing};
-use um::{Context, LaunchConfig, Managed, Mirrored, StreamOptions, Transfer};
+use um::{Context, LaunchConfig, Managed, MirroredManaged, StreamOptions, Transfer};
 
 use crate::Record;
 use crate::cpp::{self, Baseline};
@@ -95,7 +95,7 @@ fn launch_um_typed(ctx: &Context) -> Res<Vec<f64>> {
     let buf = Managed::from_slice(ctx, &[0.0f32])?;
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let mut b = buf.attach(s)?;
-        let samples = time_batches(|| testing::add_scalar(s, &mut b, 1.0), || s.synchronize())?;
+        let samples = time_batches(|| testing::add_scalar(s, &mut b, 1.0), || s.wait_idle())?;
         b.sync()?;
         Ok(samples)
     })?)
@@ -106,11 +106,11 @@ fn launch_um_raw(ctx: &Context) -> Res<Vec<f64>> {
     let kernel = ctx.kernel(testing::PTX, "add_scalar")?;
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let mut b = buf.attach(s)?;
-        let cfg = LaunchConfig::linear(1, 256);
+        let cfg = LaunchConfig::grid_1d(1, 256);
         let samples = time_batches(
             // SAFETY: add_scalar(float *data, float value, unsigned n) over 1 element.
             || unsafe { s.launch(&kernel, cfg, (&mut b, 1.0f32, 1u32)) },
-            || s.synchronize(),
+            || s.wait_idle(),
         )?;
         b.sync()?;
         Ok(samples)
@@ -277,7 +277,7 @@ fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res
             let input = input.attach(s)?;
             let mut out = out.attach(s)?;
             let mut data = data.attach(s)?;
-            s.synchronize()?;
+            s.wait_idle()?;
             let mut starts = Vec::new();
             for _ in 0..iters + WARMUP + 1 {
                 starts.push(Instant::now());
@@ -298,13 +298,13 @@ fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res
 /// device. The same copies as the C++ `explicit` policy.
 fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
     let input = Managed::from_fn_mirrored(ctx, n, input_value)?;
-    let data = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
-    let out = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let out = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let input = input.attach(s)?;
         let mut out = out.attach(s)?;
         let mut data = data.attach(s)?;
-        s.synchronize()?;
+        s.wait_idle()?;
         let mut starts = Vec::new();
         for _ in 0..iters + WARMUP + 1 {
             starts.push(Instant::now());
@@ -573,12 +573,12 @@ fn threads_once(ctx: &Context, threads: usize, mib: usize, device_wide: bool) ->
                         let input = input.attach(s)?;
                         let mut out = out.attach(s)?;
                         let mut data = data.attach(s)?;
-                        s.synchronize()?;
+                        s.wait_idle()?;
                         barrier.wait();
                         for _ in 0..THREAD_ITERS {
                             rt::transform(s, &input, &mut data)?;
                             if device_wide {
-                                ctx.synchronize_device()?;
+                                ctx.wait_idle()?;
                             }
                             let mut host = data.sync()?;
                             host_process(&mut host);
@@ -638,7 +638,7 @@ pub(crate) fn overlap(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
         let stamps: Vec<Managed<[u64]>> = (0..STREAMS)
             .map(|_| Managed::<[u64]>::zeroed_slice(ctx, 2))
             .collect::<um::Result<_>>()?;
-        let intervals = ctx.with_streams(STREAMS, StreamOptions::new(), |s| {
+        let intervals = ctx.with_stream_set(STREAMS, StreamOptions::new(), |s| {
             let mut d: Vec<_> = data
                 .into_iter()
                 .zip(s)
@@ -652,7 +652,7 @@ pub(crate) fn overlap(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             // The first launch on a new stream sets it up in the driver; do that before timing.
             for st in s {
                 streams::empty(st)?;
-                st.synchronize()?;
+                st.wait_idle()?;
             }
             for i in 0..STREAMS {
                 streams::stamp(&s[i], &mut t[i], 0)?;
@@ -750,7 +750,7 @@ pub(crate) fn transitions(
                 );
             }
         }
-        let (a_s, r_s, s_s) = ctx.with_streams(2, StreamOptions::new(), |s| {
+        let (a_s, r_s, s_s) = ctx.with_stream_set(2, StreamOptions::new(), |s| {
             let (mut a_s, mut r_s, mut s_s) = (Vec::new(), Vec::new(), Vec::new());
             let mut m = Managed::<[f32]>::zeroed_slice(ctx, 1 << 18)?;
             for i in 0..REPS {
@@ -759,7 +759,7 @@ pub(crate) fn transitions(
                 let t0 = Instant::now();
                 let x = m.attach(st)?;
                 let t1 = Instant::now();
-                st.synchronize()?;
+                st.wait_idle()?;
                 let t2 = Instant::now();
                 let h = x.sync()?; // the stream is idle: the cost of the transition itself
                 let t3 = Instant::now();
@@ -814,7 +814,11 @@ pub(crate) fn mirror_threads_once(
     mib: usize,
     iters: usize,
 ) -> Res<(f64, f64)> {
-    type Back = (Mirrored<[f32]>, Mirrored<[f32]>, Mirrored<[f32]>);
+    type Back = (
+        MirroredManaged<[f32]>,
+        MirroredManaged<[f32]>,
+        MirroredManaged<[f32]>,
+    );
     let n = mib * (1 << 20) / 4;
     let barrier = Arc::new(Barrier::new(threads + 1));
     let (ms, buffers) = std::thread::scope(|scope| -> Res<(f64, Vec<Back>)> {
@@ -823,8 +827,8 @@ pub(crate) fn mirror_threads_once(
                 let barrier = Arc::clone(&barrier);
                 scope.spawn(move || -> um::Result<(Instant, Back)> {
                     let input = Managed::from_fn_mirrored(ctx, n, input_value);
-                    let data = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
-                    let out = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, n);
+                    let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n);
+                    let out = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n);
                     let (input, data, out) = match (input, data, out) {
                         (Ok(i), Ok(d), Ok(o)) => (i, d, o),
                         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
@@ -836,7 +840,7 @@ pub(crate) fn mirror_threads_once(
                         let input = input.attach(s)?;
                         let mut out = out.attach(s)?;
                         let mut data = data.attach(s)?;
-                        s.synchronize()?;
+                        s.wait_idle()?;
                         barrier.wait();
                         for _ in 0..iters {
                             rt::transform(s, &input, &mut data)?;
@@ -932,8 +936,8 @@ pub(crate) fn skip_variant(ctx: &Context, lp: &str, mib: usize, iters: usize) ->
         "kernel_reads" => false,
         _ => return Err(format!("no skip loop {lp}").into()),
     };
-    let input: Mirrored<[f32]> = Managed::from_fn_mirrored(ctx, n, input_value)?;
-    let x: Mirrored<[f32]> = Managed::zeroed_slice_mirrored(ctx, n)?;
+    let input: MirroredManaged<[f32]> = Managed::from_fn_mirrored(ctx, n, input_value)?;
+    let x: MirroredManaged<[f32]> = Managed::zeroed_slice_mirrored(ctx, n)?;
     let (starts, sum) = ctx.with_stream(StreamOptions::new(), |s| {
         let (mut input, mut x) = (input, x);
         let mut starts = Vec::new();
@@ -993,7 +997,7 @@ pub(crate) fn skip(cpp: Option<&Baseline>, mib: usize, rounds: usize) -> Res<Vec
 pub(crate) fn footprint(ctx: &Context) -> Res<Vec<Record>> {
     let len = (1 << 20) / 4;
     let unified = Managed::<[f32]>::zeroed_slice(ctx, len)?;
-    let mirrored = Mirrored::<[f32]>::zeroed_slice_mirrored(ctx, len)?;
+    let mirrored = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, len)?;
     let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
     let record = |variant: &str, bytes: usize| Record {
         scenario: "footprint",

@@ -1,4 +1,4 @@
-// Twins of tests/ui/async: results leave the async scope host-owned; an owned stream's scope is
+// Twins of tests/ui/async: results leave the async scope host-owned; a created stream's scope is
 // `Send` and goes into `tokio::spawn`; a per-thread scope runs where it cannot hop threads
 // (`block_on` on this thread); a sync future is awaited inside its own scope.
 use um::{Context, Managed, StreamOptions};
@@ -42,7 +42,7 @@ fn per_thread(ctx: &Context) -> um::Result<u32> {
 
 async fn same_scope(ctx: &Context) -> um::Result<()> {
     let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
-    ctx.with_streams_async(2, StreamOptions::new(), async |ss| {
+    ctx.with_stream_set_async(2, StreamOptions::new(), async |ss| {
         let fut = data.attach(&ss[0])?.sync_async();
         let other = Managed::from_slice(ctx, &[4u32])?.attach(&ss[1])?;
         fut.await?;

@@ -9,13 +9,13 @@ fn coherent(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {
     x[0] = 3.0; // host-owned: the CPU writes
     let y = Managed::from_slice(ctx, &[2.0f32; 256])?; // unified
     let z = Managed::zeroed_slice_mirrored(ctx, 256)?; // mirrored
-    let (x, y, z) = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let (x, y, z) = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let (x, mut y, mut z) = (x.attach(&s[0])?, y.attach(&s[0])?, z.attach(&s[0])?);
         testing::axpy(&s[0], &x, &mut y, 2.0)?; // coherent read, unified written
         testing::axpy(&s[0], &x, &mut z, 2.0)?; // coherent read, mirrored written
         let mut x = x.hand_off(&s[1])?; // an event, no association call
         // SAFETY: add_scalar(float *data, float value, unsigned n) over 256 elements.
-        unsafe { s[1].launch(add_scalar, LaunchConfig::linear(1, 256), (&mut x, 1.0f32, 256u32)) }?;
+        unsafe { s[1].launch(add_scalar, LaunchConfig::grid_1d(1, 256), (&mut x, 1.0f32, 256u32)) }?;
         let x = x.sync()?;
         let (y, z) = s[0].sync_all((y, z))?;
         Ok((x, y, z))

@@ -17,7 +17,7 @@ fn handoff(ctx: &Context) -> um::Result<()> {
             data.sync()
         })
     })?;
-    // Per-thread stream to an owned stream and back, on one thread.
+    // Per-thread stream to a created stream and back, on one thread.
     let data = ctx.with_per_thread_stream(|pts| {
         ctx.with_stream(StreamOptions::new(), |s| {
             let data = data.attach(pts)?.hand_off(s)?;
@@ -33,7 +33,7 @@ fn handoff(ctx: &Context) -> um::Result<()> {
         })
     })?;
     // Between the streams of a set (one brand): checked at run time.
-    let data = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let data = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let mut data = data.attach(&s[0])?;
         testing::add_scalar(&s[0], &mut data, 1.0)?;
         let mut data = data.hand_off(&s[1])?;

@@ -35,7 +35,7 @@ fn geometry_and_unsafe(ctx: &Context) -> um::Result<()> {
         testing::add_scalar_with(s, um::Linear::new(64, 1)?, &mut x, 1.0)?;
         // SAFETY: `idx` is a permutation of 0..4, the length of `x`, and the launch has 4
         // threads: each writes its own element.
-        unsafe { testing::scatter(s, um::LaunchConfig::linear(1, 4), &mut x, &idx, 1.0, 4)? };
+        unsafe { testing::scatter(s, um::LaunchConfig::grid_1d(1, 4), &mut x, &idx, 1.0, 4)? };
         s.sync_all((x, idx)).map(drop)
     })
 }

@@ -2,10 +2,10 @@
 // with unified memory, in typed and unsafe launches, `sync_all`, stream sets and the legacy
 // stream.
 use um::kernels::testing;
-use um::{Context, Kernel, LaunchConfig, Managed, Mirror, Mirrored, StreamOptions, Unified};
+use um::{Context, Kernel, LaunchConfig, Managed, Mirror, MirroredManaged, StreamOptions, Unified};
 
 fn mirrored(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {
-    let mut x: Mirrored<[f32]> = Managed::from_slice_mirrored(ctx, &[1.0f32; 256])?;
+    let mut x: MirroredManaged<[f32]> = Managed::from_slice_mirrored(ctx, &[1.0f32; 256])?;
     x[0] = 3.0; // host-owned: the CPU writes (the next attach copies to the device)
     let y = Managed::from_slice(ctx, &[2.0f32; 256])?; // unified
     let z: Managed<[f32], um::HostOwned, Mirror> = Managed::zeroed_slice_mirrored(ctx, 256)?;
@@ -14,7 +14,7 @@ fn mirrored(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {
         testing::axpy(a, &x, &mut y, 2.0)?; // mirrored read, unified written
         testing::axpy(a, &x, &mut z, 2.0)?; // both mirrored
         // SAFETY: add_scalar(float *data, float value, unsigned n) over 256 elements.
-        unsafe { a.launch(add_scalar, LaunchConfig::linear(1, 256), (&mut z, 1.0f32, 256u32)) }?;
+        unsafe { a.launch(add_scalar, LaunchConfig::grid_1d(1, 256), (&mut z, 1.0f32, 256u32)) }?;
         a.sync_all((x, y, z))
     })?;
     println!("{} {} {}", x[0], y[0], z[0]);
@@ -25,8 +25,8 @@ fn mirrored(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {
         x.sync()
     })?;
     // Stream sets, Vec groups.
-    let parts: Vec<Mirrored<[f32]>> = vec![x, Managed::from_fn_mirrored(ctx, 256, |i| i as f32)?];
-    let parts = ctx.with_streams(2, StreamOptions::new(), |s| {
+    let parts: Vec<MirroredManaged<[f32]>> = vec![x, Managed::from_fn_mirrored(ctx, 256, |i| i as f32)?];
+    let parts = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let mut owned = Vec::new();
         for (m, st) in parts.into_iter().zip(s) {
             let mut m = m.attach(st)?;

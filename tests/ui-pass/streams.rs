@@ -9,7 +9,7 @@ fn streams(ctx: &Context, kernel: &Kernel) -> um::Result<()> {
     })?;
     let data = ctx.with_per_thread_stream(|pts| data.attach(pts)?.sync())?;
     ctx.with_legacy_stream(|legacy| unsafe {
-        legacy.launch(kernel, LaunchConfig::linear(1, 1), (0u64, 0i32))
+        legacy.launch(kernel, LaunchConfig::grid_1d(1, 1), (0u64, 0i32))
     })?;
     drop(data);
     Ok(())

@@ -1,4 +1,4 @@
-// Twins of tests/ui/threads: host-owned memory and owned streams move between threads; memory
+// Twins of tests/ui/threads: host-owned memory and created streams move between threads; memory
 // synced back from the per-thread stream is host-owned and may move too.
 use um::{Context, Managed, StreamOptions};
 
@@ -10,7 +10,7 @@ fn threads(ctx: &Context) -> um::Result<()> {
         let attached = data.attach(stream)?;
         std::thread::scope(|s| s.spawn(move || attached.sync().map(drop)).join())
             .expect("thread")?;
-        std::thread::scope(|s| s.spawn(|| stream.synchronize()).join()).expect("thread")
+        std::thread::scope(|s| s.spawn(|| stream.wait_idle()).join()).expect("thread")
     })
 }
 

@@ -128,7 +128,7 @@ pub enum Error {
         /// attached memory is reachable from every device, so every one must have it).
         device: usize,
     },
-    /// A buffer of a stream set (`Context::with_streams`) was used on another stream of the set.
+    /// A buffer of a stream set (`Context::with_stream_set`) was used on another stream of the set.
     /// Streams of one set share a brand, so this is checked at run time.
     #[error("argument {argument} is owned by another stream of the set than the one used")]
     StreamMismatch {

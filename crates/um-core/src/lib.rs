@@ -31,13 +31,13 @@
 //!
 //! Touching stream-owned memory on the CPU does not compile:
 //!
-//! ```compile_fail,E0608
+//! ```compile_fail,E0277
 //! # fn f(ctx: &um_core::Context) -> um_core::Result<()> {
 //! # use um_core::{Managed, StreamOptions};
 //! let data = Managed::from_slice(ctx, &[1u32, 2, 3])?;
 //! ctx.with_stream(StreamOptions::new(), |stream| {
 //!     let data = data.attach(stream)?;
-//!     println!("{}", data[0]); // error: cannot index a stream-owned buffer
+//!     println!("{}", data[0]); // error: owned by a stream, `sync` it first
 //!     Ok(())
 //! })
 //! # }
@@ -75,7 +75,7 @@
 //! ctx.with_stream(StreamOptions::new(), |a| {
 //!     ctx.with_stream(StreamOptions::new(), |b| {
 //!         let mut data = data.attach(a)?;
-//!         unsafe { b.launch(k, LaunchConfig::linear(1, 32), (&mut data,)) }?;
+//!         unsafe { b.launch(k, LaunchConfig::grid_1d(1, 32), (&mut data,)) }?;
 //!         data.sync().map(drop)
 //!     })
 //! })
@@ -107,7 +107,7 @@ pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::poison::Poisoner;
 pub use driver::stream::{
-    Attachable, Capture, Eager, Legacy, Owned, PerThread, Stream, StreamKind, StreamOptions,
+    Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,
     Transfer,
 };
 pub use error::{Error, Result};
@@ -126,9 +126,9 @@ pub use reclaim::completion::use_event_thread_for_waits;
 pub use reclaim::reaper::{orphans_pending, reap_pending};
 // Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
 #[doc(no_inline)]
-pub use state::{CaptureSet, HostOwned, State, StreamOwned, SyncGroup};
+pub use state::{CaptureSet, HostAccess, HostOwned, State, StreamOwned, SyncGroup};
 #[doc(no_inline)]
-pub use storage::{Coherent, CoherentManaged, Mirror, Mirrored, Storage, Unified};
+pub use storage::{Coherent, CoherentManaged, Mirror, MirroredManaged, Storage, Unified};
 pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script
@@ -208,26 +208,26 @@ mod facts {
     assert_impl_all!(Managed<[f32], HostOwned>: Send, Sync);
 
     // Memory owned by a stream of ours follows that stream, which threads may share.
-    assert_impl_all!(Stream<'static, Owned>: Send, Sync);
-    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>>: Send, Sync);
+    assert_impl_all!(Stream<'static, Created>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>>: Send, Sync);
 
     // The per-thread default stream names another stream on every thread: neither it nor the
     // memory attached to it may leave its thread.
     assert_not_impl_any!(Stream<'static, PerThread>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>>: Send, Sync);
 
-    // Sync futures follow their memory: an owned stream's may move between executor threads,
+    // Sync futures follow their memory: a created stream's may move between executor threads,
     // the per-thread stream's may not (it names another stream on another thread).
-    assert_impl_all!(SyncFuture<'static, [f32], Owned>: Send, Sync);
-    assert_impl_all!(SyncAllFuture<'static, Owned, Vec<Managed<[f32], StreamOwned<'static>>>>: Send);
+    assert_impl_all!(SyncFuture<'static, [f32], Created>: Send, Sync);
+    assert_impl_all!(SyncAllFuture<'static, Created, Vec<Managed<[f32], StreamOwned<'static>>>>: Send);
     assert_not_impl_any!(SyncFuture<'static, [f32], PerThread>: Send, Sync);
     // Mirrored memory follows the same rules.
     assert_impl_all!(Managed<[f32], HostOwned, Mirror>: Send, Sync);
-    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Mirror>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Mirror>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Mirror>: Send, Sync);
     // So does coherent memory.
     assert_impl_all!(Managed<[f32], HostOwned, Coherent>: Send, Sync);
-    assert_impl_all!(Managed<[f32], StreamOwned<'static, Owned>, Coherent>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Coherent>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Coherent>: Send, Sync);
     // Storages are zero-sized markers, and unified memory carries nothing for them.
     const_assert_eq!(std::mem::size_of::<Unified>(), 0);

@@ -113,7 +113,7 @@ impl Blas {
     /// dimensions of `gemm`.
     ///
     /// `a`, `b` and `c` are owned by `stream` (the brand `'s`; a buffer of another stream of
-    /// the same `with_streams` set is [`Error::StreamMismatch`]), of any storage: unified,
+    /// the same stream set is [`Error::StreamMismatch`]), of any storage: unified,
     /// coherent or mirrored (a mirror's device half; `c` is marked written, so its `sync`
     /// copies it back). `c` cannot be `a` or `b`: it is borrowed `&mut`, they `&`.
     ///
@@ -249,7 +249,7 @@ impl Blas {
                 // per stream. That stream may be gone (its handle reused), so the barrier is the
                 // whole context: wait for it before the workspace serves another stream. One
                 // `Blas` per stream never pays it.
-                self.ctx.synchronize_device()?;
+                self.ctx.wait_idle()?;
             }
             let api = self.library.api();
             // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
@@ -266,7 +266,7 @@ impl Blas {
 }
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
-/// except between the streams of one `with_streams` set).
+/// except between the streams of one stream set).
 fn owned_by<'s, T, K: StreamKind, M: Storage>(
     stream: &Stream<'s, K>,
     buffer: &Managed<[T], StreamOwned<'s, K>, M>,

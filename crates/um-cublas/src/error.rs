@@ -74,7 +74,7 @@ pub enum Error {
         "the stream belongs to another context (device) than the cuBLAS handle: make a `Blas` for that context"
     )]
     ContextMismatch,
-    /// A buffer is owned by another stream of the same `with_streams` set than the one the call
+    /// A buffer is owned by another stream of the same stream set than the one the call
     /// is enqueued on (the streams of a set share a brand, so this is checked at run time).
     #[error("buffer `{buffer}` is owned by another stream of the set than the call's")]
     StreamMismatch {

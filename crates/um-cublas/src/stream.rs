@@ -1,6 +1,6 @@
 //! The stream kinds a cuBLAS call may be enqueued on.
 
-use um_core::{Eager, Foreign, Legacy, Owned, PerThread};
+use um_core::{Created, Eager, Foreign, Legacy, PerThread};
 
 /// A stream a cuBLAS call may run on: every kind but a graph's capture stream.
 ///
@@ -19,11 +19,11 @@ mod sealed {
     pub trait Sealed {}
 }
 
-impl sealed::Sealed for Owned {}
+impl sealed::Sealed for Created {}
 impl sealed::Sealed for PerThread {}
 impl sealed::Sealed for Legacy {}
 impl sealed::Sealed for Foreign {}
-impl BlasStream for Owned {}
+impl BlasStream for Created {}
 impl BlasStream for PerThread {}
 impl BlasStream for Legacy {}
 impl BlasStream for Foreign {}

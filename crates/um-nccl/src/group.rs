@@ -32,7 +32,7 @@ use crate::types::{CollectiveStream, Element, ReduceOp};
 ///     .iter()
 ///     .map(|ctx| Managed::from_fn_mirrored(ctx, 1024, |i| i as f32))
 ///     .collect::<um_core::Result<Vec<_>>>()?;
-/// let grads = Context::with_streams_across(&devices, StreamOptions::new(), |streams| {
+/// let grads = Context::with_stream_set_across(&devices, StreamOptions::new(), |streams| {
 ///     let mut on: Vec<_> = grads.into_iter().zip(streams).map(|(g, s)| g.attach(s)).collect::<um_core::Result<_>>()?;
 ///     let mut group = Group::new();
 ///     for ((comm, s), g) in comms.iter().zip(streams).zip(on.iter_mut()) {

@@ -1,7 +1,7 @@
 //! The types a collective takes: its element types, its reductions, the streams it may run on,
 //! and NCCL's unique id.
 
-use um_core::{DeviceCopy, Eager, Foreign, Legacy, Owned, Result};
+use um_core::{Created, DeviceCopy, Eager, Foreign, Legacy, Result};
 
 use crate::sealed::Sealed;
 use crate::sys::{self, RawUniqueId, UNIQUE_ID_BYTES};
@@ -71,7 +71,7 @@ impl ReduceOp {
     }
 }
 
-/// The stream kinds a collective may run on: [`Owned`], [`Foreign`] and [`Legacy`]. Sealed.
+/// The stream kinds a collective may run on: [`Created`], [`Foreign`] and [`Legacy`]. Sealed.
 ///
 /// Not the per-thread default stream: its handle (`CU_STREAM_PER_THREAD`) names another stream on
 /// every thread, and a nonblocking communicator enqueues from a thread of NCCL's own, where it
@@ -84,7 +84,7 @@ impl ReduceOp {
     note = "run collectives on a stream of your own (`Context::with_stream`), a foreign stream or the legacy stream"
 )]
 pub trait CollectiveStream: Eager {}
-impl CollectiveStream for Owned {}
+impl CollectiveStream for Created {}
 impl CollectiveStream for Foreign {}
 impl CollectiveStream for Legacy {}
 

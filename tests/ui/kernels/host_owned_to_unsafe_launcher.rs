@@ -9,7 +9,7 @@ fn host_owned(ctx: &Context) -> um::Result<()> {
     ctx.with_stream(StreamOptions::new(), |s| {
         let idx = idx.attach(s)?;
         // SAFETY: (would be) idx is a permutation of 0..4.
-        unsafe { testing::scatter(s, LaunchConfig::linear(1, 4), &mut x, &idx, 1.0, 4)? };
+        unsafe { testing::scatter(s, LaunchConfig::grid_1d(1, 4), &mut x, &idx, 1.0, 4)? };
         idx.sync().map(drop)
     })
 }

@@ -10,7 +10,7 @@ fn no_unsafe(ctx: &Context) -> um::Result<()> {
     let idx = Managed::from_slice(ctx, &[3u32, 2, 1, 0])?;
     ctx.with_stream(StreamOptions::new(), |s| {
         let (mut x, idx) = (x.attach(s)?, idx.attach(s)?);
-        testing::scatter(s, LaunchConfig::linear(1, 4), &mut x, &idx, 1.0, 4)?;
+        testing::scatter(s, LaunchConfig::grid_1d(1, 4), &mut x, &idx, 1.0, 4)?;
         s.sync_all((x, idx)).map(drop)
     })
 }

@@ -10,7 +10,7 @@ fn mixed(ctx: &Context, axpy: &Kernel) -> um::Result<()> {
         ctx.with_stream(StreamOptions::new(), |b| {
             let x = x.attach(a)?;
             let mut y = y.attach(b)?;
-            unsafe { a.launch(axpy, LaunchConfig::linear(1, 256), (&x, &mut y, 2.0f32, 256u32)) }?;
+            unsafe { a.launch(axpy, LaunchConfig::grid_1d(1, 256), (&x, &mut y, 2.0f32, 256u32)) }?;
             drop((x, y));
             Ok(())
         })

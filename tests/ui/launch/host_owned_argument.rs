@@ -7,7 +7,7 @@ use um::{Context, Kernel, LaunchConfig, Managed, StreamOptions};
 fn host_owned(ctx: &Context, kernel: &Kernel) -> um::Result<()> {
     let mut data = Managed::from_slice(ctx, &[1.0f32; 256])?;
     ctx.with_stream(StreamOptions::new(), |s| {
-        unsafe { s.launch(kernel, LaunchConfig::linear(1, 256), (&mut data, 1.0f32, 256u32)) }
+        unsafe { s.launch(kernel, LaunchConfig::grid_1d(1, 256), (&mut data, 1.0f32, 256u32)) }
     })
 }
 

@@ -9,7 +9,7 @@ fn other_stream(ctx: &Context, kernel: &Kernel) -> um::Result<()> {
     ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             let mut data = data.attach(a)?;
-            unsafe { b.launch(kernel, LaunchConfig::linear(1, 256), (&mut data, 1.0f32, 256u32)) }?;
+            unsafe { b.launch(kernel, LaunchConfig::grid_1d(1, 256), (&mut data, 1.0f32, 256u32)) }?;
             data.sync().map(drop)
         })
     })

@@ -7,7 +7,7 @@ fn aliased(ctx: &Context, axpy: &Kernel) -> um::Result<()> {
     let y = Managed::from_slice(ctx, &[2.0f32; 256])?;
     ctx.with_stream(StreamOptions::new(), |s| {
         let mut y = y.attach(s)?;
-        unsafe { s.launch(axpy, LaunchConfig::linear(1, 256), (&y, &mut y, 2.0f32, 256u32)) }?;
+        unsafe { s.launch(axpy, LaunchConfig::grid_1d(1, 256), (&y, &mut y, 2.0f32, 256u32)) }?;
         y.sync().map(drop)
     })
 }

@@ -6,7 +6,7 @@ use um::Context;
 fn share(ctx: &Context) -> um::Result<()> {
     ctx.with_per_thread_stream(|pts| {
         std::thread::scope(|s| {
-            s.spawn(|| pts.synchronize());
+            s.spawn(|| pts.wait_idle());
         });
         Ok(())
     })

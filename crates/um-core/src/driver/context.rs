@@ -306,8 +306,10 @@ impl Context {
         driver::mem_info()
     }
 
-    /// Waits for all work of the context, on every stream.
-    pub fn synchronize_device(&self) -> Result<()> {
+    /// Waits for all work of the context, on every stream (`cuCtxSynchronize`). Like
+    /// [`Stream::wait_idle`](crate::Stream::wait_idle), it changes no buffer's state: buffers
+    /// come back to the host only through their `sync`.
+    pub fn wait_idle(&self) -> Result<()> {
         self.bind()?;
         driver::ctx_synchronize()
     }

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::sealed::Sealed;
 
 /// A stream that another library created and owns: `um` attaches memory to it, launches on it
-/// and waits for it like an [`Owned`](crate::Owned) stream, but never destroys it. Made only by
+/// and waits for it like a [`Created`](crate::Created) stream, but never destroys it. Made only by
 /// [`Context::with_foreign_stream`].
 #[derive(Debug)]
 pub struct Foreign {
@@ -23,7 +23,7 @@ pub struct Foreign {
 
 impl Sealed for Foreign {}
 impl StreamKind for Foreign {
-    const OWNED: bool = false;
+    const CREATED: bool = false;
     const NAME: &'static str = "foreign";
 }
 impl Eager for Foreign {}

@@ -22,11 +22,11 @@ use crate::sealed::Sealed;
 /// An invariant lifetime: `Brand<'a>` and `Brand<'b>` are the same type only when `'a == 'b`.
 pub(crate) type Brand<'s> = PhantomData<fn(&'s ()) -> &'s ()>;
 
-/// The kinds of stream: [`Owned`], [`PerThread`] and [`Legacy`]. Sealed.
+/// The kinds of stream: [`Created`], [`PerThread`] and [`Legacy`]. Sealed.
 pub trait StreamKind: Sealed + 'static {
     /// Whether `um` created the stream and destroys it at the end of its scope.
     #[doc(hidden)]
-    const OWNED: bool;
+    const CREATED: bool;
     /// What the kind is called in messages.
     #[doc(hidden)]
     const NAME: &'static str;
@@ -38,7 +38,7 @@ pub trait StreamKind: Sealed + 'static {
 /// The stream kinds whose work runs as it is enqueued: every kind but [`Capture`]. Sealed.
 ///
 /// Only work that runs can be waited for: `sync`, `sync_all`, `sync_async`,
-/// [`Stream::synchronize`] and [`Stream::is_idle`] need an eager stream, and `hand_off` moves
+/// [`Stream::wait_idle`] and [`Stream::is_idle`] need an eager stream, and `hand_off` moves
 /// memory between eager streams only (inside a capture, `hand_off` between capture streams is a
 /// fork of the graph instead).
 #[diagnostic::on_unimplemented(
@@ -49,7 +49,7 @@ pub trait StreamKind: Sealed + 'static {
 )]
 pub trait Eager: StreamKind {}
 
-/// The stream kinds memory may be attached to: [`Owned`], [`PerThread`] and
+/// The stream kinds memory may be attached to: [`Created`], [`PerThread`] and
 /// [`Foreign`](crate::Foreign). Sealed.
 ///
 /// [`Legacy`] is not one: attaching memory singly to the NULL stream is illegal (the driver
@@ -66,7 +66,7 @@ pub trait Attachable: Eager {}
 
 /// A stream `um` created (`cuStreamCreateWithPriority`) and destroys when its scope ends.
 #[derive(Debug)]
-pub struct Owned {
+pub struct Created {
     _private: (),
 }
 
@@ -101,31 +101,31 @@ pub struct Capture {
     _not_send_not_sync: PhantomData<*const ()>,
 }
 
-impl Sealed for Owned {}
+impl Sealed for Created {}
 impl Sealed for PerThread {}
 impl Sealed for Legacy {}
 impl Sealed for Capture {}
-impl StreamKind for Owned {
-    const OWNED: bool = true;
-    const NAME: &'static str = "owned";
+impl StreamKind for Created {
+    const CREATED: bool = true;
+    const NAME: &'static str = "created";
 }
 impl StreamKind for PerThread {
-    const OWNED: bool = false;
+    const CREATED: bool = false;
     const NAME: &'static str = "per-thread";
 }
 impl StreamKind for Legacy {
-    const OWNED: bool = false;
+    const CREATED: bool = false;
     const NAME: &'static str = "legacy";
 }
 impl StreamKind for Capture {
-    const OWNED: bool = true;
+    const CREATED: bool = true;
     const NAME: &'static str = "capture";
     const CAPTURING: bool = true;
 }
-impl Eager for Owned {}
+impl Eager for Created {}
 impl Eager for PerThread {}
 impl Eager for Legacy {}
-impl Attachable for Owned {}
+impl Attachable for Created {}
 impl Attachable for PerThread {}
 
 /// A driver stream handle and the identity `um` gives it.
@@ -137,7 +137,7 @@ impl Attachable for PerThread {}
 /// two ids may name one stream (two `Context` handles of one device see the same per-thread
 /// and legacy streams under different ids), which costs at most a redundant event or attach.
 ///
-/// * An owned stream's id is drawn once, when `um` creates it, and never reused (the driver
+/// * A created stream's id is drawn once, when `um` creates it, and never reused (the driver
 ///   reuses handles once a stream is destroyed; ids never are).
 /// * The per-thread default stream (`CU_STREAM_PER_THREAD`) names a different stream on every
 ///   thread *and in every context*: its id is drawn per (thread, [`Context`] handle), see
@@ -239,7 +239,7 @@ pub(crate) fn per_thread_stream_id(context: u64) -> u64 {
 /// and cannot outlive the stream. Memory attached to the stream carries the brand
 /// (`Managed<T, StreamOwned<'s>>`), so the compiler knows which stream owns a buffer and that
 /// the buffer never outlives it.
-pub struct Stream<'s, K: StreamKind = Owned> {
+pub struct Stream<'s, K: StreamKind = Created> {
     ctx: Context,
     raw: RawStream,
     /// The event recorded when memory is handed off this stream. Owned here, read through
@@ -251,7 +251,7 @@ pub struct Stream<'s, K: StreamKind = Owned> {
 
 impl<K: StreamKind> Drop for Stream<'_, K> {
     fn drop(&mut self) {
-        if K::OWNED && self.ctx.bind().is_ok() {
+        if K::CREATED && self.ctx.bind().is_ok() {
             // Every buffer attached to this stream carries its brand and so was dropped or
             // synced before this point. Destroying is asynchronous: queued work still finishes.
             // SAFETY: the handle was created by `with_stream` and is destroyed only here.
@@ -297,7 +297,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// and [`as_device_ptr_mut`](crate::Managed::as_device_ptr_mut)), while the stream's scope runs.
     /// What it must never do: destroy the stream, synchronize it into a state `um` did not
     /// expect (waiting is harmless), capture it into a graph, or use the handle after the
-    /// scope's closure returned (an owned stream is destroyed then). The special handles of the
+    /// scope's closure returned (a created stream is destroyed then). The special handles of the
     /// per-thread and legacy streams are returned as they are (`CU_STREAM_PER_THREAD`, NULL).
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.raw.handle.cast()
@@ -311,9 +311,9 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// have, the same id while this process runs (the identity invariant of `RawStream`: equal
     /// ids, one driver stream; ids are never reused, although driver handles are). A library
     /// that binds a handle of its own to a stream may cache the id of the stream it bound last
-    /// and skip binding it again (`um-cublas` does), and one that takes streams of a set
-    /// ([`Context::with_streams`], [`Context::with_streams_across`]), whose brand is shared, can
-    /// tell them apart.
+    /// and skip binding it again (`um-cublas` does), and one that takes the streams of a set
+    /// ([`Context::with_stream_set`], [`Context::with_stream_set_across`]), whose brand is
+    /// shared, can tell them apart.
     pub fn id(&self) -> u64 {
         self.raw.id
     }
@@ -348,15 +348,18 @@ impl<'s, K: StreamKind> Stream<'s, K> {
 
 impl<K: Eager> Stream<'_, K> {
     /// Whether all work queued on the stream has completed (`cuStreamQuery`), without waiting.
+    /// Like [`Stream::wait_idle`], it only asks: no buffer changes state.
     pub fn is_idle(&self) -> Result<bool> {
         self.ctx.bind()?;
         driver::stream_query(self.raw.handle)
     }
 
-    /// Waits until all work queued on the stream has completed. This changes no buffer's
-    /// state: to get CPU access back, `sync` the buffers themselves (one wait for several
-    /// with [`Stream::sync_all`]).
-    pub fn synchronize(&self) -> Result<()> {
+    /// Waits until all work queued on the stream has completed (`cuStreamSynchronize`): the
+    /// blocking twin of [`Stream::is_idle`]. This changes no buffer's state: the `sync` methods
+    /// move buffers back to the host, `wait_idle` and `is_idle` only wait or ask. To get CPU
+    /// access back, `sync` the buffers themselves (one wait for several with
+    /// [`Stream::sync_all`]).
+    pub fn wait_idle(&self) -> Result<()> {
         self.ctx.bind()?;
         driver::stream_synchronize(self.raw.handle)
     }
@@ -393,7 +396,7 @@ pub enum Transfer {
     HostResident,
 }
 
-/// How to create an owned stream.
+/// How to create a stream of kind [`Created`] (`Context::with_stream`, `with_stream_set`, ...).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamOptions {
     non_blocking: bool,
@@ -450,15 +453,15 @@ impl Context {
     pub fn with_stream<R>(
         &self,
         options: StreamOptions,
-        f: impl for<'s> FnOnce(&Stream<'s, Owned>) -> Result<R>,
+        f: impl for<'s> FnOnce(&Stream<'s, Created>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = self.new_owned_stream(options)?;
+        let stream = self.new_created_stream(options)?;
         f(&stream)
     }
 
-    /// Creates `n` streams, runs `f` with them, and destroys them: for a number of streams known
-    /// only at run time (seed 004's eight streams, say).
+    /// Creates a stream set of `n` streams, runs `f` with them, and destroys them: for a number
+    /// of streams known only at run time (seed 004's eight streams, say).
     ///
     /// The streams of one set share a brand `'s`: memory attached to any of them still cannot
     /// leave `f` or reach a stream outside the set, but the compiler cannot tell the set's
@@ -466,26 +469,26 @@ impl Context {
     /// `sync_all` with a buffer of another stream of the set returns
     /// [`Error::StreamMismatch`](crate::Error::StreamMismatch). Use [`Context::with_stream`],
     /// with its unique brand, where the number of streams is fixed.
-    pub fn with_streams<R>(
+    pub fn with_stream_set<R>(
         &self,
         n: usize,
         options: StreamOptions,
-        f: impl for<'s> FnOnce(&[Stream<'s, Owned>]) -> Result<R>,
+        f: impl for<'s> FnOnce(&[Stream<'s, Created>]) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
         let mut streams = Vec::with_capacity(n);
         for _ in 0..n {
             // On an error, the streams made so far are destroyed by their drop.
-            streams.push(self.new_owned_stream(options)?);
+            streams.push(self.new_created_stream(options)?);
         }
         f(&streams)
     }
 
-    /// Creates one stream on each of `contexts` (one per device, in order), runs `f` with them,
-    /// and destroys them: for one thread that drives several GPUs (a group of NCCL calls, say),
-    /// with a number of devices known only at run time.
+    /// Creates a stream set of one stream on each of `contexts` (one per device, in order), runs
+    /// `f` with them, and destroys them: for one thread that drives several GPUs (a group of
+    /// NCCL calls, say), with a number of devices known only at run time.
     ///
-    /// As with [`Context::with_streams`], the streams share a brand: memory attached to any of
+    /// As in [`Context::with_stream_set`], the streams share a brand: memory attached to any of
     /// them stays inside `f`, and which stream owns a buffer is checked at run time (a launch or
     /// `sync_all` on another stream of the set is [`Error::StreamMismatch`]). `attach` still
     /// refuses memory of another context than the stream's ([`Error::ContextMismatch`]).
@@ -498,7 +501,7 @@ impl Context {
     ///     .iter()
     ///     .map(|ctx| Managed::from_slice(ctx, &[1.0f32; 4]))
     ///     .collect::<um_core::Result<Vec<_>>>()?;
-    /// let bufs = Context::with_streams_across(&devices, StreamOptions::new(), |streams| {
+    /// let bufs = Context::with_stream_set_across(&devices, StreamOptions::new(), |streams| {
     ///     let mut back = Vec::new();
     ///     for (buf, s) in bufs.into_iter().zip(streams) {
     ///         back.push(buf.attach(s)?.sync()?); // each buffer on its own device's stream
@@ -507,22 +510,25 @@ impl Context {
     /// })?;
     /// # Ok(()) }
     /// ```
-    pub fn with_streams_across<R>(
+    pub fn with_stream_set_across<R>(
         contexts: &[Context],
         options: StreamOptions,
-        f: impl for<'s> FnOnce(&[Stream<'s, Owned>]) -> Result<R>,
+        f: impl for<'s> FnOnce(&[Stream<'s, Created>]) -> Result<R>,
     ) -> Result<R> {
         let mut streams = Vec::with_capacity(contexts.len());
         for ctx in contexts {
             ctx.bind()?;
             // On an error, the streams made so far are destroyed by their drop (each binds its
             // own context first).
-            streams.push(ctx.new_owned_stream(options)?);
+            streams.push(ctx.new_created_stream(options)?);
         }
         f(&streams)
     }
 
-    pub(crate) fn new_owned_stream<'s>(&self, options: StreamOptions) -> Result<Stream<'s, Owned>> {
+    pub(crate) fn new_created_stream<'s>(
+        &self,
+        options: StreamOptions,
+    ) -> Result<Stream<'s, Created>> {
         let flags = if options.non_blocking {
             sys::STREAM_NON_BLOCKING
         } else {

@@ -57,7 +57,7 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// set dropped in `f` is freed once its stream is done with it, and the capture is an
     /// [`Error::CaptureLostBuffer`].
     ///
-    /// Refused before the capture begins: a buffer of another stream of a `with_streams` set
+    /// Refused before the capture begins: a buffer of another stream of a stream set
     /// ([`Error::StreamMismatch`]), and unified memory on a device without concurrent managed
     /// access ([`Error::GraphNeedsConcurrentManagedAccess`]). On any `Err`, the buffers are
     /// dropped (freed once this stream is done with them).
@@ -72,7 +72,7 @@ impl<'s, K: Eager> Stream<'s, K> {
     ///     let x = x.attach(s)?;
     ///     let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
     ///         // SAFETY: `add(float *x, unsigned n)` stays below n.
-    ///         unsafe { cap.launch(&kernel, um_core::LaunchConfig::linear(1, 256), (&mut x, 256u32))? };
+    ///         unsafe { cap.launch(&kernel, um_core::LaunchConfig::grid_1d(1, 256), (&mut x, 256u32))? };
     ///         Ok(((x,), ()))
     ///     })?;
     ///     for _ in 0..1000 {

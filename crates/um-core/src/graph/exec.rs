@@ -87,7 +87,7 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
     }
 
     /// Enqueues one replay on `stream` (`cuGraphLaunch`), which must be the stream the buffers
-    /// belong to (its brand says so; between the streams of a `with_streams` set, the id:
+    /// belong to (its brand says so; between the streams of a stream set, the id:
     /// [`Error::StreamMismatch`]). The replay runs after the work queued on `stream` before it
     /// and before the work queued after it; it does not wait on the host.
     pub fn launch(&self, stream: &Stream<'s, K>) -> Result<()> {

@@ -127,7 +127,7 @@ impl Linear {
 
 impl From<Linear> for LaunchConfig {
     fn from(l: Linear) -> LaunchConfig {
-        LaunchConfig::linear(l.blocks, l.threads_per_block)
+        LaunchConfig::grid_1d(l.blocks, l.threads_per_block)
     }
 }
 

@@ -25,7 +25,14 @@ use crate::sealed::{PRIVATE, Private, Sealed};
 pub mod codegen;
 pub(crate) mod geometry;
 
-/// Grid, block and dynamic shared memory of a launch.
+/// Grid, block and dynamic shared memory of a launch: the driver's raw launch shape
+/// (`cuLaunchKernel`'s arguments), for `unsafe` launches ([`Stream::launch`] and `unsafe`
+/// launchers).
+///
+/// Safe launchers take [`Linear`](crate::Linear) instead: the checked one-dimensional shape,
+/// which has no y or z, no dynamic shared memory, and only values under which every thread's
+/// global index is distinct. A `Linear` converts into a `LaunchConfig` (`From`), never the
+/// other way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
     /// Blocks in the grid, `(x, y, z)`.
@@ -37,11 +44,15 @@ pub struct LaunchConfig {
 }
 
 impl LaunchConfig {
-    /// A one-dimensional launch of `grid` blocks of `block` threads.
-    pub fn linear(grid: u32, block: u32) -> Self {
+    /// A one-dimensional launch of `blocks` blocks of `threads_per_block` threads, with no
+    /// dynamic shared memory. Unchecked: a zero, or a block larger than the kernel allows, is
+    /// refused at launch ([`Error::EmptyLaunch`](crate::Error::EmptyLaunch),
+    /// [`Error::BlockTooLarge`](crate::Error::BlockTooLarge)); [`Linear::new`](crate::Linear::new)
+    /// checks more, when it makes a safe launcher's shape.
+    pub fn grid_1d(blocks: u32, threads_per_block: u32) -> Self {
         LaunchConfig {
-            grid: (grid, 1, 1),
-            block: (block, 1, 1),
+            grid: (blocks, 1, 1),
+            block: (threads_per_block, 1, 1),
             shared_mem_bytes: 0,
         }
     }
@@ -272,7 +283,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     ) -> Result<R> {
         // Work on a poisoned stream was aborted and may still touch its buffers.
         self.check_not_poisoned()?;
-        // Brands already guarantee this, except between streams of one `with_streams` set.
+        // Brands already guarantee this, except between streams of one stream set.
         if let Some(argument) = args.foreign_buffer(self.raw().id, PRIVATE) {
             return Err(Error::StreamMismatch { argument });
         }

@@ -7,11 +7,15 @@
 //!
 //! `Managed`'s own constructors (`new`, `from_slice`, ...) allocate the default storage,
 //! [`Unified`]; the other storages' constructors (`from_slice_mirrored`, `from_slice_coherent`,
-//! ...) are in their files.
+//! ...) are in their files. They name their storage because Rust cannot infer a storage type
+//! parameter at a call like `Managed::from_slice(&ctx, &x)`: a parameter's default does not
+//! apply in an expression, so one generic `from_slice` would need a type annotation at every
+//! call, and two inherent ones would make every call ambiguous (E0034). The default storage
+//! keeps the short names.
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Index, IndexMut};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -24,7 +28,7 @@ use crate::driver::poison::PoisonFlag;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
-use crate::memory::marker::{HostOwned, State};
+use crate::memory::marker::{HostAccess, HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
 use crate::reclaim::defer::{bury, capturing, defer_free, dropping_scope};
@@ -188,6 +192,10 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     }
 
     /// Allocates the items of `iter`, attached to the host.
+    ///
+    /// Not `from_iter`: that is [`FromIterator`]'s method name, and `FromIterator` has no
+    /// context to allocate in. `_in` says that it takes the context, as `Vec::new_in` takes its
+    /// allocator.
     pub fn from_iter_in(ctx: &Context, iter: impl IntoIterator<Item = T>) -> Result<Self> {
         let items: Vec<T> = iter.into_iter().collect();
         Self::from_slice(ctx, &items)
@@ -335,26 +343,72 @@ impl<T, S: State, M: Storage> Managed<[T], S, M> {
     }
 }
 
-impl<T: ?Sized, M: Storage> Deref for Managed<T, HostOwned, M> {
+// Host access is written generically over the state with the bound `S: HostAccess`, which
+// only `HostOwned` satisfies (a sealed trait with that one impl): these impls exist in the host
+// state alone, exactly as if they named `HostOwned`, and a stream-owned buffer has none of them.
+// The bound makes the compiler report `HostAccess`'s message ("sync it first") where it reports
+// the bound at all (indexing, `iter`, `iter_mut`; see `HostAccess`).
+
+impl<T: ?Sized, S: HostAccess, M: Storage> Deref for Managed<T, S, M> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: in the host state no kernel or copy can touch the allocation: only
-        // stream-owned memory is passed to kernels, copies are enqueued only by `attach` (which
-        // makes the memory stream-owned) and by `sync` (which waits for them), and memory
-        // becomes host-owned only after its stream was synchronized (and, where the device
-        // lacks concurrent managed access, re-attached to the host). The memory is
-        // host-accessible (managed or pinned), initialised by every constructor, and owned
-        // exclusively by `self`.
+        // SAFETY: `S: HostAccess` holds only for `HostOwned`, the host state, in which no kernel
+        // or copy can touch the allocation: only stream-owned memory is passed to kernels, copies
+        // are enqueued only by `attach` (which makes the memory stream-owned) and by `sync`
+        // (which waits for them), and memory becomes host-owned only after its stream was
+        // synchronized (and, where the device lacks concurrent managed access, re-attached to
+        // the host). The memory is host-accessible (managed or pinned), initialised by every
+        // constructor, and owned exclusively by `self`.
         unsafe { self.ptr.as_ref() }
     }
 }
 
-impl<T: ?Sized, M: Storage> DerefMut for Managed<T, HostOwned, M> {
+impl<T: ?Sized, S: HostAccess, M: Storage> DerefMut for Managed<T, S, M> {
     fn deref_mut(&mut self) -> &mut T {
         // The host may write: the storage marks it (a mirror's next `attach` copies).
         M::host_written(&mut self.alloc.parts, PRIVATE);
         // SAFETY: as in `deref`; `&mut self` makes the access exclusive.
         unsafe { self.ptr.as_mut() }
+    }
+}
+
+/// `buf[i]`, `buf[a..b]`: the host-owned contents, indexed (through `Deref`).
+impl<T: ?Sized + Index<I>, S: HostAccess, M: Storage, I> Index<I> for Managed<T, S, M> {
+    type Output = T::Output;
+    fn index(&self, index: I) -> &T::Output {
+        self.deref().index(index)
+    }
+}
+
+/// `buf[i] = x`: the host-owned contents, indexed for writing (through `DerefMut`, which marks a
+/// mirror written).
+impl<T: ?Sized + IndexMut<I>, S: HostAccess, M: Storage, I> IndexMut<I> for Managed<T, S, M> {
+    fn index_mut(&mut self, index: I) -> &mut T::Output {
+        self.deref_mut().index_mut(index)
+    }
+}
+
+// The bound is on each method, not on the `impl`: rustc reports a method's own unmet bound with
+// the trait's message, an `impl`'s only as "the method exists but its trait bounds were not
+// satisfied".
+impl<T, S: State, M: Storage> Managed<[T], S, M> {
+    /// The elements, on the CPU: the slice's [`iter`](slice::iter) (through `Deref`), here so
+    /// that `buf.iter()` on a stream-owned buffer says to `sync` it first.
+    pub fn iter(&self) -> std::slice::Iter<'_, T>
+    where
+        S: HostAccess,
+    {
+        self.deref().iter()
+    }
+
+    /// The elements, on the CPU, mutably: the slice's [`iter_mut`](slice::iter_mut) (through
+    /// `DerefMut`, which marks a mirror written), here so that `buf.iter_mut()` on a
+    /// stream-owned buffer says to `sync` it first.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T>
+    where
+        S: HostAccess,
+    {
+        self.deref_mut().iter_mut()
     }
 }
 

@@ -113,8 +113,8 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
     }
 
     /// Whether `stream` owns the buffer. The brand already says so for a stream of its own
-    /// (`with_stream`); between the streams of a set (`with_streams`, `with_streams_across`),
-    /// which share a brand, only this run-time check does. A library that enqueues work on
+    /// (`with_stream`); between the streams of a stream set (`with_stream_set`,
+    /// `with_stream_set_across`), which share a brand, only this run-time check does. A library that enqueues work on
     /// `stream` with this buffer's address checks it first (um's launches check it too, and
     /// return `Error::StreamMismatch`).
     pub fn is_owned_by(&self, stream: &Stream<'s, K>) -> bool {
@@ -123,9 +123,9 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
 }
 
 impl<'s, K: StreamKind> Stream<'s, K> {
-    /// Whether `buffer` is owned by this stream, and not by another stream of the same
-    /// [`with_streams`](crate::Context::with_streams) set (whose streams share a brand, so that
-    /// the type alone cannot tell them apart). For a foreign call that takes device addresses
+    /// Whether `buffer` is owned by this stream, and not by another stream of the same stream
+    /// set ([`with_stream_set`](crate::Context::with_stream_set), whose streams share a brand, so
+    /// that the type alone cannot tell them apart). For a foreign call that takes device addresses
     /// ([`Managed::as_device_ptr`]): `um`'s own launches make this check on every buffer
     /// (`Error::StreamMismatch`), and a library wrapper must make it too before it enqueues
     /// work on this stream (`um-cublas` does). For singly created streams it is always `true`.

@@ -61,7 +61,7 @@ use crate::driver::stream::{Attachable, Capture, Eager, Legacy, RawStream, Strea
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
-pub use crate::memory::marker::{HostOwned, State, StreamOwned};
+pub use crate::memory::marker::{HostAccess, HostOwned, State, StreamOwned};
 use crate::memory::release::{Passed, Released};
 use crate::memory::storage::parts::Storage;
 use crate::reclaim::reaper::Orphan;
@@ -193,7 +193,7 @@ impl<'a, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
     ///   and `sync` or drop wait for B, which waits for A through the event.
     /// * `K` may be any kind, the legacy stream included (memory of `attach_global`); `to` must
     ///   be [`Attachable`]: the legacy stream refuses a single association.
-    /// * Between the streams of one `with_streams` set (one brand) the new owner is recorded
+    /// * Between the streams of one stream set (one brand) the new owner is recorded
     ///   and checked at launch; handing memory to the stream that already owns it makes no
     ///   driver call.
     /// * Across devices (B of another context than A or than the allocation) every device
@@ -231,7 +231,7 @@ impl<'a, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
         let from = self.stream();
         let target = to.raw();
         if from.id == target.id {
-            // The same stream (of a `with_streams` set): already associated, already ordered.
+            // The same stream (of a stream set): already associated, already ordered.
             return Ok(self.retype(target));
         }
         // SAFETY: the memory is in state `StreamOwned<'a, K>`, so its owning stream (brand 'a)
@@ -410,7 +410,7 @@ impl<'s, K: Eager> Stream<'s, K> {
 }
 
 /// Every buffer of a group carries the stream's brand 's, so all of them belong to `stream`,
-/// except where `stream` is one of a `with_streams` set, whose streams share a brand: that is
+/// except where `stream` is one of a stream set, whose streams share a brand: that is
 /// checked here, at run time.
 fn check_owner<K: StreamKind>(owners: &[u64], stream: &Stream<'_, K>) -> Result<()> {
     match owners.iter().position(|id| *id != stream.raw().id) {

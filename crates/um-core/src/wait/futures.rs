@@ -24,7 +24,7 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::driver;
 use crate::driver::context::Context;
-use crate::driver::stream::{Eager, Owned, RawStream, Stream, StreamKind};
+use crate::driver::stream::{Created, Eager, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
@@ -226,7 +226,7 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> fmt::Debug for SyncAllFuture<'s, K,
 /// stream has reached the point where the future was made. Cancellation as for
 /// [`SyncAllFuture`].
 #[must_use = "futures do nothing unless awaited; dropping this one frees the buffer once the stream is done"]
-pub struct SyncFuture<'s, T: ?Sized, K: StreamKind = Owned, M: Storage = Unified> {
+pub struct SyncFuture<'s, T: ?Sized, K: StreamKind = Created, M: Storage = Unified> {
     inner: SyncAllFuture<'s, K, (Managed<T, StreamOwned<'s, K>, M>,)>,
 }
 

@@ -1,5 +1,5 @@
 //! Async stream scopes: `Context::with_stream_async` and its siblings, the async twins of
-//! `with_stream`, `with_streams` and `with_per_thread_stream`.
+//! `with_stream`, `with_stream_set` and `with_per_thread_stream`.
 //!
 //! The brand works for async closures as for `FnOnce`: `impl for<'s> AsyncFnOnce(&Stream<'s,
 //! _>) -> Result<R>` keeps stream-owned memory, and sync futures of it, inside the scope across
@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
 use crate::driver::context::Context;
-use crate::driver::stream::{Owned, PerThread, Stream, StreamOptions};
+use crate::driver::stream::{Created, PerThread, Stream, StreamOptions};
 use crate::error::Result;
 use crate::reclaim::defer::DroppingScope;
 
@@ -48,27 +48,27 @@ impl Context {
     pub async fn with_stream_async<R>(
         &self,
         options: StreamOptions,
-        f: impl for<'s> AsyncFnOnce(&Stream<'s, Owned>) -> Result<R>,
+        f: impl for<'s> AsyncFnOnce(&Stream<'s, Created>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = self.new_owned_stream(options)?;
+        let stream = self.new_created_stream(options)?;
         let result = defer_on_drop(f(&stream)).await;
         drop(stream);
         result
     }
 
-    /// `n` streams for an async closure: the async twin of [`Context::with_streams`], with its
+    /// `n` streams for an async closure: the async twin of [`Context::with_stream_set`], with its
     /// shared brand and run-time ownership checks.
-    pub async fn with_streams_async<R>(
+    pub async fn with_stream_set_async<R>(
         &self,
         n: usize,
         options: StreamOptions,
-        f: impl for<'s> AsyncFnOnce(&[Stream<'s, Owned>]) -> Result<R>,
+        f: impl for<'s> AsyncFnOnce(&[Stream<'s, Created>]) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
         let mut streams = Vec::with_capacity(n);
         for _ in 0..n {
-            streams.push(self.new_owned_stream(options)?);
+            streams.push(self.new_created_stream(options)?);
         }
         let result = defer_on_drop(f(&streams)).await;
         drop(streams);
@@ -80,7 +80,7 @@ impl Context {
     ///
     /// The same handle names another stream on every thread, so the future is neither `Send`
     /// nor `Sync`: an executor cannot move it to another thread between two polls (use
-    /// `spawn_local`, `block_on`, or an owned stream with [`Context::with_stream_async`]).
+    /// `spawn_local`, `block_on`, or a created stream with [`Context::with_stream_async`]).
     pub async fn with_per_thread_stream_async<R>(
         &self,
         f: impl for<'s> AsyncFnOnce(&Stream<'s, PerThread>) -> Result<R>,

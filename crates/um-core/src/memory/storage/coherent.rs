@@ -59,7 +59,8 @@ pub struct Coherent {
     _private: (),
 }
 
-/// A coherent allocation: `CoherentManaged<[f32]>` is `Managed<[f32], HostOwned, Coherent>`.
+/// A coherent allocation: `CoherentManaged<[f32]>` is `Managed<[f32], HostOwned, Coherent>`
+/// (named like [`MirroredManaged`](crate::MirroredManaged), the alias of the mirrored storage).
 pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
 
 impl Sealed for Coherent {}
@@ -204,7 +205,7 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Coherent> {
     /// use um_core::{CoherentManaged, Context, Managed, StreamOptions};
     /// let ctx = Context::new(0)?;
     /// let data: CoherentManaged<[f32]> = Managed::from_slice_coherent(&ctx, &[1.0, 2.0])?;
-    /// let data = ctx.with_streams(2, StreamOptions::new(), |s| {
+    /// let data = ctx.with_stream_set(2, StreamOptions::new(), |s| {
     ///     let data = data.attach(&s[0])?; // no driver call
     ///     // ... launches on s[0] ...
     ///     let data = data.hand_off(&s[1])?; // an event: s[1] waits for s[0] on the GPU

@@ -52,8 +52,9 @@ pub struct Mirror {
     _private: (),
 }
 
-/// A mirrored allocation: `Mirrored<[f32]>` is `Managed<[f32], HostOwned, Mirror>`.
-pub type Mirrored<T, S = HostOwned> = Managed<T, S, Mirror>;
+/// A mirrored allocation: `MirroredManaged<[f32]>` is `Managed<[f32], HostOwned, Mirror>`
+/// (named like [`CoherentManaged`](crate::CoherentManaged), the alias of the coherent storage).
+pub type MirroredManaged<T, S = HostOwned> = Managed<T, S, Mirror>;
 
 impl Sealed for Mirror {}
 impl Storage for Mirror {
@@ -292,9 +293,9 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Mirror> {
     ///
     /// ```no_run
     /// # fn main() -> um_core::Result<()> {
-    /// use um_core::{Context, Managed, Mirrored, StreamOptions};
+    /// use um_core::{Context, Managed, MirroredManaged, StreamOptions};
     /// let ctx = Context::new(0)?;
-    /// let data: Mirrored<[f32]> = Managed::from_slice_mirrored(&ctx, &[1.0, 2.0, 3.0])?;
+    /// let data: MirroredManaged<[f32]> = Managed::from_slice_mirrored(&ctx, &[1.0, 2.0, 3.0])?;
     /// let data = ctx.with_stream(StreamOptions::new(), |stream| {
     ///     let data = data.attach(stream)?; // copies to the device: the host wrote it
     ///     // ... launch kernels on `stream` with `&data` / `&mut data` ...

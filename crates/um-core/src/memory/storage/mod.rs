@@ -44,6 +44,6 @@ mod mirror;
 mod transfer;
 
 pub use coherent::{Coherent, CoherentManaged};
-pub use mirror::{Mirror, MirrorCopies, Mirrored};
+pub use mirror::{Mirror, MirrorCopies, MirroredManaged};
 pub use parts::Storage;
 pub use unified::Unified;
