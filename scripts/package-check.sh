@@ -26,6 +26,16 @@ packages=(um-build um-core um-kernels um-cublas um-nccl um-cuda)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 # ---------------------------------------------------------------- 1. package and verify
+# cargo verifies each package against the others through a local registry in
+# target/package/tmp-registry, and extracts them under $CARGO_HOME/registry/src/-<hash of that
+# path>/, where it reuses a folder of the same name and version from an earlier run: a second
+# run from the same checkout path verified against stale sources (seen 2026-11-22: um-cublas
+# against an um-core from before a rename). Those folders are removed first; crates.io's own
+# (`index.crates.io-*`) are never touched.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for p in "${packages[@]}"; do
+  rm -rf "$cargo_home"/registry/src/-*/"$p-$version"
+done
 # --allow-dirty: the check is of the files as they are; a clean clone has nothing dirty.
 # (Its warnings that tests, examples and benchmarks are not in the packages are left out.)
 cargo package --workspace --exclude own-kernels --allow-dirty >"$tmp/package.log" 2>&1 ||
