@@ -32,10 +32,13 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # run from the same checkout path verified against stale sources (seen 2026-11-22: um-cublas
 # against an um-core from before a rename). Those folders are removed first; crates.io's own
 # (`index.crates.io-*`) are never touched.
+# The verification builds in target/package/ are keyed on name and version too (a registry
+# crate is taken to never change), so they go as well.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 for p in "${packages[@]}"; do
   rm -rf "$cargo_home"/registry/src/-*/"$p-$version"
 done
+rm -rf target/package
 # --allow-dirty: the check is of the files as they are; a clean clone has nothing dirty.
 # (Its warnings that tests, examples and benchmarks are not in the packages are left out.)
 cargo package --workspace --exclude own-kernels --allow-dirty >"$tmp/package.log" 2>&1 ||
