@@ -572,3 +572,46 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
     let want: f32 = (0..n).map(|p| a[3 + p * n] * a[p + 5 * n]).sum();
     assert_eq!(c[3 + 5 * n], want);
 }
+
+/// Red team 4, finding 1: while a graph capture of um is in progress, a `Blas` neither moves to
+/// another stream (the whole-context wait that comes first would fail the capture:
+/// `Error::CaptureInProgress`, nothing enqueued) nor is destroyed (cuBLAS's own device-wide
+/// wait would fail there): dropped, it is leaked. The capture is not disturbed by either, and
+/// the GEMM enqueued before it completes with the right result.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid() {
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let a = Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc");
+    let b = Managed::from_slice(&ctx, &[2.0f32; 4]).expect("alloc");
+    let c = Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc");
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let (c, x) = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            let (a, b, mut c) = (a.attach(&s[0])?, b.attach(&s[0])?, c.attach(&s[0])?);
+            blas.gemm(&s[0], &Gemm::new(2, 2, 2), &a, &b, &mut c)?; // bound to s[0]
+            let (a2, b2, mut c2) = (
+                Managed::from_slice(&ctx, &[1.0f32; 4])?.attach(&s[1])?,
+                Managed::from_slice(&ctx, &[1.0f32; 4])?.attach(&s[1])?,
+                Managed::from_slice(&ctx, &[0.0f32; 4])?.attach(&s[1])?,
+            );
+            let x = x.attach(&s[1])?;
+            let mut moved = None;
+            let (graph, ()) = s[1].capture((x,), |cap, (mut x,)| {
+                um::kernels::testing::add_scalar(cap, &mut x, 1.0)?;
+                moved = Some(blas.gemm(&s[1], &Gemm::new(2, 2, 2), &a2, &b2, &mut c2));
+                drop(blas); // leaked, not destroyed
+                Ok(((x,), ()))
+            })?;
+            assert_eq!(moved, Some(Err(Error::CaptureInProgress)));
+            graph.launch(&s[1])?;
+            let (x,) = graph.sync()?;
+            s[1].sync_all((a2, b2, c2))?;
+            let (_, _, c) = s[0].sync_all((a, b, c))?;
+            Ok((c, x))
+        })
+        .expect("the capture and the GEMM before it");
+    assert!(c.iter().all(|v| *v == 4.0), "{:?}", &c[..]);
+    assert!(x.iter().all(|v| *v == 1.0));
+}

@@ -140,6 +140,44 @@ fn special_handles_are_not_foreign_streams() {
     }
 }
 
+/// Red team 4, finding 3: a stream another library is capturing into a graph (PyTorch's
+/// `torch.cuda.graph` does that) is refused: the graph would hold none of um's buffers.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_stream_being_captured_is_not_a_foreign_stream() {
+    let ctx = gpu();
+    ctx.make_current().expect("current");
+    let mut raw: cs::CUstream = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; a non-blocking stream of the current context.
+    let r =
+        unsafe { cs::cuStreamCreate(&mut raw, cs::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+    assert_eq!(r, cs::cudaError_enum::CUDA_SUCCESS);
+    // SAFETY: a live stream of the current context, not capturing; relaxed mode, so that this
+    // thread's other calls stay allowed.
+    let r = unsafe {
+        cs::cuStreamBeginCapture_v2(raw, cs::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+    };
+    assert_eq!(r, cs::cudaError_enum::CUDA_SUCCESS);
+    // SAFETY: `raw` lives until after the call; refused before it is used as a stream.
+    let got = unsafe { ctx.with_foreign_stream(raw.cast(), |_| Ok(())) };
+    assert!(
+        matches!(got, Err(Error::InvalidForeignStream { reason }) if reason.contains("captured")),
+        "{got:?}"
+    );
+    let mut graph: cs::CUgraph = std::ptr::null_mut();
+    // SAFETY: the capture begun above, ended once; the empty graph and the stream destroyed.
+    unsafe {
+        assert_eq!(
+            cs::cuStreamEndCapture(raw, &mut graph),
+            cs::cudaError_enum::CUDA_SUCCESS
+        );
+        if !graph.is_null() {
+            cs::cuGraphDestroy(graph);
+        }
+        cs::cuStreamDestroy_v2(raw);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {

@@ -144,7 +144,8 @@ pub enum Error {
         block: (u32, u32, u32),
     },
     /// A handle given to [`Context::with_foreign_stream`](crate::Context::with_foreign_stream)
-    /// that cannot be one: a special handle, or a stream of another context.
+    /// that cannot be one: a special handle, a stream of another context, or a stream that is
+    /// being captured into a graph.
     #[error("not a foreign stream of this context: {reason}")]
     InvalidForeignStream {
         /// Why.

@@ -248,8 +248,11 @@ impl Blas {
                 // was bound to, and cuBLAS does not promise that its default workspace pool is
                 // per stream. That stream may be gone (its handle reused), so the barrier is the
                 // whole context: wait for it before the workspace serves another stream. One
-                // `Blas` per stream never pays it.
-                self.ctx.wait_idle()?;
+                // `Blas` per stream never pays it. Not while a capture of um is in progress on
+                // the device or this thread: the wait would fail it (refused there, then).
+                if !self.ctx.wait_idle_unless_capturing()? {
+                    return Err(Error::CaptureInProgress);
+                }
             }
             let api = self.library.api();
             // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
@@ -286,11 +289,21 @@ impl Drop for Blas {
         if self.ctx.make_current().is_err() {
             return;
         }
+        // Our calls may still run and use the handle's workspace. `cublasDestroy_v2` waits for
+        // the device itself, but that wait fails while a capture is in progress on the context
+        // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
+        // wait first, through um, which refuses to while a capture of um is in progress and
+        // holds new ones off meanwhile; where it did not wait, leak the handle (red team 4,
+        // finding 1). After the wait no kernel of this handle can still run: it is being dropped,
+        // so nothing enqueues more.
+        if !matches!(self.ctx.wait_idle_unless_capturing(), Ok(true)) {
+            return;
+        }
         let api = self.library.api();
         // SAFETY: the handle is live and destroyed only here. It is first unbound from the last
-        // stream, which may be gone. `cublasDestroy_v2` waits for the device before it frees
-        // the handle's workspace, so no kernel of ours still uses it. Errors are ignored: drop
-        // never panics.
+        // stream, which may be gone. Every call made with it has completed (the wait above), so
+        // no kernel of ours still uses its workspace when `cublasDestroy_v2` frees it. Errors
+        // are ignored: drop never panics.
         unsafe {
             let _ = (api.set_stream)(self.handle, ptr::null_mut());
             let _ = (api.destroy)(self.handle);

@@ -81,6 +81,14 @@ pub enum Error {
         /// The buffer: `a`, `b`, `c`, `x` or `y`.
         buffer: &'static str,
     },
+    /// The handle was to move to another stream while a graph capture of `um` was in progress
+    /// on its device or on this thread: the whole-context wait that must come first (its
+    /// workspace may still serve the old stream) would fail that capture, and is refused on a
+    /// capturing thread. Nothing was enqueued.
+    #[error(
+        "a cuBLAS handle cannot move to another stream while a graph capture is in progress on its device or thread: use one `Blas` per stream"
+    )]
+    CaptureInProgress,
     /// A cuBLAS call returned an error status.
     #[error("{call} failed: {name} ({description})")]
     Status {

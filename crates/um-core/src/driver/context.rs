@@ -133,8 +133,11 @@ impl Shared {
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
     fn retire(&self, modules: ModuleCache) {
         let mut quiet = self.quiet();
-        if quiet.captures == 0 {
-            self.unload(vec![modules]);
+        if quiet.captures == 0 && !thread_is_capturing() {
+            // With any modules an earlier drop had to leave.
+            let mut all = std::mem::take(&mut quiet.graves);
+            all.push(modules);
+            self.unload(all);
         } else {
             quiet.graves.push(modules);
         }
@@ -158,23 +161,46 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let graves = std::mem::take(&mut self.quiet().graves);
-        self.unload(graves);
+        if thread_is_capturing() {
+            // The last handle of this device dropped on a thread that is capturing (on another
+            // device): the wait is refused there and would invalidate that capture. Leak.
+            std::mem::forget(graves);
+        } else {
+            self.unload(graves);
+        }
         driver::primary_ctx_release(self.device);
     }
+}
+
+thread_local! {
+    /// Captures of `um` in progress on this thread, on any device: the driver refuses waits on a
+    /// capturing thread (thread-local mode) whichever context they are for.
+    static THREAD_CAPTURES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a capture of `um` is in progress on the calling thread.
+fn thread_is_capturing() -> bool {
+    THREAD_CAPTURES.with(std::cell::Cell::get) > 0
 }
 
 /// A capture of `um` in progress on a device, from before `cuStreamBeginCapture` to after
 /// `cuStreamEndCapture`: while one exists, no module of a dropped handle is unloaded (the wait
 /// that comes first would invalidate the capture).
+/// Counted on the device and on the thread that made it, where it is dropped (`!Send`).
 pub(crate) struct CaptureGuard {
     shared: Arc<Shared>,
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
+        THREAD_CAPTURES.with(|n| n.set(n.get().saturating_sub(1)));
         let mut quiet = self.shared.quiet();
         quiet.captures = quiet.captures.saturating_sub(1);
-        if quiet.captures == 0 {
+        // Not while this thread still captures on another device (nested scopes): the graves
+        // then wait for the next drop of a handle or guard of this device, or for its last
+        // handle.
+        if quiet.captures == 0 && !thread_is_capturing() {
             let graves = std::mem::take(&mut quiet.graves);
             self.shared.unload(graves);
         }
@@ -349,7 +375,30 @@ impl Context {
     pub(crate) fn capture_guard(&self) -> CaptureGuard {
         let shared = Arc::clone(&self.inner.shared);
         shared.quiet().captures += 1;
-        CaptureGuard { shared }
+        THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
+        CaptureGuard {
+            shared,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    /// Waits for all work of the context, as [`wait_idle`](Context::wait_idle), unless a
+    /// capture of `um` is in progress on this device (any thread) or on the calling thread (any
+    /// device): then it waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
+    /// No capture of `um` can begin on the device while it waits.
+    ///
+    /// For the destructor of a library object whose memory the device may still use (a cuBLAS
+    /// handle's workspace, say): a whole-context wait fails a capture in progress on the context,
+    /// and is refused on a capturing thread. Where it returns `Ok(false)`, leak the object.
+    pub fn wait_idle_unless_capturing(&self) -> Result<bool> {
+        let quiet = self.inner.shared.quiet();
+        if quiet.captures > 0 || thread_is_capturing() {
+            return Ok(false);
+        }
+        self.bind()?;
+        driver::ctx_synchronize()?;
+        drop(quiet);
+        Ok(true)
     }
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device

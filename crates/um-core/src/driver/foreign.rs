@@ -47,7 +47,8 @@ impl Context {
     /// * While `f` runs, work that other code enqueues on the stream touches no memory that
     ///   `um` owns, except through pointers `um` gave it
     ///   ([`Managed::as_device_ptr`](crate::Managed::as_device_ptr)), under their own contract.
-    /// * Nobody begins a stream capture (a CUDA graph) on it while `f` runs.
+    /// * Nobody begins a stream capture (a CUDA graph) on it while `f` runs. (A stream that is
+    ///   already capturing when the call begins is refused: [`Error::InvalidForeignStream`].)
     ///
     /// Work the other library enqueued before or during `f` is ordered with `um`'s as the
     /// stream orders it; `sync` in `f` waits for all of it.
@@ -71,6 +72,15 @@ impl Context {
         if !self.is(owner) {
             return Err(Error::InvalidForeignStream {
                 reason: "a stream of another context",
+            });
+        }
+        // A stream another library is capturing (PyTorch's `torch.cuda.graph`, say) would record
+        // `um`'s launches and library calls into a graph that holds none of their buffers,
+        // modules or workspaces (red team 4, finding 3).
+        // SAFETY: `handle` is a live stream of this context (checked above).
+        if unsafe { driver::stream_is_capturing(handle) }? {
+            return Err(Error::InvalidForeignStream {
+                reason: "a stream that is being captured into a graph",
             });
         }
         // A fresh id: `RawStream`'s identity invariant holds (equal ids, one stream), and two

@@ -587,6 +587,27 @@ pub(crate) unsafe fn stream_end_capture(s: sys::CUstream) -> Result<sys::CUgraph
 /// launch, the stream's capture dependencies are exactly that kernel's node. `Ok(None)` when the
 /// stream is not actively capturing or the set is not one node.
 ///
+/// Whether `s` is capturing (a capture active or invalidated and not yet ended).
+///
+/// # Safety
+/// `s` is a live stream of the current context.
+pub(crate) unsafe fn stream_is_capturing(s: sys::CUstream) -> Result<bool> {
+    let mut status: c_uint = 0;
+    // SAFETY: `s` is live (the caller); `status` is a valid out-pointer and the others are NULL
+    // (each is optional).
+    check("cuStreamGetCaptureInfo", unsafe {
+        sys::cuStreamGetCaptureInfo_v2(
+            s,
+            &mut status,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    })?;
+    Ok(status != sys::CAPTURE_STATUS_NONE)
+}
+
 /// # Safety
 /// `s` is a live stream of the current context.
 pub(crate) unsafe fn stream_last_captured_node(

@@ -42,8 +42,8 @@ pub trait StreamKind: Sealed + 'static {
 /// memory between eager streams only (inside a capture, `hand_off` between capture streams is a
 /// fork of the graph instead).
 #[diagnostic::on_unimplemented(
-    message = "the host cannot wait for a `{Self}` stream: its work is recorded into a graph, not run",
-    label = "a stream being captured",
+    message = "`{Self}` is not an eager stream kind: the host cannot wait for its work, which is not run as it is enqueued",
+    label = "not an eager stream (a capture stream records its work into a graph)",
     note = "inside a capture, launches are recorded; nothing runs until the graph is launched, so there is nothing to wait for (the driver refuses the wait and invalidates the capture)",
     note = "return the buffers from the capture closure; replay with `graph.launch(stream)` and get them back with `graph.sync()`"
 )]

@@ -32,6 +32,8 @@ pub(crate) const ERROR_UNSUPPORTED_PTX_VERSION: i32 = 222;
 pub(crate) const CAPTURE_MODE_THREAD_LOCAL: c_uint = 1;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread may make potentially unsafe calls.
 pub(crate) const CAPTURE_MODE_RELAXED: c_uint = 2;
+/// `CU_STREAM_CAPTURE_STATUS_NONE`: the stream is not capturing.
+pub(crate) const CAPTURE_STATUS_NONE: c_uint = 0;
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
 pub(crate) const CAPTURE_STATUS_ACTIVE: c_uint = 1;
 

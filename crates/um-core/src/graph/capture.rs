@@ -190,6 +190,10 @@ impl<'c> Scope<'c> {
     /// Joins every stream back to the origin and ends the capture: the graph, or the error that
     /// invalidated the capture.
     fn end(&mut self) -> Result<sys::CUgraph> {
+        // The closure may have left another context current (a buffer of another device
+        // dropped last, say): the capture's calls are made in its own (red team 4, finding 4).
+        // Should that fail, the calls below fail too, and report it.
+        let _ = self.ctx.bind();
         let origin = self.streams[0].raw().handle;
         let joined = self.streams[1..].iter().try_for_each(|s| {
             let event = s.event()?;

@@ -207,7 +207,11 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// * `args` matches the kernel's parameter list in number, order, size and type, with
     ///   `&mut Managed` exactly where the kernel may write through the pointer;
     /// * the kernel stays inside the bounds of every buffer for the launch configuration given;
-    /// * the kernel touches no memory other than what `args` hands it.
+    /// * the kernel touches no memory other than what `args` hands it;
+    /// * on a capture stream (the launch is recorded into a graph), the kernel's module stays
+    ///   loaded for as long as the graph exists: a `Kernel` of this stream's `Context` handle
+    ///   always does (the graph holds that handle), one of another handle only while that handle
+    ///   (or a clone of the `Kernel`) is kept until the graph is dropped (red team 4, finding 6).
     ///
     /// The typed launchers of `um-kernels` discharge these conditions for the kernels they wrap.
     pub unsafe fn launch<A: KernelArgs<'s>>(

@@ -48,8 +48,8 @@ pub struct StreamOwned<'s, K: StreamKind = Created> {
 /// other than `iter` and `iter_mut`), the error stays the plain one (E0614, E0308, E0599), and
 /// the buffer is just as inaccessible.
 #[diagnostic::on_unimplemented(
-    message = "this `Managed` buffer (state `{Self}`) is owned by a stream: the CPU may touch it only after `sync` (`let buf = buf.sync()?;`)",
-    label = "owned by a stream: no CPU access",
+    message = "the CPU may touch a `Managed` buffer only when it is host-owned, and this one's state is `{Self}`: `sync` it first (`let buf = buf.sync()?;`)",
+    label = "not known to be host-owned: no CPU access",
     note = "kernels of its stream may still be using it; `sync` waits for them and gives the buffer back to the host (several buffers of one stream: `let (a, b) = stream.sync_all((a, b))?;`)",
     note = "the buffers of a capture come back from the graph: `let (a, b) = graph.sync()?;`"
 )]
