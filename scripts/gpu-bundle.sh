@@ -89,6 +89,7 @@ chmod +x "$out/pipeline-probe/probe.sh"
 if [ -f .external/UnifiedMemoryStreams.cu ]; then
   mkdir -p "$out/external"
   cp -r .external/. "$out/external/"
+  cp scripts/ums-compare.sh "$out/external/"
 fi
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out ($(ls "$out/tests" | wc -l) test binaries, $(ls "$out/examples" | wc -l) examples, ${size} MiB)"

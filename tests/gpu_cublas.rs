@@ -10,7 +10,7 @@
 mod common;
 
 use common::gpu;
-use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um::{Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions};
 use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Op, ShapeError};
 
 /// The test's element types, with conversions to f64 (the reference computes in f64) and a
@@ -580,8 +580,15 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
 /// the GEMM enqueued before it completes with the right result.
 #[test]
 #[ignore = "needs a CUDA device"]
-fn a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid() {
-    let ctx = gpu();
+fn leaks_a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid() {
+    // Device 0 as it is, whatever the environment emulates: unified memory enters graphs only
+    // with concurrent managed access (rule 183's refusal has its own test in gpu_graphs).
+    let ctx = Context::with_options(0, ContextOptions::new())
+        .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
+    assert!(
+        ctx.info().concurrent_managed_access,
+        "this test needs a device with concurrent managed access"
+    );
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let a = Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc");
     let b = Managed::from_slice(&ctx, &[2.0f32; 4]).expect("alloc");
