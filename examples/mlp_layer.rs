@@ -86,19 +86,34 @@ fn prepare(x: &mut [f32], batch: usize) {
 /// `inputs` terms may differ from the exact value by a few units in the last place of the
 /// largest partial sums, so the bound scales with `sum |w| |x|` (1e-5 of it: about 80 ulps
 /// of f32 at that magnitude, far below any real error, far above summation-order noise).
-fn reference(a: &Args, w: &[f32], b: &[f32], x: &[f32]) -> Vec<(f32, f32)> {
-    let mut out = Vec::with_capacity(a.outputs * a.batch);
-    for col in 0..a.batch {
-        for row in 0..a.outputs {
-            let (mut sum, mut abs) = (f64::from(b[row]), f64::from(b[row].abs()));
-            for p in 0..a.inputs {
-                let t = f64::from(w[row + p * a.outputs]) * f64::from(x[p + col * a.inputs]);
-                sum += t;
-                abs += t.abs();
-            }
-            out.push((sum.max(0.0) as f32, (1e-5 * abs + 1e-6) as f32));
+///
+/// `w_rows` is `W` row-major (`w_rows[row * inputs + p]`, the transpose of the device's
+/// column-major `W`), so that the inner loop reads both operands in order; the columns are
+/// split across the host's cores. Every element of every batch is still checked.
+fn reference(a: &Args, w_rows: &[f32], b: &[f32], x: &[f32]) -> Vec<(f32, f32)> {
+    let mut out = vec![(0.0f32, 0.0f32); a.outputs * a.batch];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cols_per = a.batch.div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for (chunk, cols) in out.chunks_mut(cols_per * a.outputs).enumerate() {
+            scope.spawn(move || {
+                for (k, y_col) in cols.chunks_mut(a.outputs).enumerate() {
+                    let col = chunk * cols_per + k;
+                    let x_col = &x[col * a.inputs..(col + 1) * a.inputs];
+                    for (row, slot) in y_col.iter_mut().enumerate() {
+                        let w_row = &w_rows[row * a.inputs..(row + 1) * a.inputs];
+                        let (mut sum, mut abs) = (f64::from(b[row]), f64::from(b[row].abs()));
+                        for (wv, xv) in w_row.iter().zip(x_col) {
+                            let t = f64::from(*wv) * f64::from(*xv);
+                            sum += t;
+                            abs += t.abs();
+                        }
+                        *slot = (sum.max(0.0) as f32, (1e-5 * abs + 1e-6) as f32);
+                    }
+                }
+            });
         }
-    }
+    });
     out
 }
 
@@ -127,6 +142,10 @@ fn run(ctx: &Context, a: &Args) -> Result<Report, Box<dyn std::error::Error>> {
         .map(|i| noise(i, 1) * scale)
         .collect();
     let b_host: Vec<f32> = (0..a.outputs).map(|i| noise(i, 2) * 0.5).collect();
+    // The reference's copy of W, row-major (the device's is column-major).
+    let w_rows: Vec<f32> = (0..a.outputs * a.inputs)
+        .map(|i| w_host[(i / a.inputs) + (i % a.inputs) * a.outputs])
+        .collect();
     let w = Managed::from_slice(ctx, &w_host)?;
     let bias = Managed::from_slice(ctx, &b_host)?;
     // Two slots per stage: while one is on the stream, the CPU uses the other.
@@ -172,7 +191,7 @@ fn run(ctx: &Context, a: &Args) -> Result<Report, Box<dyn std::error::Error>> {
             // While the GPU computes it: check the batch before, prepare the one after.
             if let Some((done, x, y)) = pending.take() {
                 let slot: usize = done % 2;
-                let want = reference(a, &w_host, &b_host, &x);
+                let want = reference(a, &w_rows, &b_host, &x);
                 worst = worst.max(check(&y, &want));
                 xs[slot] = Some(x);
                 ys[slot] = Some(y);
