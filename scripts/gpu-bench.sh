@@ -10,10 +10,13 @@
 # cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
 #
 # Section 10 (NCCL all-reduce) runs where two or more GPUs and NCCL exist, and says "skipped" in
-# one line elsewhere. To measure it alone and keep the rest of the last full run's page:
+# one line elsewhere. To measure some sections again and keep the rest of the last full run's
+# page (bench/performance.md in the bundle), e.g. section 10 alone:
 #   bench.sh OUT --only nccl --base bench/performance.md
-# (one section per GPU count: run it on the 2-GPU and the 4-GPU machine in turn, the second
-# with --base OUT/docs/performance.md of the first).
+# Each measured section replaces the same section of the base, and a line under the header says
+# what was measured where and when; this run's records go to OUT/results-of-this-run.json. One
+# NCCL section per GPU count: run it on the 2-GPU and the 4-GPU machine in turn, the second with
+# --base set to the first's OUT/docs/performance.md.
 set -euo pipefail
 out=${1:?usage: bench.sh OUT_DIR}
 mkdir -p "$out"

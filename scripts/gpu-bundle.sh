@@ -56,7 +56,7 @@ cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
 strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
 cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/notes.md "$out/bench/"
-# The page of the last full run, for `bench.sh OUT --only nccl --base bench/performance.md`.
+# The page of the last full run, for `bench.sh OUT --only ... --base bench/performance.md`.
 cp docs/performance.md "$out/bench/performance.md"
 cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"

@@ -5,10 +5,13 @@
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
-//! `handoff`, `cublas`, `nccl`): for an investigation. The pages in the repository come from full
-//! runs, except section 9 (`nccl`, on machines with two or more GPUs), which
-//! `--only nccl --base docs/performance.md` splices into the page of the last full run, one
-//! section per GPU count. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
+//! `handoff`, `cublas`, `graphs`, `nccl`). `--base PAGE` (an earlier run's performance.md) then
+//! puts this run's sections in place of that page's and keeps the rest, with a line under the
+//! header naming what was measured again, where and when (`splice.rs`): section 10 (`nccl`,
+//! on machines with two or more GPUs, one section per GPU count) is measured this way, and so
+//! can any other section (1 is replaced when `launch` runs, with 1b when `launch_paired` runs
+//! too). With `--base` this run's records go to DIR/results-of-this-run.json and the figures
+//! are not redrawn. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
 //! (bench/cublas_baseline.cpp); without it, or without cuBLAS, that scenario says so and runs
 //! what it can.
 //!
@@ -26,6 +29,7 @@ mod nccl;
 mod paired;
 mod report;
 mod runs;
+mod splice;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,10 +84,10 @@ pub(crate) struct Options {
     pub(crate) sizes_mib: Vec<usize>,
     /// The scenarios to run; all when `None`.
     pub(crate) only: Option<Vec<String>>,
-    /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 9.
+    /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 10.
     pub(crate) nccl_cpp: Option<PathBuf>,
-    /// A page of an earlier run: this run's section 9 replaces the one of the same GPU count in
-    /// it, and the rest of it is kept (for `--only nccl`).
+    /// A page of an earlier run: this run's sections replace the same sections in it, and the
+    /// rest of it is kept (`splice.rs`).
     pub(crate) base: Option<PathBuf>,
 }
 
@@ -253,10 +257,15 @@ fn write_docs(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let docs = opts.out.join("docs");
     std::fs::create_dir_all(docs.join("img"))?;
-    std::fs::write(
-        docs.join("performance-results.json"),
-        report::json(ctx.info(), records),
-    )?;
+    // With --base, this run measured only some sections: its records go beside the page, not
+    // over the full run's results file, and the full run's figures (drawn from section 2 and 6)
+    // stay as they are.
+    let results = if opts.base.is_some() {
+        opts.out.join("results-of-this-run.json")
+    } else {
+        docs.join("performance-results.json")
+    };
+    std::fs::write(results, report::json(ctx.info(), records))?;
     let mut md = report::markdown(ctx.info(), records, notes);
     // Sections 7 (handoff), 8 (cuBLAS) and 9 (graphs) are in `report::markdown`; section 10
     // (nccl.rs) goes before the goals table.
@@ -264,21 +273,51 @@ fn write_docs(
     let at = md.find("\n## Goals").unwrap_or(md.len());
     md.insert_str(at, &section10);
     if let Some(base) = &opts.base {
-        // Only section 10 is this run's: keep the rest of the earlier page.
-        let gpus = records
+        // This run's sections in place of the earlier page's; the rest of that page kept.
+        let mut keys: Vec<String> = SCENARIOS
             .iter()
-            .find(|r| r.scenario.starts_with("nccl"))
-            .map_or(0, |r| r.threads);
+            .filter(|s| opts.wants(s))
+            .filter_map(|s| splice::section_of(s))
+            .map(str::to_owned)
+            .collect();
+        if let Some(r) = records.iter().find(|r| r.scenario.starts_with("nccl")) {
+            keys.push(
+                nccl::heading(r.threads)
+                    .trim_start_matches("## ")
+                    .to_owned(),
+            );
+        }
+        let named: Vec<&str> = keys
+            .iter()
+            .map(|k| k.split('.').next().unwrap_or(k))
+            .collect();
+        let note = format!(
+            "Section{} {} measured again on **{}**, driver CUDA {}.{}, {} (`um_bench --only {} --base`): \
+             their ratios compare figures of that run. The other sections, the goals table and the \
+             analysis are from the run{} named above.",
+            if named.len() == 1 { "" } else { "s" },
+            named.join(", "),
+            ctx.info().name,
+            ctx.info().driver_version.0,
+            ctx.info().driver_version.1,
+            report::date(),
+            opts.only
+                .as_ref()
+                .map_or("(all)".to_owned(), |o| o.join(",")),
+            if named.len() == 1 { "" } else { "s" },
+        );
         let old = std::fs::read_to_string(base)?;
-        md = if section10.is_empty() {
+        md = if keys.is_empty() {
             old
         } else {
-            nccl::splice(&old, &section10, gpus)
+            splice::splice(&old, &md, &keys, &note)
         };
     }
     std::fs::write(docs.join("performance.md"), md)?;
-    std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
-    std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
+    if opts.base.is_none() {
+        std::fs::write(docs.join("img/run_task.svg"), report::run_task_svg(records))?;
+        std::fs::write(docs.join("img/mirror.svg"), report::mirror_svg(records))?;
+    }
     Ok(())
 }
 

@@ -41,24 +41,29 @@ pub(crate) fn iters(bytes: usize) -> usize {
 }
 
 /// The um variants of the bandwidth table, in its column order.
-pub(crate) const VARIANTS: [&str; 5] = [
+pub(crate) const VARIANTS: [&str; 6] = [
     "mirror (device half), blocking",
     "coherent, blocking",
     "unified, prefetched, blocking",
     "unified, on demand, blocking",
     "mirror (device half), nonblocking",
+    "raw calls from Rust on the mirrors, blocking",
 ];
 
 type Alloc<M> = fn(&Context, usize) -> um::Result<Managed<[f32], HostOwned, M>>;
 
 /// Seconds per step of `iters` grouped all-reduces of `bytes` on every GPU, buffers of storage
 /// `M` attached to streams of `transfer`.
+/// With `raw`, each step makes NCCL's calls itself (group start, one all-reduce per GPU, group
+/// end) on the same communicators, streams and buffers, as the C++ baseline does: the row that
+/// tells um's own cost from the process's.
 fn bandwidth_once<M: Storage>(
     ctxs: &[Context],
     comms: &[Comm],
     bytes: usize,
     alloc: Alloc<M>,
     transfer: Transfer,
+    raw: Option<&Raw>,
 ) -> Res<f64> {
     let n = (bytes / 4).max(1);
     let mut bufs = Vec::with_capacity(ctxs.len());
@@ -73,12 +78,49 @@ fn bandwidth_once<M: Storage>(
         for ((send, recv), s) in bufs.into_iter().zip(streams) {
             on.push((send.attach(s)?, recv.attach(s)?));
         }
+        let bad = |what: &'static str, rc: c_int| um::Error::Nccl {
+            call: what,
+            code: rc,
+            name: "raw reference".to_owned(),
+            detail: "the raw reference of the NCCL bandwidth benchmark".to_owned(),
+        };
         let mut step = || -> um::Result<()> {
-            let mut g = Group::new();
-            for (((send, recv), s), c) in on.iter_mut().zip(streams).zip(comms) {
-                g.all_reduce(c, s, send, recv, ReduceOp::Sum)?;
+            let Some(raw) = raw else {
+                let mut g = Group::new();
+                for (((send, recv), s), c) in on.iter_mut().zip(streams).zip(comms) {
+                    g.all_reduce(c, s, send, recv, ReduceOp::Sum)?;
+                }
+                return g.launch().map(drop);
+            };
+            // SAFETY: um's own blocking communicators (live, used by this thread only) and
+            // buffers owned by each GPU's stream, which the all-reduce is enqueued on; `n`
+            // elements each.
+            unsafe {
+                let rc = (raw.group_start)();
+                if rc != 0 {
+                    return Err(bad("ncclGroupStart", rc));
+                }
+                for ((send, recv), (s, c)) in on.iter_mut().zip(streams.iter().zip(comms)) {
+                    let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
+                    let rc = (raw.all_reduce)(
+                        p.address() as usize as *const c_void,
+                        q.address() as usize as *mut c_void,
+                        n,
+                        7,
+                        0,
+                        c.as_raw(),
+                        s.as_raw(),
+                    );
+                    if rc != 0 {
+                        return Err(bad("ncclAllReduce", rc));
+                    }
+                }
+                let rc = (raw.group_end)();
+                if rc != 0 {
+                    return Err(bad("ncclGroupEnd", rc));
+                }
             }
-            g.launch().map(drop)
+            Ok(())
         };
         for _ in 0..warm {
             step()?;
@@ -272,6 +314,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
         return Ok(None);
     }
     let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
+    let raw = Raw::load()?;
     let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
     let nonblocking = Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?;
     let sizes = sizes();
@@ -330,8 +373,8 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
                         |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
                     let coherent: Alloc<um::Coherent> = |c, n| Managed::zeroed_slice_coherent(c, n);
                     let od = Transfer::OnDemand;
-                    um_t[0][i].push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od)?);
-                    match bandwidth_once(&ctxs, &blocking, bytes, coherent, od) {
+                    um_t[0][i].push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?);
+                    match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
                         Ok(t) => um_t[1][i].push(t),
                         Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
                         Err(_) => {}
@@ -355,10 +398,26 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
                             }
                             continue;
                         }
-                        um_t[v][i]
-                            .push(bandwidth_once(&ctxs, &blocking, bytes, unified, transfer)?);
+                        um_t[v][i].push(bandwidth_once(
+                            &ctxs, &blocking, bytes, unified, transfer, None,
+                        )?);
                     }
-                    um_t[4][i].push(bandwidth_once(&ctxs, &nonblocking, bytes, mirror, od)?);
+                    um_t[4][i].push(bandwidth_once(
+                        &ctxs,
+                        &nonblocking,
+                        bytes,
+                        mirror,
+                        od,
+                        None,
+                    )?);
+                    um_t[5][i].push(bandwidth_once(
+                        &ctxs,
+                        &blocking,
+                        bytes,
+                        mirror,
+                        od,
+                        Some(&raw),
+                    )?);
                 }
             }
         }
@@ -465,7 +524,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; and mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those). `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
         heading(gpus)
     );
     let _ = write!(md, "| size | C++ |");
@@ -567,44 +626,4 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         );
     }
     md
-}
-
-/// `base` (a page from an earlier run) with this run's section 10 in place of the section of the
-/// same GPU count (or of the placeholder), before "## Goals" if it had none.
-pub(crate) fn splice(base: &str, section: &str, gpus: usize) -> String {
-    let head = heading(gpus);
-    let starts =
-        |line: &str| line == head || line.starts_with("## 10. NCCL all-reduce: not measured");
-    let mut out = String::new();
-    let mut skipping = false;
-    let mut placed = false;
-    for line in base.lines() {
-        if line.starts_with("## ") {
-            if skipping {
-                skipping = false;
-            }
-            if starts(line) {
-                if !placed {
-                    out.push_str(section.trim_start_matches('\n'));
-                    out.push('\n');
-                    placed = true;
-                }
-                skipping = true;
-                continue;
-            }
-            if line == "## Goals" && !placed {
-                out.push_str(section.trim_start_matches('\n'));
-                out.push('\n');
-                placed = true;
-            }
-        }
-        if !skipping {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    if !placed {
-        out.push_str(section);
-    }
-    out
 }

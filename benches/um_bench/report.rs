@@ -65,7 +65,7 @@ pub(crate) fn json(info: &DeviceInfo, records: &[Record]) -> String {
     s
 }
 
-fn date() -> String {
+pub(crate) fn date() -> String {
     std::env::var("UM_BENCH_DATE").unwrap_or_else(|_| "(date not given)".to_owned())
 }
 
