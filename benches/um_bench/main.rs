@@ -247,6 +247,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether `scenario` left records (the names its records carry).
+fn ran(scenario: &str, records: &[Record]) -> bool {
+    let prefix = match scenario {
+        "transitions" => "transition",
+        "mirror" => "mirror_threads",
+        other => other,
+    };
+    records.iter().any(|r| r.scenario.starts_with(prefix))
+}
+
 /// Writes the files as they lie in the repository, so that the run's output replaces them
 /// whole: OUT/docs/performance.md, OUT/docs/performance-results.json, OUT/docs/img/*.svg.
 fn write_docs(
@@ -274,29 +284,33 @@ fn write_docs(
     md.insert_str(at, &section10);
     if let Some(base) = &opts.base {
         // This run's sections in place of the earlier page's; the rest of that page kept.
+        // The sections of the scenarios that have records (a run cut short, or a scenario that
+        // was skipped, replaces nothing).
         let mut keys: Vec<String> = SCENARIOS
             .iter()
-            .filter(|s| opts.wants(s))
+            .filter(|s| opts.wants(s) && ran(s, records))
             .filter_map(|s| splice::section_of(s))
             .map(str::to_owned)
             .collect();
-        if let Some(r) = records.iter().find(|r| r.scenario.starts_with("nccl")) {
-            keys.push(
-                nccl::heading(r.threads)
-                    .trim_start_matches("## ")
-                    .to_owned(),
-            );
+        let nccl_gpus = records
+            .iter()
+            .find(|r| r.scenario.starts_with("nccl"))
+            .map(|r| r.threads);
+        if let Some(gpus) = nccl_gpus {
+            keys.push(nccl::heading(gpus).trim_start_matches("## ").to_owned());
         }
         let named: Vec<&str> = keys
             .iter()
             .map(|k| k.split('.').next().unwrap_or(k))
             .collect();
+        let one = named.len() == 1;
         let note = format!(
-            "Section{} {} measured again on **{}**, driver CUDA {}.{}, {} (`um_bench --only {} --base`): \
-             their ratios compare figures of that run. The other sections, the goals table and the \
+            "Section{} {} measured again on **{}{}**, driver CUDA {}.{}, {} (`um_bench --only {} --base`): \
+             {} ratios compare figures of that run. The other sections, the goals table and the \
              analysis are from the run{} named above.",
-            if named.len() == 1 { "" } else { "s" },
+            if one { "" } else { "s" },
             named.join(", "),
+            nccl_gpus.map_or(String::new(), |g| format!("{g}× ")),
             ctx.info().name,
             ctx.info().driver_version.0,
             ctx.info().driver_version.1,
@@ -304,7 +318,8 @@ fn write_docs(
             opts.only
                 .as_ref()
                 .map_or("(all)".to_owned(), |o| o.join(",")),
-            if named.len() == 1 { "" } else { "s" },
+            if one { "its" } else { "their" },
+            if one { "" } else { "s" },
         );
         let old = std::fs::read_to_string(base)?;
         md = if keys.is_empty() {
@@ -436,9 +451,16 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
             save(&records)?;
         }
     }
-    println!(
-        "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
-        opts.out.display()
-    );
+    if opts.base.is_some() {
+        println!(
+            "wrote {0}/docs/performance.md (this run's sections in --base's page) and {0}/results-of-this-run.json",
+            opts.out.display()
+        );
+    } else {
+        println!(
+            "wrote {0}/docs/performance.md, {0}/docs/performance-results.json, {0}/docs/img/run_task.svg, {0}/docs/img/mirror.svg",
+            opts.out.display()
+        );
+    }
     Ok(())
 }
