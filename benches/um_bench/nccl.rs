@@ -78,12 +78,6 @@ fn bandwidth_once<M: Storage>(
         for ((send, recv), s) in bufs.into_iter().zip(streams) {
             on.push((send.attach(s)?, recv.attach(s)?));
         }
-        let bad = |what: &'static str, rc: c_int| um::Error::Nccl {
-            call: what,
-            code: rc,
-            name: "raw reference".to_owned(),
-            detail: "the raw reference of the NCCL bandwidth benchmark".to_owned(),
-        };
         let mut step = || -> um::Result<()> {
             let Some(raw) = raw else {
                 let mut g = Group::new();
@@ -92,35 +86,14 @@ fn bandwidth_once<M: Storage>(
                 }
                 return g.launch().map(drop);
             };
+            let calls = on.iter_mut().zip(streams.iter()).map(|((send, recv), s)| {
+                let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
+                (p.address() as usize, q.address() as usize, s.as_raw())
+            });
             // SAFETY: um's own blocking communicators (live, used by this thread only) and
             // buffers owned by each GPU's stream, which the all-reduce is enqueued on; `n`
             // elements each.
-            unsafe {
-                let rc = (raw.group_start)();
-                if rc != 0 {
-                    return Err(bad("ncclGroupStart", rc));
-                }
-                for ((send, recv), (s, c)) in on.iter_mut().zip(streams.iter().zip(comms)) {
-                    let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
-                    let rc = (raw.all_reduce)(
-                        p.address() as usize as *const c_void,
-                        q.address() as usize as *mut c_void,
-                        n,
-                        7,
-                        0,
-                        c.as_raw(),
-                        s.as_raw(),
-                    );
-                    if rc != 0 {
-                        return Err(bad("ncclAllReduce", rc));
-                    }
-                }
-                let rc = (raw.group_end)();
-                if rc != 0 {
-                    return Err(bad("ncclGroupEnd", rc));
-                }
-            }
-            Ok(())
+            unsafe { raw_step(raw, calls, comms, n, true) }
         };
         for _ in 0..warm {
             step()?;
@@ -198,6 +171,72 @@ impl Raw {
 }
 
 /// Steps per timed batch of the host-time measurement, and rounds.
+/// One step of the raw reference: `ncclGroupStart`, an f32 sum all-reduce of `n` elements per
+/// (send, receive, stream) with the communicator of the same index, `ncclGroupEnd`; on nonblocking communicators
+/// (`!blocking`), polled until NCCL is done with it, as um's `Group::launch` does.
+///
+/// # Safety
+/// Every communicator is live and used by this thread only; each send and receive address is
+/// device memory of at least `n` f32 that the work of its stream owns, and the stream is of the
+/// communicator's device.
+unsafe fn raw_step(
+    raw: &Raw,
+    calls: impl Iterator<Item = (usize, usize, *mut c_void)>,
+    comms: &[Comm],
+    n: usize,
+    blocking: bool,
+) -> um::Result<()> {
+    let bad = |what: &'static str, rc: c_int| um::Error::Nccl {
+        call: what,
+        code: rc,
+        name: "raw reference".to_owned(),
+        detail: "the raw reference of the NCCL benchmark".to_owned(),
+    };
+    // ncclInProgress is success for a nonblocking communicator.
+    let ok = |rc: c_int| rc == 0 || (!blocking && rc == 7);
+    // SAFETY: the caller's guarantees for the all-reduces and the polls; the group calls take
+    // no arguments.
+    unsafe {
+        let rc = (raw.group_start)();
+        if rc != 0 {
+            return Err(bad("ncclGroupStart", rc));
+        }
+        for ((send, recv, stream), comm) in calls.zip(comms) {
+            let rc = (raw.all_reduce)(
+                send as *const c_void,
+                recv as *mut c_void,
+                n,
+                7,
+                0,
+                comm.as_raw(),
+                stream,
+            );
+            if !ok(rc) {
+                return Err(bad("ncclAllReduce", rc));
+            }
+        }
+        let rc = (raw.group_end)();
+        if !ok(rc) {
+            return Err(bad("ncclGroupEnd", rc));
+        }
+        if !blocking {
+            for comm in comms {
+                let mut state: c_int = 7;
+                while state == 7 {
+                    let rc = (raw.async_error)(comm.as_raw(), &mut state);
+                    if rc != 0 {
+                        return Err(bad("ncclCommGetAsyncError", rc));
+                    }
+                }
+                if state != 0 {
+                    return Err(bad("ncclAllReduce", state));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 const BATCH: usize = 32;
 
 /// Per round, µs per step: [um, raw].
@@ -217,12 +256,6 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
         for ((send, recv), s) in bufs.into_iter().zip(streams) {
             on.push((send.attach(s)?, recv.attach(s)?));
         }
-        let bad = |what: &'static str, rc: c_int| um::Error::Nccl {
-            call: what,
-            code: rc,
-            name: "raw reference".to_owned(),
-            detail: "the raw reference of the NCCL host-time benchmark".to_owned(),
-        };
         let mut samples = Vec::with_capacity(rounds);
         for round in 0..rounds + 1 {
             let mut t = [0.0f64; 2];
@@ -237,51 +270,14 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
                         }
                         g.launch()?;
                     } else {
+                        let calls = on.iter_mut().zip(streams.iter()).map(|((send, recv), s)| {
+                            let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
+                            (p.address() as usize, q.address() as usize, s.as_raw())
+                        });
                         // SAFETY: the raw reference: um's own communicators (live, used by this
                         // thread only) and buffers owned by each GPU's stream, which the
-                        // all-reduce is enqueued on; n elements each; a nonblocking
-                        // communicator is polled until NCCL is done before the next call.
-                        unsafe {
-                            let rc = (raw.group_start)();
-                            if rc != 0 {
-                                return Err(bad("ncclGroupStart", rc));
-                            }
-                            for ((send, recv), (s, c)) in
-                                on.iter_mut().zip(streams.iter().zip(comms))
-                            {
-                                let (p, q) = (send.as_device_ptr(), recv.as_device_ptr_mut());
-                                let rc = (raw.all_reduce)(
-                                    p.address() as usize as *const c_void,
-                                    q.address() as usize as *mut c_void,
-                                    n,
-                                    7,
-                                    0,
-                                    c.as_raw(),
-                                    s.as_raw(),
-                                );
-                                if rc != 0 && rc != 7 {
-                                    return Err(bad("ncclAllReduce", rc));
-                                }
-                            }
-                            let rc = (raw.group_end)();
-                            if rc != 0 && rc != 7 {
-                                return Err(bad("ncclGroupEnd", rc));
-                            }
-                            if !blocking {
-                                for c in comms {
-                                    let mut state: c_int = 7;
-                                    while state == 7 {
-                                        let rc = (raw.async_error)(c.as_raw(), &mut state);
-                                        if rc != 0 {
-                                            return Err(bad("ncclCommGetAsyncError", rc));
-                                        }
-                                    }
-                                    if state != 0 {
-                                        return Err(bad("ncclAllReduce", state));
-                                    }
-                                }
-                            }
-                        }
+                        // all-reduce is enqueued on; n elements each.
+                        unsafe { raw_step(&raw, calls, comms, n, blocking) }?;
                     }
                 }
                 t[which] = t0.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
