@@ -1,0 +1,125 @@
+//! Red team 5, finding 2 (deadlock from safe code).
+//!
+//! `Context::wait_idle_unless_capturing` (crates/um-core/src/driver/context.rs:391-401) holds
+//! `Shared::quiet` across `cuCtxSynchronize`; so does `Shared::retire` -> `unload`
+//! (context.rs:134-157) for every dropped handle with a module. `cuCtxSynchronize` waits for
+//! the stream callbacks of the context too, and um's stream callback (`on_stream_point` ->
+//! `Completion::complete`, crates/um-core/src/reclaim/completion.rs:103-114) runs the *user's*
+//! `Waker::wake` on the driver's callback thread. A waker written in safe code (here
+//! `std::task::Wake`; in practice an executor that drops a cancelled task's future, which holds
+//! a `Context`, from `wake`) that drops the last clone of a `Context` handle with a loaded module
+//! runs `Inner::drop` -> `Shared::retire` -> `self.quiet()` on the callback thread: it blocks on
+//! the mutex the other thread holds while it waits for this very callback. Neither returns.
+//!
+//! design.md ("The waker is called on the driver's callback thread ... the driver refuses those
+//! with CUDA_ERROR_NOT_PERMITTED, and the future returns that as an Err") only considers CUDA
+//! calls made by the waker; this one blocks on a Rust mutex before making any.
+//!
+//! The first test is the path the fix added (`Blas::drop` / `Blas` moving streams take it too);
+//! the second the older one (a handle with a module dropped on the main thread). Expected on the
+//! GPU: the watchdog fires ("deadlock") in both. The GPU work before the callback is long enough
+//! (about 100 ms on an H100) that the main thread holds the lock before the callback runs.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Wake, Waker};
+use std::time::Duration;
+
+use um::kernels::testing;
+use um::{Context, Managed, StreamOptions};
+
+struct DropsAHandle(Mutex<Option<Context>>);
+
+impl Wake for DropsAHandle {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Safe code, on the driver's callback thread: no CUDA call of its own.
+        drop(self.0.lock().expect("waker state").take());
+    }
+}
+
+/// A second handle of device 0 with one module loaded (a typed launcher ran through it).
+fn handle_with_a_module() -> Context {
+    let ctx = Context::new(0).expect("device 0");
+    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut y = y.attach(s)?;
+        testing::add_scalar(s, &mut y, 1.0)?;
+        s.sync_all((y,)).map(drop)
+    })
+    .expect("load a module through it");
+    assert!(ctx.cache_stats().0 >= 1, "a module is loaded");
+    ctx
+}
+
+fn watchdog() -> mpsc::Sender<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            eprintln!("deadlock: the main thread and the callback thread wait for each other");
+            std::process::abort();
+        }
+    });
+    tx
+}
+
+fn run(then: impl FnOnce(&Context)) {
+    let done = watchdog();
+    let ctx = Context::new(0).expect("device 0");
+    let waker_state = Arc::new(DropsAHandle(Mutex::new(Some(handle_with_a_module()))));
+    let waker = Waker::from(Arc::clone(&waker_state));
+    let n = 1 << 26;
+    let x = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("alloc");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut x = x.attach(s)?;
+        for _ in 0..500 {
+            testing::add_scalar(s, &mut x, 1.0)?;
+        }
+        let mut fut = s.sync_all_async((x,));
+        // Registers the waker; the callback is already enqueued behind the 500 launches.
+        assert!(Pin::new(&mut fut).poll(&mut TaskContext::from_waker(&waker)).is_pending());
+        // While the GPU still works: takes `quiet` and waits for the callback, whose waker
+        // waits for `quiet`.
+        then(&ctx);
+        let (x,) = futures_lite_block_on(fut)?;
+        assert_eq!(x[0], 500.0);
+        Ok(())
+    })
+    .expect("the work");
+    done.send(()).ok();
+}
+
+/// A minimal executor (thread-parking), so that the test needs no other crate.
+fn futures_lite_block_on<F: Future + Unpin>(mut f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    loop {
+        if let std::task::Poll::Ready(v) = Pin::new(&mut f).poll(&mut TaskContext::from_waker(&waker)) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_waker_dropping_a_handle_while_wait_idle_unless_capturing_waits_does_not_deadlock() {
+    run(|ctx| {
+        assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
+    });
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_waker_dropping_a_handle_while_another_handle_unloads_does_not_deadlock() {
+    let other = handle_with_a_module();
+    run(move |_| drop(other)); // Shared::retire -> unload: lock held across cuCtxSynchronize
+}
