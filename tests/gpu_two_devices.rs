@@ -370,3 +370,39 @@ fn a_foreign_stream_of_another_device_is_refused() {
         })
     );
 }
+
+/// Red team 5, finding 3: the last handle of device 1 dropped inside a capture on device 0.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
+    let ctx0 = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
+    assert!(ctx0.info().concurrent_managed_access);
+    let ctx1 = Context::with_options(1, um::ContextOptions::new()).expect("device 1");
+    // A module in device 1's handle, and work that finished.
+    let y = Managed::from_slice(&ctx1, &[0.0f32; 1 << 20]).expect("alloc");
+    ctx1.with_stream(StreamOptions::new(), |s| {
+        let mut y = y.attach(s)?;
+        testing::add_scalar(s, &mut y, 1.0)?;
+        s.sync_all((y,)).map(drop)
+    })
+    .expect("device 1 work");
+    let mut last = Some(ctx1);
+    let x = Managed::from_slice(&ctx0, &[0.0f32; 256]).expect("alloc");
+    let x = ctx0
+        .with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                testing::add_scalar(cap, &mut x, 1.0)?;
+                // Inner::drop -> retire (graves) -> Shared::drop on a capturing thread: the
+                // graves and the primary context's retain are leaked, never released here
+                // (red team 5, finding 3).
+                drop(last.take());
+                Ok(((x,), ()))
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            Ok(x)
+        })
+        .expect("rule 187: nothing dropped on a capturing thread fails the capture");
+    assert!(x.iter().all(|v| *v == 1.0));
+}

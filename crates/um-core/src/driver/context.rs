@@ -81,6 +81,10 @@ struct Shared {
     raw: sys::CUcontext,
     device: sys::CUdevice,
     quiet: Mutex<Quiet>,
+    /// Modules of handles dropped inside a driver callback (a waker's drop), where `quiet` may
+    /// be held by a thread that waits for that very callback: kept here, under a lock that is
+    /// never held across a wait, until a later retire, guard or the last handle takes them.
+    deferred: Mutex<Vec<ModuleCache>>,
 }
 
 #[derive(Default)]
@@ -119,6 +123,7 @@ impl Shared {
             raw,
             device,
             quiet: Mutex::new(Quiet::default()),
+            deferred: Mutex::new(Vec::new()),
         });
         devices.push(Arc::downgrade(&shared));
         Ok(shared)
@@ -132,15 +137,34 @@ impl Shared {
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
     fn retire(&self, modules: ModuleCache) {
+        if in_driver_callback() {
+            // Another thread may hold `quiet` while it waits for the context, and so for this
+            // callback (red team 5, finding 1): never block on it here.
+            self.deferred().push(modules);
+            return;
+        }
         let mut quiet = self.quiet();
         if quiet.captures == 0 && !thread_is_capturing() {
             // With any modules an earlier drop had to leave.
-            let mut all = std::mem::take(&mut quiet.graves);
+            let mut all = self.take_graves(&mut quiet);
             all.push(modules);
             self.unload(all);
         } else {
             quiet.graves.push(modules);
         }
+    }
+
+    fn deferred(&self) -> std::sync::MutexGuard<'_, Vec<ModuleCache>> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The graves and the modules deferred by driver callbacks, taken for unloading.
+    fn take_graves(&self, quiet: &mut Quiet) -> Vec<ModuleCache> {
+        let mut all = std::mem::take(&mut quiet.graves);
+        all.append(&mut self.deferred());
+        all
     }
 
     /// Waits for the device's work, then unloads `modules`; should the context not be made
@@ -160,14 +184,27 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let graves = std::mem::take(&mut self.quiet().graves);
-        if thread_is_capturing() {
+        let quiet = self
+            .quiet
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut graves = std::mem::take(&mut quiet.graves);
+        graves.append(
+            self.deferred
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if thread_is_capturing() || in_driver_callback() {
             // The last handle of this device dropped on a thread that is capturing (on another
-            // device): the wait is refused there and would invalidate that capture. Leak.
+            // device), or inside a driver callback: the wait is refused there (and on a
+            // capturing thread it would invalidate the capture), and so would be the release
+            // of the primary context, which destroys it when um held the last retain (red team
+            // 5, finding 3). Both are leaked: the modules and one retain of the device's
+            // primary context, which stays alive until the process ends.
             std::mem::forget(graves);
-        } else {
-            self.unload(graves);
+            return;
         }
+        self.unload(graves);
         driver::primary_ctx_release(self.device);
     }
 }
@@ -181,6 +218,41 @@ thread_local! {
 /// Whether a capture of `um` is in progress on the calling thread.
 fn thread_is_capturing() -> bool {
     THREAD_CAPTURES.with(std::cell::Cell::get) > 0
+}
+
+thread_local! {
+    /// Set while this thread runs code inside one of um's driver callbacks (the user's waker,
+    /// on the driver's callback thread): no CUDA call is allowed there, and a wait for the
+    /// context would wait for the callback itself.
+    static IN_DRIVER_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is inside one of um's driver callbacks.
+fn in_driver_callback() -> bool {
+    IN_DRIVER_CALLBACK.with(std::cell::Cell::get)
+}
+
+/// Marks the calling thread as inside a driver callback until dropped (`!Send`): um's stream
+/// callback holds one while it runs the user's waker, so that a handle the waker drops neither
+/// waits nor blocks on a lock that a waiting thread holds.
+pub(crate) struct DriverCallback {
+    was: bool,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl DriverCallback {
+    pub(crate) fn enter() -> DriverCallback {
+        DriverCallback {
+            was: IN_DRIVER_CALLBACK.with(|c| c.replace(true)),
+            _thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for DriverCallback {
+    fn drop(&mut self) {
+        IN_DRIVER_CALLBACK.with(|c| c.set(self.was));
+    }
 }
 
 /// A capture of `um` in progress on a device, from before `cuStreamBeginCapture` to after
@@ -201,7 +273,7 @@ impl Drop for CaptureGuard {
         // then wait for the next drop of a handle or guard of this device, or for its last
         // handle.
         if quiet.captures == 0 && !thread_is_capturing() {
-            let graves = std::mem::take(&mut quiet.graves);
+            let graves = self.shared.take_graves(&mut quiet);
             self.shared.unload(graves);
         }
     }
@@ -384,13 +456,19 @@ impl Context {
 
     /// Waits for all work of the context, as [`wait_idle`](Context::wait_idle), unless a
     /// capture of `um` is in progress on this device (any thread) or on the calling thread (any
-    /// device): then it waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
+    /// device), or the calling thread is inside one of um's driver callbacks (a waker): then it
+    /// waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
     /// No capture of `um` can begin on the device while it waits.
     ///
     /// For the destructor of a library object whose memory the device may still use (a cuBLAS
     /// handle's workspace, say): a whole-context wait fails a capture in progress on the context,
     /// and is refused on a capturing thread. Where it returns `Ok(false)`, leak the object.
     pub fn wait_idle_unless_capturing(&self) -> Result<bool> {
+        if in_driver_callback() {
+            // Inside um's stream callback (a waker dropping a library object): no CUDA call is
+            // allowed, and the lock may be held by a thread that waits for this callback.
+            return Ok(false);
+        }
         let quiet = self.inner.shared.quiet();
         if quiet.captures > 0 || thread_is_capturing() {
             return Ok(false);

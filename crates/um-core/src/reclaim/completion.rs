@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, DriverCallback};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
@@ -57,9 +57,13 @@ unsafe extern "system" fn on_stream_point(_stream: sys::CUstream, status: i32, d
     // SAFETY: `data` is the `Arc::into_raw` of `Completion::enqueue`, whose reference the driver
     // held; it calls this exactly once, so the reference is taken back exactly once.
     let completion = unsafe { Arc::from_raw(data.cast_const().cast::<Completion>()) };
+    // The waker is the user's code, run here: a `Context` handle it drops must neither wait nor
+    // block on a lock that a thread waiting for this callback holds (red team 5, finding 1).
+    let _inside = DriverCallback::enter();
     completion.complete(status);
     // The last reference may go here: a `Completion` then holds no context and no buffer (the
     // orphans went to the reaper), so its drop makes no CUDA call either.
+    drop(completion);
 }
 
 /// Whether waits use the event thread instead of stream callbacks (the measured alternative).
