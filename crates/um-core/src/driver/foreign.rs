@@ -47,8 +47,11 @@ impl Context {
     /// * While `f` runs, work that other code enqueues on the stream touches no memory that
     ///   `um` owns, except through pointers `um` gave it
     ///   ([`Managed::as_device_ptr`](crate::Managed::as_device_ptr)), under their own contract.
-    /// * Nobody begins a stream capture (a CUDA graph) on it while `f` runs. (A stream that is
-    ///   already capturing when the call begins is refused: [`Error::InvalidForeignStream`].)
+    /// * The stream takes no part in a stream capture (a CUDA graph) while `f` runs: nobody
+    ///   begins one on it, and nobody makes it join one, as an event wait on an event recorded
+    ///   in a capturing stream does (PyTorch's `wait_stream` from a capture stream). A stream
+    ///   that is already capturing when the call begins is refused:
+    ///   [`Error::InvalidForeignStream`].
     ///
     /// Work the other library enqueued before or during `f` is ordered with `um`'s as the
     /// stream orders it; `sync` in `f` waits for all of it.
