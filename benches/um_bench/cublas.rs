@@ -504,25 +504,7 @@ pub(crate) fn section(
             "\n### 8b. Host time per call, paired in one process\n\n`Blas::gemm` against `cublasSgemm_v2` called from Rust through the same loaded library (its own handle, bound to the stream once), 64×64×64 f32 on the same stream and buffers; {rounds} rounds of {BATCH} calls per variant, the order alternating every round, the stream drained between batches. `Blas::gemm` checks the shapes and owners, makes the context current and binds its handle to the stream when it changed. Intervals are 95%.\n\n| variant | median µs per call | min µs | vs raw: median (95% CI) | vs raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
         );
         for r in &paired {
-            let (m, mean) = r
-                .paired
-                .map_or(("(reference)".to_owned(), String::new()), |p| {
-                    (
-                        format!(
-                            "{:+.3} ({:+.3} .. {:+.3})",
-                            p.median, p.median_ci.0, p.median_ci.1
-                        ),
-                        format!(
-                            "{:+.3} ({:+.3} .. {:+.3})",
-                            p.mean, p.mean_ci.0, p.mean_ci.1
-                        ),
-                    )
-                });
-            let _ = writeln!(
-                md,
-                "| {} | {:.3} | {:.3} | {m} | {mean} |",
-                r.variant, r.median, r.min
-            );
+            let _ = writeln!(md, "{}", crate::report::paired_row(r));
             if let Some(p) = r.paired {
                 goals.push((
                     "cuBLAS GEMM host time per call vs a raw cublasSgemm_v2 in one process (median of paired rounds, 95% CI): ≤ +0.5 µs".into(),

@@ -73,6 +73,29 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "**not met**" }
 }
 
+/// A row of a paired table (sections 1b and 8b): variant, median, min, then the difference to
+/// the raw reference, median and mean with their 95% intervals ("(reference)" for the raw row).
+pub(crate) fn paired_row(r: &Record) -> String {
+    let (m, mean) = r
+        .paired
+        .map_or(("(reference)".to_owned(), String::new()), |p| {
+            (
+                format!(
+                    "{:+.3} ({:+.3} .. {:+.3})",
+                    p.median, p.median_ci.0, p.median_ci.1
+                ),
+                format!(
+                    "{:+.3} ({:+.3} .. {:+.3})",
+                    p.mean, p.mean_ci.0, p.mean_ci.1
+                ),
+            )
+        });
+    format!(
+        "| {} | {:.3} | {:.3} | {m} | {mean} |",
+        r.variant, r.median, r.min
+    )
+}
+
 pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> String {
     let mut md = String::new();
     let mut goals: Vec<(String, String, bool)> = Vec::new();
@@ -128,25 +151,7 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
             "\n### 1b. The same, paired in one process\n\nEvery variant in one process, on one context and kernel, taking turns batch by batch ({rounds} rounds of 64 launches each, the order rotating every round); per round, each um variant's µs per launch minus the raw call's. The raw reference is `cuLaunchKernel` called from Rust (`cust::sys`) with the function handle looked up once. Intervals are 95%: of the median from order statistics, of the mean from its standard error.\n\n| variant | median µs per launch | min µs | vs raw: median (95% CI) | vs raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
         );
         for r in records.iter().filter(|r| r.scenario == "launch_paired") {
-            let (m, mean) = r
-                .paired
-                .map_or(("(reference)".to_owned(), String::new()), |p| {
-                    (
-                        format!(
-                            "{:+.3} ({:+.3} .. {:+.3})",
-                            p.median, p.median_ci.0, p.median_ci.1
-                        ),
-                        format!(
-                            "{:+.3} ({:+.3} .. {:+.3})",
-                            p.mean, p.mean_ci.0, p.mean_ci.1
-                        ),
-                    )
-                });
-            let _ = writeln!(
-                md,
-                "| {} | {:.3} | {:.3} | {m} | {mean} |",
-                r.variant, r.median, r.min
-            );
+            let _ = writeln!(md, "{}", crate::report::paired_row(r));
         }
         if let Some(p) = find(
             records,
