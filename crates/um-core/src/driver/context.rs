@@ -184,16 +184,8 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let quiet = self
-            .quiet
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut graves = std::mem::take(&mut quiet.graves);
-        graves.append(
-            self.deferred
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        // Uncontended: every holder of the lock holds an `Arc` of this `Shared`.
+        let graves = self.take_graves(&mut self.quiet());
         if thread_is_capturing() || in_driver_callback() {
             // The last handle of this device dropped on a thread that is capturing (on another
             // device), or inside a driver callback: the wait is refused there (and on a
