@@ -121,3 +121,133 @@ fn a_waker_dropping_a_handle_while_another_handle_unloads_does_not_deadlock() {
     let other = handle_with_a_module();
     run(move |_| drop(other)); // Shared::retire -> unload: lock held across cuCtxSynchronize
 }
+
+// ---------------------------------------------------------------------------------------------
+// Finding 2: `Blas::drop` destroyed its handle after the lock was released, so the destroy's own
+// device-wide wait could fail a capture that another thread began in between (an `Err` for a
+// closure that did nothing wrong). The destroy now runs inside
+// `Context::with_idle_unless_capturing`, before any capture can begin.
+
+/// Handles destroyed beside the captures (fewer under a sanitizer, where each call is slow).
+fn handles() -> usize {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        10
+    } else {
+        100
+    }
+}
+
+/// Captures of one launch back to back until `stop` (at most 4000); the number that failed.
+fn capture_loop(ctx: &Context, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let mut failures = 0;
+    for i in 0..4000 {
+        let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+        let r = ctx.with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                testing::add_scalar(cap, &mut x, 1.0)?;
+                Ok(((x,), ()))
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            assert!(x.iter().all(|v| *v == 1.0));
+            Ok(())
+        });
+        if let Err(e) = r {
+            failures += 1;
+            eprintln!("capture {i}: {e}");
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+    }
+    failures
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use um_cublas::{Blas, Gemm};
+    // The device as it is: captures of unified memory need concurrent managed access (rule 183).
+    let ctx = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: the device lacks concurrent managed access");
+        return;
+    }
+    let n = 64;
+    let a = Managed::from_slice(&ctx, &vec![1.0f32; n * n]).expect("alloc");
+    let c = Managed::from_slice(&ctx, &vec![0.0f32; n * n]).expect("alloc");
+    let start = std::sync::Barrier::new(2);
+    let stop = AtomicBool::new(false);
+    let failures = std::thread::scope(|t| {
+        t.spawn(|| {
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+                // Made and used before the captures start: only the destroys overlap them.
+                let blases: Vec<Blas> = (0..handles())
+                    .map(|_| {
+                        let b = Blas::new(&ctx).expect("cuBLAS");
+                        b.gemm(s, &Gemm::new(n, n, n), &a, &a, &mut c)
+                            .expect("gemm");
+                        b
+                    })
+                    .collect();
+                s.wait_idle()?;
+                start.wait();
+                for b in blases {
+                    // Destroyed under the device's capture lock, or leaked while a capture is
+                    // in progress: never a device-wide wait that a capture could meet.
+                    drop(b);
+                }
+                stop.store(true, Ordering::Relaxed);
+                let (_a, c) = s.sync_all((a, c))?;
+                assert!(c.iter().all(|v| *v == n as f32), "the gemms' result");
+                Ok(())
+            })
+            .expect("eager side");
+        });
+        start.wait();
+        capture_loop(&ctx, &stop)
+    });
+    assert_eq!(
+        failures, 0,
+        "a Blas drop on another thread failed um captures"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn inside_with_idle_unless_capturing_nothing_of_um_blocks_on_its_lock() {
+    let done = watchdog();
+    let ctx = Context::new(0).expect("device 0");
+    let other = handle_with_a_module();
+    let inner = ctx
+        .with_idle_unless_capturing(|| {
+            // A nested wait, of either kind, does not wait (this thread holds the lock).
+            assert_eq!(ctx.wait_idle_unless_capturing(), Ok(false));
+            assert_eq!(ctx.with_idle_unless_capturing(|| 1), Ok(None));
+            // A handle with a module defers its unload instead of taking the lock.
+            drop(other);
+            // A capture cannot begin here.
+            let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
+            let r = ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })?;
+                graph.sync().map(drop)
+            });
+            assert!(
+                matches!(r, Err(um::Error::CaptureRefusedHere)),
+                "a capture inside the idle section: {r:?}"
+            );
+            7
+        })
+        .expect("the wait");
+    assert_eq!(inner, Some(7), "the closure ran after the wait");
+    // Outside again: the lock is free, captures and waits work.
+    assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
+    done.send(()).ok();
+}

@@ -233,6 +233,14 @@ pub enum Error {
         /// Ordinal of the buffer's device.
         device: usize,
     },
+    /// A capture was asked to begin where `um` cannot take the device's capture lock: inside
+    /// the closure of [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing)
+    /// (which holds it), or inside um's stream callback (a waker, where no CUDA call is allowed).
+    #[error(
+        "a capture cannot begin inside Context::with_idle_unless_capturing's closure or a driver \
+         callback: the device's capture lock is held there"
+    )]
+    CaptureRefusedHere,
     /// A buffer of a capture's set did not come back from the capture closure (it was dropped
     /// inside it, or a `Vec` came back shorter): a graph that may use it cannot be made. The
     /// capture is discarded; the buffer is freed once its stream is done with it.

@@ -292,22 +292,23 @@ impl Drop for Blas {
         // Our calls may still run and use the handle's workspace. `cublasDestroy_v2` waits for
         // the device itself, but that wait fails while a capture is in progress on the context
         // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
-        // wait first, through um, which refuses to while a capture of um is in progress and
-        // holds new ones off meanwhile; where it did not wait, leak the handle (red team 4,
-        // finding 1). After the wait no kernel of this handle can still run: it is being dropped,
-        // so nothing enqueues more.
-        if !matches!(self.ctx.wait_idle_unless_capturing(), Ok(true)) {
-            return;
-        }
+        // wait first, through um, which refuses to while a capture of um is in progress, and
+        // destroy inside its idle section, before any capture of um can begin (the destroy's
+        // own wait then cannot fail one either: red team 5, finding 2). Where it did not wait,
+        // leak the handle (red team 4, finding 1). After the wait no kernel of this handle can
+        // still run: it is being dropped, so nothing enqueues more.
         let api = self.library.api();
-        // SAFETY: the handle is live and destroyed only here. It is first unbound from the last
-        // stream, which may be gone. Every call made with it has completed (the wait above), so
-        // no kernel of ours still uses its workspace when `cublasDestroy_v2` frees it. Errors
-        // are ignored: drop never panics.
-        unsafe {
-            let _ = (api.set_stream)(self.handle, ptr::null_mut());
-            let _ = (api.destroy)(self.handle);
-        }
+        let handle = self.handle;
+        let _ = self.ctx.with_idle_unless_capturing(|| {
+            // SAFETY: the handle is live and destroyed only here. It is first unbound from the
+            // last stream, which may be gone. Every call made with it has completed (the wait
+            // before this closure), so no kernel of ours still uses its workspace when
+            // `cublasDestroy_v2` frees it. Errors are ignored: drop never panics.
+            unsafe {
+                let _ = (api.set_stream)(handle, ptr::null_mut());
+                let _ = (api.destroy)(handle);
+            }
+        });
     }
 }
 

@@ -137,9 +137,11 @@ impl Shared {
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
     fn retire(&self, modules: ModuleCache) {
-        if in_driver_callback() {
+        if in_driver_callback() || in_idle_section() {
             // Another thread may hold `quiet` while it waits for the context, and so for this
-            // callback (red team 5, finding 1): never block on it here.
+            // callback (red team 5, finding 1): never block on it here. Nor inside the closure
+            // of `with_idle_unless_capturing`, which holds one device's `quiet` already: taking
+            // another's could deadlock against a thread doing the same the other way round.
             self.deferred().push(modules);
             return;
         }
@@ -224,6 +226,28 @@ fn in_driver_callback() -> bool {
     IN_DRIVER_CALLBACK.with(std::cell::Cell::get)
 }
 
+thread_local! {
+    /// Set while this thread runs the closure of [`Context::with_idle_unless_capturing`], which
+    /// holds its device's `quiet` lock: nothing there may take a `quiet` lock again.
+    static IN_IDLE_SECTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread runs the closure of [`Context::with_idle_unless_capturing`].
+fn in_idle_section() -> bool {
+    IN_IDLE_SECTION.with(std::cell::Cell::get)
+}
+
+/// Whether a capture of `um` may begin on the calling thread: not inside a driver callback (no
+/// CUDA call is allowed there, and the capture lock may be held by a thread waiting for the
+/// callback), nor inside the closure of [`Context::with_idle_unless_capturing`] (which holds
+/// the capture lock).
+pub(crate) fn may_begin_capture() -> Result<()> {
+    if in_driver_callback() || in_idle_section() {
+        return Err(Error::CaptureRefusedHere);
+    }
+    Ok(())
+}
+
 /// Marks the calling thread as inside a driver callback until dropped (`!Send`): um's stream
 /// callback holds one while it runs the user's waker, so that a handle the waker drops neither
 /// waits nor blocks on a lock that a waiting thread holds.
@@ -244,6 +268,28 @@ impl DriverCallback {
 impl Drop for DriverCallback {
     fn drop(&mut self) {
         IN_DRIVER_CALLBACK.with(|c| c.set(self.was));
+    }
+}
+
+/// Marks the calling thread as inside the closure of [`Context::with_idle_unless_capturing`]
+/// until dropped (also when the closure panics).
+struct IdleSection {
+    was: bool,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl IdleSection {
+    fn enter() -> IdleSection {
+        IdleSection {
+            was: IN_IDLE_SECTION.with(|c| c.replace(true)),
+            _thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for IdleSection {
+    fn drop(&mut self) {
+        IN_IDLE_SECTION.with(|c| c.set(self.was));
     }
 }
 
@@ -456,19 +502,40 @@ impl Context {
     /// handle's workspace, say): a whole-context wait fails a capture in progress on the context,
     /// and is refused on a capturing thread. Where it returns `Ok(false)`, leak the object.
     pub fn wait_idle_unless_capturing(&self) -> Result<bool> {
-        if in_driver_callback() {
+        self.with_idle_unless_capturing(|| ())
+            .map(|done| done.is_some())
+    }
+
+    /// Waits as [`wait_idle_unless_capturing`](Context::wait_idle_unless_capturing), then runs
+    /// `f` before any capture of `um` can begin on the device: `Ok(Some(f()))` once it waited,
+    /// `Ok(None)` (and `f` not run) where it would not wait.
+    ///
+    /// For a library call that itself waits for the whole device, such as `cublasDestroy_v2`:
+    /// made in `f`, it cannot fail a capture of `um` that another thread begins meanwhile
+    /// (red team 5, finding 2). Work that another thread enqueues while `f` runs is not waited
+    /// for, so `f` should only release what this thread's earlier work used.
+    ///
+    /// `f` runs with the device's capture lock held. Inside it, a capture of `um` cannot begin
+    /// ([`Error::CaptureRefusedHere`]), this function and `wait_idle_unless_capturing` return
+    /// `Ok(None)` and `Ok(false)` without waiting, and a `Context` handle dropped there defers
+    /// the unload of its modules: nothing `f` does through `um` blocks on that lock.
+    pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        if in_driver_callback() || in_idle_section() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is
             // allowed, and the lock may be held by a thread that waits for this callback.
-            return Ok(false);
+            // Inside an idle section, this thread holds a lock of this kind already.
+            return Ok(None);
         }
         let quiet = self.inner.shared.quiet();
         if quiet.captures > 0 || thread_is_capturing() {
-            return Ok(false);
+            return Ok(None);
         }
         self.bind()?;
         driver::ctx_synchronize()?;
+        let _section = IdleSection::enter();
+        let out = f();
         drop(quiet);
-        Ok(true)
+        Ok(Some(out))
     }
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device

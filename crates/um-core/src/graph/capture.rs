@@ -145,6 +145,8 @@ impl<'c> Scope<'c> {
         n: usize,
         buffers: &B,
     ) -> Result<Scope<'c>> {
+        // Not where the capture lock is held or may be held by a thread waiting for us.
+        crate::driver::context::may_begin_capture()?;
         let owner = stream.raw();
         if let Some(argument) = buffers
             .owners(PRIVATE)

@@ -1,0 +1,239 @@
+//! Where the NCCL benchmark's small-size gap comes from (issue 22): the C++ baseline's loop
+//! (`bench/nccl_baseline.cpp`: group of `ncclAllReduce`, one per GPU, on `cuMemAlloc` buffers
+//! and `cuStreamCreate` streams), made from Rust, with each piece of the process set up either
+//! raw or by um. Prints one JSON line per size, as the baseline does.
+//!
+//!   nccl_probe [--ctx raw|um] [--comm raw|um] [--also-nonblocking] [--sizes B1,B2,..]
+//!
+//! * `--ctx um`: `Context::new` for every GPU first (um's primary-context retain, its reaper);
+//!   otherwise only `cuDevicePrimaryCtxRetain`.
+//! * `--comm um`: `Comm::init_all` (blocking); otherwise `ncclCommInitAll`.
+//! * `--also-nonblocking`: a second, nonblocking set of um communicators held (as um_bench does).
+//!
+//! Streams and buffers are always raw, and the loop is always raw NCCL calls: the variants differ
+//! only in how the process was set up.
+
+use std::ffi::{c_int, c_void};
+use std::time::Instant;
+
+use cust::sys as cu;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn check(what: &str, rc: cu::CUresult) -> Res<()> {
+    if rc == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {rc:?}").into())
+    }
+}
+
+fn nccl_ok(what: &str, rc: c_int) -> Res<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: NCCL error {rc}").into())
+    }
+}
+
+type AllReduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+struct Nccl {
+    init_all: unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int,
+    group_start: unsafe extern "C" fn() -> c_int,
+    group_end: unsafe extern "C" fn() -> c_int,
+    all_reduce: AllReduce,
+    _lib: libloading::Library,
+}
+
+fn load() -> Res<Nccl> {
+    let path = um::nccl::nccl()?.path().to_owned();
+    // SAFETY: the library um loaded; these entry points have these prototypes (nccl.h), enums
+    // spelled c_int; `_lib` keeps the library loaded while the pointers live.
+    unsafe {
+        let lib = libloading::Library::new(&path)?;
+        Ok(Nccl {
+            init_all: *lib.get(b"ncclCommInitAll\0")?,
+            group_start: *lib.get(b"ncclGroupStart\0")?,
+            group_end: *lib.get(b"ncclGroupEnd\0")?,
+            all_reduce: *lib.get(b"ncclAllReduce\0")?,
+            _lib: lib,
+        })
+    }
+}
+
+fn iters_for(bytes: usize) -> usize {
+    ((4usize << 30) / bytes.max(1)).clamp(20, 1000)
+}
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let has = |name: &str| args.iter().any(|a| a == name);
+    let um_ctx = arg("--ctx").as_deref() == Some("um");
+    let um_comm = arg("--comm").as_deref() == Some("um");
+    let sizes: Vec<usize> = arg("--sizes")
+        .unwrap_or_else(|| "8,1048576,4194304,8388608,16777216".to_owned())
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let nccl = load()?;
+    // SAFETY: no arguments but the flags, which must be 0.
+    unsafe { check("cuInit", cu::cuInit(0))? };
+    let gpus = um::device_count()?;
+    let ctxs: Vec<um::Context> = if um_ctx {
+        (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let mut raw_ctx = vec![std::ptr::null_mut(); gpus];
+    let mut streams = vec![std::ptr::null_mut(); gpus];
+    for g in 0..gpus {
+        // SAFETY: driver calls with valid out-pointers on a live primary context, made current first.
+        unsafe {
+            let mut dev = 0;
+            check("cuDeviceGet", cu::cuDeviceGet(&mut dev, g as c_int))?;
+            check(
+                "cuDevicePrimaryCtxRetain",
+                cu::cuDevicePrimaryCtxRetain(&mut raw_ctx[g], dev),
+            )?;
+            check("cuCtxSetCurrent", cu::cuCtxSetCurrent(raw_ctx[g]))?;
+            check("cuStreamCreate", cu::cuStreamCreate(&mut streams[g], 0))?;
+        }
+    }
+    let mut raw_comms: Vec<*mut c_void> = vec![std::ptr::null_mut(); gpus];
+    let mut um_comms = Vec::new();
+    let mut _nonblocking = Vec::new();
+    if um_comm {
+        let c: Vec<um::Context> = if um_ctx {
+            ctxs.clone()
+        } else {
+            (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?
+        };
+        um_comms = um::nccl::Comm::init_all(&c, um::nccl::CommOptions::new().blocking(true))?;
+        for (r, c) in raw_comms.iter_mut().zip(&um_comms) {
+            *r = c.as_raw();
+        }
+    } else {
+        let devs: Vec<c_int> = (0..gpus as c_int).collect();
+        // SAFETY: `gpus` out-slots and device ordinals.
+        nccl_ok("ncclCommInitAll", unsafe {
+            (nccl.init_all)(raw_comms.as_mut_ptr(), gpus as c_int, devs.as_ptr())
+        })?;
+    }
+    if has("--also-nonblocking") {
+        let c: Vec<um::Context> = (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?;
+        _nonblocking = um::nccl::Comm::init_all(&c, um::nccl::CommOptions::new())?;
+    }
+    println!(
+        "{{\"setup\":\"ctx {} comm {}{}\",\"gpus\":{gpus}}}",
+        if um_ctx { "um" } else { "raw" },
+        if um_comm { "um" } else { "raw" },
+        if has("--also-nonblocking") {
+            " +nonblocking"
+        } else {
+            ""
+        }
+    );
+    for &bytes in &sizes {
+        let n = (bytes / 4).max(1);
+        let mut send = vec![0u64; gpus];
+        let mut recv = vec![0u64; gpus];
+        for g in 0..gpus {
+            // SAFETY: driver calls with valid out-pointers on a live primary context, made current first.
+            unsafe {
+                check("cuCtxSetCurrent", cu::cuCtxSetCurrent(raw_ctx[g]))?;
+                check("cuMemAlloc", cu::cuMemAlloc_v2(&mut send[g], n * 4))?;
+                check("cuMemAlloc", cu::cuMemAlloc_v2(&mut recv[g], n * 4))?;
+                check(
+                    "cuMemsetD32",
+                    cu::cuMemsetD32_v2(send[g], 1.0f32.to_bits(), n),
+                )?;
+            }
+        }
+        let step = || -> Res<()> {
+            // SAFETY: live communicators of this thread; `n` f32 per buffer, of each stream's
+            // device; group start matched by group end.
+            unsafe {
+                nccl_ok("ncclGroupStart", (nccl.group_start)())?;
+                for g in 0..gpus {
+                    nccl_ok(
+                        "ncclAllReduce",
+                        (nccl.all_reduce)(
+                            send[g] as *const c_void,
+                            recv[g] as *mut c_void,
+                            n,
+                            7,
+                            0,
+                            raw_comms[g],
+                            streams[g].cast(),
+                        ),
+                    )?;
+                }
+                nccl_ok("ncclGroupEnd", (nccl.group_end)())
+            }
+        };
+        let drain = || -> Res<()> {
+            for g in 0..gpus {
+                // SAFETY: driver calls with valid out-pointers on a live primary context, made current first.
+                unsafe {
+                    check("cuCtxSetCurrent", cu::cuCtxSetCurrent(raw_ctx[g]))?;
+                    check("cuStreamSynchronize", cu::cuStreamSynchronize(streams[g]))?;
+                }
+            }
+            Ok(())
+        };
+        let k = iters_for(n * 4);
+        for _ in 0..(k / 10).max(3) {
+            step()?;
+        }
+        drain()?;
+        let t0 = Instant::now();
+        for _ in 0..k {
+            step()?;
+        }
+        drain()?;
+        let us = t0.elapsed().as_secs_f64() * 1e6 / k as f64;
+        let algbw = (n * 4) as f64 / (us * 1e-6) / 1e9;
+        let busbw = algbw * 2.0 * (gpus as f64 - 1.0) / gpus as f64;
+        let mut check_v = 0f32;
+        // SAFETY: driver calls with valid out-pointers on a live primary context, made current first.
+        unsafe {
+            check("cuCtxSetCurrent", cu::cuCtxSetCurrent(raw_ctx[0]))?;
+            check(
+                "cuMemcpyDtoH",
+                cu::cuMemcpyDtoH_v2(
+                    (&mut check_v as *mut f32).cast(),
+                    recv[0] + (n as u64 - 1) * 4,
+                    4,
+                ),
+            )?;
+        }
+        println!(
+            "{{\"bytes\":{},\"iters\":{k},\"time_us\":{us:.3},\"busbw\":{busbw:.3},\"check\":{check_v}}}",
+            n * 4
+        );
+        for g in 0..gpus {
+            // SAFETY: driver calls with valid out-pointers on a live primary context, made current first.
+            unsafe {
+                check("cuCtxSetCurrent", cu::cuCtxSetCurrent(raw_ctx[g]))?;
+                check("cuMemFree", cu::cuMemFree_v2(send[g]))?;
+                check("cuMemFree", cu::cuMemFree_v2(recv[g]))?;
+            }
+        }
+    }
+    drop(um_comms);
+    Ok(())
+}
