@@ -147,6 +147,18 @@ fn main() -> Res<()> {
             ""
         }
     );
+    if let Some(mode) = arg("--um") {
+        // um's streams (and um's buffers, and um's Group): what um_bench measures.
+        let c: Vec<um::Context> = (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?;
+        for &bytes in &sizes {
+            let us = um_streams(&c, &mode, &nccl, &raw_comms, &um_comms, bytes)?;
+            let busbw = bytes as f64 / (us * 1e-6) / 1e9 * 2.0 * (gpus as f64 - 1.0) / gpus as f64;
+            println!(
+                "{{\"bytes\":{bytes},\"um\":\"{mode}\",\"time_us\":{us:.3},\"busbw\":{busbw:.3}}}"
+            );
+        }
+        return Ok(());
+    }
     for &bytes in &sizes {
         let n = (bytes / 4).max(1);
         let mut send = vec![0u64; gpus];
@@ -236,4 +248,109 @@ fn main() -> Res<()> {
     }
     drop(um_comms);
     Ok(())
+}
+
+/// µs per step on um's streams: `mode` "streams" (raw `cuMemAlloc` buffers, raw calls),
+/// "mirrors" (um's mirrors attached, raw calls on their device halves) or "group" (um's `Group`
+/// on the mirrors, which needs `--comm um`).
+fn um_streams(
+    ctxs: &[um::Context],
+    mode: &str,
+    nccl: &Nccl,
+    raw_comms: &[*mut c_void],
+    um_comms: &[um::nccl::Comm],
+    bytes: usize,
+) -> Res<f64> {
+    use um::{Managed, StreamOptions};
+    let n = (bytes / 4).max(1);
+    let k = iters_for(n * 4);
+    let mut raw_bufs = Vec::new();
+    for ctx in ctxs {
+        ctx.make_current()?;
+        let (mut a, mut b) = (0u64, 0u64);
+        // SAFETY: out-pointers; the context is current.
+        unsafe {
+            check("cuMemAlloc", cu::cuMemAlloc_v2(&mut a, n * 4))?;
+            check("cuMemAlloc", cu::cuMemAlloc_v2(&mut b, n * 4))?;
+        }
+        raw_bufs.push((a, b));
+    }
+    let mut mirrors = Vec::new();
+    for ctx in ctxs {
+        mirrors.push((
+            Managed::from_fn_mirrored(ctx, n, |_| 1.0f32)?,
+            Managed::from_fn_mirrored(ctx, n, |_| 0.0f32)?,
+        ));
+    }
+    let us = um::Context::with_stream_set_across(ctxs, StreamOptions::new(), |streams| {
+        let mut on = Vec::new();
+        for ((a, b), s) in mirrors.into_iter().zip(streams) {
+            on.push((a.attach(s)?, b.attach(s)?));
+        }
+        let mut step = || -> Res<()> {
+            if mode == "group" {
+                let mut g = um::nccl::Group::new();
+                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(um_comms) {
+                    g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
+                }
+                g.launch()?;
+                return Ok(());
+            }
+            // SAFETY: live blocking communicators of this thread; `n` f32 per buffer, of each
+            // stream's device, owned by that stream; group start matched by group end.
+            unsafe {
+                nccl_ok("ncclGroupStart", (nccl.group_start)())?;
+                for (g, ((a, b), s)) in on.iter_mut().zip(streams).enumerate() {
+                    let (p, q) = if mode == "mirrors" {
+                        (a.as_device_ptr().address(), b.as_device_ptr_mut().address())
+                    } else {
+                        raw_bufs[g]
+                    };
+                    nccl_ok(
+                        "ncclAllReduce",
+                        (nccl.all_reduce)(
+                            p as *const c_void,
+                            q as *mut c_void,
+                            n,
+                            7,
+                            0,
+                            raw_comms[g],
+                            s.as_raw(),
+                        ),
+                    )?;
+                }
+                nccl_ok("ncclGroupEnd", (nccl.group_end)())
+            }
+        };
+        let run = |step: &mut dyn FnMut() -> Res<()>, times: usize| -> Res<()> {
+            for _ in 0..times {
+                step()?;
+            }
+            for s in streams {
+                s.wait_idle()?;
+            }
+            Ok(())
+        };
+        run(&mut step, (k / 10).max(3)).map_err(|e| um::Error::Bootstrap {
+            reason: e.to_string(),
+        })?;
+        let t0 = Instant::now();
+        run(&mut step, k).map_err(|e| um::Error::Bootstrap {
+            reason: e.to_string(),
+        })?;
+        let us = t0.elapsed().as_secs_f64() * 1e6 / k as f64;
+        for ((a, b), s) in on.into_iter().zip(streams) {
+            s.sync_all((a, b))?;
+        }
+        Ok(us)
+    })?;
+    for (ctx, (a, b)) in ctxs.iter().zip(raw_bufs) {
+        ctx.make_current()?;
+        // SAFETY: buffers of this context, every stream drained.
+        unsafe {
+            check("cuMemFree", cu::cuMemFree_v2(a))?;
+            check("cuMemFree", cu::cuMemFree_v2(b))?;
+        }
+    }
+    Ok(us)
 }
