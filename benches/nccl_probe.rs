@@ -133,6 +133,19 @@ fn main() -> Res<()> {
             (nccl.init_all)(raw_comms.as_mut_ptr(), gpus as c_int, devs.as_ptr())
         })?;
     }
+    if let Some(what) = arg("--touch") {
+        // One all-reduce on the blocking um communicators, on unified or coherent memory,
+        // before anything is measured (um_bench does so at its first size).
+        let c: Vec<um::Context> = (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?;
+        match what.as_str() {
+            "unified" => once_on(&c, &um_comms, |c| um::Managed::zeroed_slice(c, 256))?,
+            "coherent" => once_on(&c, &um_comms, |c| {
+                um::Managed::zeroed_slice_coherent(c, 256)
+            })?,
+            other => return Err(format!("--touch {other}: unified or coherent").into()),
+        }
+        println!("{{\"touched\":\"{what}\"}}");
+    }
     if has("--also-nonblocking") {
         let c: Vec<um::Context> = (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?;
         _nonblocking = um::nccl::Comm::init_all(&c, um::nccl::CommOptions::new())?;
@@ -369,13 +382,23 @@ fn um_streams(
 
 /// One grouped all-reduce of 1 KiB per GPU on `comms`, um's mirrors and streams.
 fn um_streams_once(ctxs: &[um::Context], comms: &[um::nccl::Comm]) -> Res<()> {
-    use um::{Managed, StreamOptions};
+    once_on(ctxs, comms, |c| {
+        um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, 256)
+    })
+}
+
+type Alloc<M> = fn(&um::Context) -> um::Result<um::Managed<[f32], um::HostOwned, M>>;
+
+/// One grouped all-reduce of 1 KiB per GPU on `comms`, buffers from `alloc`, um's streams.
+fn once_on<M: um::Storage>(
+    ctxs: &[um::Context],
+    comms: &[um::nccl::Comm],
+    alloc: Alloc<M>,
+) -> Res<()> {
+    use um::StreamOptions;
     let mut bufs = Vec::new();
     for ctx in ctxs {
-        bufs.push((
-            Managed::from_fn_mirrored(ctx, 256, |_| 1.0f32)?,
-            Managed::from_fn_mirrored(ctx, 256, |_| 0.0f32)?,
-        ));
+        bufs.push((alloc(ctx)?, alloc(ctx)?));
     }
     um::Context::with_stream_set_across(ctxs, StreamOptions::new(), |streams| {
         let mut on = Vec::new();

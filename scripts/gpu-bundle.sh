@@ -55,7 +55,7 @@ for line in sys.stdin:
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
 strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
-cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/notes.md "$out/bench/"
+cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/memcheck_cross_device.cu bench/notes.md "$out/bench/"
 # The page of the last full run, for `bench.sh OUT --only ... --base bench/performance.md`.
 cp docs/performance.md "$out/bench/performance.md"
 cp scripts/gpu-bench.sh "$out/bench.sh"

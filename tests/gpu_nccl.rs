@@ -329,7 +329,7 @@ fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
 
 #[test]
 #[ignore = "needs two CUDA devices"]
-fn ranks_of_one_process_must_call_the_same_sizes() {
+fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() {
     let _serial = serial();
     let ctxs = devices();
     let options = CommOptions::new().timeout(Duration::from_secs(20));
