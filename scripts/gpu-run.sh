@@ -38,7 +38,9 @@
 #                       tables, then bench/reliability-notes.md), rewritten after every part, so a
 #                       run cut short keeps what it did. --parts runs only those parts;
 #                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
-#                       split across calls) and runs the others.
+#                       split across calls) and runs the others. UM_SANITIZE_ONLY="tests/x
+#                       examples/y" limits the sanitizer parts to those programs (the part's
+#                       line says so).
 #
 # The two-GPU programs (tests/gpu_two_devices, tests/gpu_nccl, examples/data_parallel) run only
 # where nvidia-smi lists two or more GPUs ("skipped" elsewhere), under the sanitizers too
@@ -252,6 +254,10 @@ sanitize() {
   # follows child processes), and their summaries count.
   for prog in tests/gpu_* examples/*; do
     case "$prog" in tests/gpu_faults) continue ;; esac
+    # UM_SANITIZE_ONLY="tests/a examples/b": those programs only (a part run again for them).
+    if [ -n "${UM_SANITIZE_ONLY:-}" ]; then
+      case " $UM_SANITIZE_ONLY " in *" $prog "*) ;; *) continue ;; esac
+    fi
     case "$prog" in tests/gpu_two_devices | tests/gpu_nccl | examples/data_parallel) [ "${gpus:-0}" -ge 2 ] || continue ;; esac
     local line note=""
     if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
@@ -411,7 +417,7 @@ if [ "${1:-}" = "--all" ]; then
     if [[ "$part" == *check ]]; then
       ok=$(grep -c ': clean' "$body")
       bad=$(grep -c ': ERRORS' "$body")
-      echo "== part $part: $ok programs clean, $bad with errors (${secs}s)" >>"$verdict"
+      echo "== part $part: $ok programs clean, $bad with errors${UM_SANITIZE_ONLY:+, only $UM_SANITIZE_ONLY} (${secs}s)" >>"$verdict"
     else
       ok=$(awk '/^test .*passed/ {p += $3} /^example .* runs passed/ {p += $3} END {print p + 0}' "$body")
       bad=$(awk '/^test .*failed/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i} /^example .* runs passed/ {f += $5 - $3} END {print f + 0}' "$body")

@@ -329,95 +329,119 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
         .collect::<Vec<_>>()
         .join(",");
     let mut stopped = [false; VARIANTS.len()];
-    for round in 0..rounds {
-        // The order rotates each round: C++ first, then um; then um first.
-        for part in 0..2 {
-            if (round + part) % 2 == 0 {
-                if let Some(exe) = cpp_exe {
-                    let out = std::process::Command::new(exe)
-                        .args(["allreduce", "--sizes", &list, "--gpus", &count.to_string()])
-                        .env("NCCL_NVLS_ENABLE", "0")
-                        .output()?;
-                    if !out.status.success() {
-                        return Err(format!(
-                            "{} failed: {}",
-                            exe.display(),
-                            String::from_utf8_lossy(&out.stderr)
-                        )
-                        .into());
-                    }
-                    for line in String::from_utf8_lossy(&out.stdout).lines() {
-                        if cpp::field(line, "skipped").is_some() {
-                            continue;
+    let mut host = Vec::new();
+    // Two phases: every device-resident variant first (with the C++ baseline and the host
+    // times), unified memory last. One collective on unified memory slows every later
+    // collective of the process about 9x at small sizes, on any memory (measured with
+    // bench/nccl_probe --touch unified, 2x H200, 2026-11-22): measured in one loop, it made the
+    // device-resident variants look 0.1x of C++ up to 4 MiB.
+    for phase in 0..2 {
+        for round in 0..rounds {
+            // The order rotates each round: C++ first, then um; then um first.
+            for part in 0..2 {
+                if (round + part) % 2 == 0 {
+                    if let Some(exe) = cpp_exe.filter(|_| phase == 0) {
+                        let out = std::process::Command::new(exe)
+                            .args(["allreduce", "--sizes", &list, "--gpus", &count.to_string()])
+                            .env("NCCL_NVLS_ENABLE", "0")
+                            .output()?;
+                        if !out.status.success() {
+                            return Err(format!(
+                                "{} failed: {}",
+                                exe.display(),
+                                String::from_utf8_lossy(&out.stderr)
+                            )
+                            .into());
                         }
-                        let bytes = cpp::number(line, "bytes")? as usize;
-                        if let Some(i) = sizes.iter().position(|s| *s == bytes) {
-                            cpp_t[i].push(cpp::number(line, "time_us")? * 1e-6);
+                        for line in String::from_utf8_lossy(&out.stdout).lines() {
+                            if cpp::field(line, "skipped").is_some() {
+                                continue;
+                            }
+                            let bytes = cpp::number(line, "bytes")? as usize;
+                            if let Some(i) = sizes.iter().position(|s| *s == bytes) {
+                                cpp_t[i].push(cpp::number(line, "time_us")? * 1e-6);
+                            }
                         }
                     }
-                }
-            } else {
-                for (i, &bytes) in sizes.iter().enumerate() {
-                    if !fits(&ctxs, bytes)? {
-                        if round == 0 {
-                            println!("nccl: skipping {bytes} B: more than half the free memory");
-                        }
-                        continue;
-                    }
-                    let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
-                    let mirror: Alloc<um::Mirror> =
-                        |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
-                    let coherent: Alloc<um::Coherent> = |c, n| Managed::zeroed_slice_coherent(c, n);
-                    let od = Transfer::OnDemand;
-                    um_t[0][i].push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?);
-                    match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
-                        Ok(t) => um_t[1][i].push(t),
-                        Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
-                        Err(_) => {}
-                    }
-                    // Unified memory may migrate between GPUs when a peer's kernel reads it
-                    // (NCCL's direct pointers within a process): a variant whose step took more
-                    // than 20 times the mirror's at the previous size stops there.
-                    for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
-                        let slow = i > 0
-                            && um_t[v][i - 1]
-                                .last()
-                                .zip(um_t[0][i - 1].last())
-                                .is_some_and(|(u, m)| *u > 20.0 * *m);
-                        if slow || stopped[v] {
-                            if !stopped[v] {
+                } else {
+                    for (i, &bytes) in sizes.iter().enumerate() {
+                        if !fits(&ctxs, bytes)? {
+                            if round == 0 {
                                 println!(
-                                    "nccl: {} stops at {bytes} B: more than 20x the mirror's time",
-                                    VARIANTS[v]
+                                    "nccl: skipping {bytes} B: more than half the free memory"
                                 );
-                                stopped[v] = true;
                             }
                             continue;
                         }
-                        um_t[v][i].push(bandwidth_once(
-                            &ctxs, &blocking, bytes, unified, transfer, None,
-                        )?);
+                        let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
+                        let mirror: Alloc<um::Mirror> =
+                            |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
+                        let coherent: Alloc<um::Coherent> =
+                            |c, n| Managed::zeroed_slice_coherent(c, n);
+                        let od = Transfer::OnDemand;
+                        if phase == 0 {
+                            um_t[0][i]
+                                .push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?);
+                            match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
+                                Ok(t) => um_t[1][i].push(t),
+                                Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
+                                Err(_) => {}
+                            }
+                            um_t[4][i].push(bandwidth_once(
+                                &ctxs,
+                                &nonblocking,
+                                bytes,
+                                mirror,
+                                od,
+                                None,
+                            )?);
+                            um_t[5][i].push(bandwidth_once(
+                                &ctxs,
+                                &blocking,
+                                bytes,
+                                mirror,
+                                od,
+                                Some(&raw),
+                            )?);
+                            continue;
+                        }
+                        // Unified memory may migrate between GPUs when a peer's kernel reads it
+                        // (NCCL's direct pointers within a process): a variant whose step took more
+                        // than 20 times the mirror's at the previous size stops there.
+                        for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
+                            let slow = i > 0
+                                && um_t[v][i - 1]
+                                    .last()
+                                    .zip(um_t[0][i - 1].last())
+                                    .is_some_and(|(u, m)| *u > 20.0 * *m);
+                            if slow || stopped[v] {
+                                if !stopped[v] {
+                                    println!(
+                                        "nccl: {} stops at {bytes} B: more than 20x the mirror's time",
+                                        VARIANTS[v]
+                                    );
+                                    stopped[v] = true;
+                                }
+                                continue;
+                            }
+                            um_t[v][i].push(bandwidth_once(
+                                &ctxs, &blocking, bytes, unified, transfer, None,
+                            )?);
+                        }
                     }
-                    um_t[4][i].push(bandwidth_once(
-                        &ctxs,
-                        &nonblocking,
-                        bytes,
-                        mirror,
-                        od,
-                        None,
-                    )?);
-                    um_t[5][i].push(bandwidth_once(
-                        &ctxs,
-                        &blocking,
-                        bytes,
-                        mirror,
-                        od,
-                        Some(&raw),
-                    )?);
                 }
             }
+            println!(
+                "nccl: phase {} round {} of {rounds} done",
+                phase + 1,
+                round + 1
+            );
         }
-        println!("nccl: round {} of {rounds} done", round + 1);
+        if phase == 0 {
+            for comms in [&blocking, &nonblocking] {
+                host.push(host_time_paired(&ctxs, comms, 200)?);
+            }
+        }
     }
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
@@ -450,8 +474,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
             }
         }
     }
-    for (comms, mode) in [(&blocking, "blocking"), (&nonblocking, "nonblocking")] {
-        let samples = host_time_paired(&ctxs, comms, 200)?;
+    for (samples, mode) in host.into_iter().zip(["blocking", "nonblocking"]) {
         for (k, imp) in ["um", "raw"].iter().enumerate() {
             let own: Vec<f64> = samples.iter().map(|t| t[k]).collect();
             let s = stats(&own);
@@ -520,7 +543,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. Unified memory is measured last, after every other row and the host times: one collective on unified memory slows every later collective of the process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
         heading(gpus)
     );
     let _ = write!(md, "| size | C++ |");
