@@ -8,10 +8,17 @@
 //! * `--ctx um`: `Context::new` for every GPU first (um's primary-context retain, its reaper);
 //!   otherwise only `cuDevicePrimaryCtxRetain`.
 //! * `--comm um`: `Comm::init_all` (blocking); otherwise `ncclCommInitAll`.
-//! * `--also-nonblocking`: a second, nonblocking set of um communicators held (as um_bench does).
+//! * `--also-nonblocking`: a second, nonblocking set of um communicators held (as um_bench does);
+//!   `--use-nonblocking N` also runs N grouped all-reduces on them first.
+//! * `--touch unified|coherent|managed-only`: one all-reduce on that storage through the blocking
+//!   um communicators before anything is measured (`managed-only`: unified memory used by a
+//!   kernel, not by NCCL). `--touch unified` is what slows every later collective about 9x at
+//!   small sizes (2x H200, 2026-11-22).
+//! * `--um streams|mirrors|group`: the loop on um's streams, with raw buffers, um's mirrors, or
+//!   um's `Group` (with `--comm um`).
 //!
-//! Streams and buffers are always raw, and the loop is always raw NCCL calls: the variants differ
-//! only in how the process was set up.
+//! Without `--um`, streams and buffers are raw and the loop is raw NCCL calls: the variants
+//! differ only in how the process was set up.
 
 use std::ffi::{c_int, c_void};
 use std::time::Instant;
@@ -142,7 +149,21 @@ fn main() -> Res<()> {
             "coherent" => once_on(&c, &um_comms, |c| {
                 um::Managed::zeroed_slice_coherent(c, 256)
             })?,
-            other => return Err(format!("--touch {other}: unified or coherent").into()),
+            "managed-only" => {
+                // Unified memory used by a kernel of each GPU, never by NCCL: whether the
+                // slowdown comes with managed memory itself or with NCCL's use of it.
+                for ctx in &c {
+                    let x = um::Managed::<[f32]>::zeroed_slice(ctx, 256)?;
+                    ctx.with_stream(um::StreamOptions::new(), |s| {
+                        let mut x = x.attach(s)?;
+                        um::kernels::testing::add_scalar(s, &mut x, 1.0)?;
+                        s.sync_all((x,)).map(drop)
+                    })?;
+                }
+            }
+            other => {
+                return Err(format!("--touch {other}: unified, coherent or managed-only").into());
+            }
         }
         println!("{{\"touched\":\"{what}\"}}");
     }
