@@ -218,18 +218,18 @@ fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() 
 
 #[test]
 #[ignore = "needs a CUDA device"]
-fn inside_with_idle_unless_capturing_nothing_of_um_blocks_on_its_lock() {
+fn inside_with_idle_unless_capturing_um_works_and_a_capture_is_refused() {
     let done = watchdog();
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();
     let inner = ctx
         .with_idle_unless_capturing(|| {
-            // A nested wait, of either kind, does not wait (this thread holds the lock).
-            assert_eq!(ctx.wait_idle_unless_capturing(), Ok(false));
-            assert_eq!(ctx.with_idle_unless_capturing(|| 1), Ok(None));
-            // A handle with a module defers its unload instead of taking the lock.
+            // Nested waits wait (no lock is held while the closure runs).
+            assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
+            assert_eq!(ctx.with_idle_unless_capturing(|| 1), Ok(Some(1)));
+            // A handle with a module unloads it as anywhere else.
             drop(other);
-            // A capture cannot begin here.
+            // A capture cannot begin here: it would wait for this closure.
             let x = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
             let r = ctx.with_stream(StreamOptions::new(), |s| {
                 let x = x.attach(s)?;
@@ -247,7 +247,7 @@ fn inside_with_idle_unless_capturing_nothing_of_um_blocks_on_its_lock() {
         })
         .expect("the wait");
     assert_eq!(inner, Some(7), "the closure ran after the wait");
-    // Outside again: the lock is free, captures and waits work.
+    // Outside again: captures and waits work.
     assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
     done.send(()).ok();
 }

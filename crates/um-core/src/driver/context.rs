@@ -85,12 +85,17 @@ struct Shared {
     /// be held by a thread that waits for that very callback: kept here, under a lock that is
     /// never held across a wait, until a later retire, guard or the last handle takes them.
     deferred: Mutex<Vec<ModuleCache>>,
+    /// Signalled when `Quiet::idle` drops to 0: captures waiting to begin go on.
+    idle_done: std::sync::Condvar,
 }
 
 #[derive(Default)]
 struct Quiet {
     /// Captures of `um` in progress on the device, on any thread and through any handle.
     captures: usize,
+    /// Idle sections in progress on the device ([`Context::with_idle_unless_capturing`]): while
+    /// one is, no capture of `um` begins (a capture waits for them, outside the lock).
+    idle: usize,
     /// Modules of dropped handles, unloaded once `captures` is 0.
     graves: Vec<ModuleCache>,
 }
@@ -124,6 +129,7 @@ impl Shared {
             device,
             quiet: Mutex::new(Quiet::default()),
             deferred: Mutex::new(Vec::new()),
+            idle_done: std::sync::Condvar::new(),
         });
         devices.push(Arc::downgrade(&shared));
         Ok(shared)
@@ -137,11 +143,9 @@ impl Shared {
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
     fn retire(&self, modules: ModuleCache) {
-        if in_driver_callback() || in_idle_section() {
+        if in_driver_callback() {
             // Another thread may hold `quiet` while it waits for the context, and so for this
-            // callback (red team 5, finding 1): never block on it here. Nor inside the closure
-            // of `with_idle_unless_capturing`, which holds one device's `quiet` already: taking
-            // another's could deadlock against a thread doing the same the other way round.
+            // callback (red team 5, finding 1): never block on it here.
             self.deferred().push(modules);
             return;
         }
@@ -227,20 +231,21 @@ fn in_driver_callback() -> bool {
 }
 
 thread_local! {
-    /// Set while this thread runs the closure of [`Context::with_idle_unless_capturing`], which
-    /// holds its device's `quiet` lock: nothing there may take a `quiet` lock again.
+    /// Set while this thread runs the closure of [`Context::with_idle_unless_capturing`]: a
+    /// capture begun there would wait for that closure.
     static IN_IDLE_SECTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether the calling thread runs the closure of [`Context::with_idle_unless_capturing`].
+/// Whether the calling thread runs the closure of [`Context::with_idle_unless_capturing`] (on
+/// any device).
 fn in_idle_section() -> bool {
     IN_IDLE_SECTION.with(std::cell::Cell::get)
 }
 
 /// Whether a capture of `um` may begin on the calling thread: not inside a driver callback (no
 /// CUDA call is allowed there, and the capture lock may be held by a thread waiting for the
-/// callback), nor inside the closure of [`Context::with_idle_unless_capturing`] (which holds
-/// the capture lock).
+/// callback), nor inside the closure of [`Context::with_idle_unless_capturing`] (the capture
+/// would wait for that closure to return).
 pub(crate) fn may_begin_capture() -> Result<()> {
     if in_driver_callback() || in_idle_section() {
         return Err(Error::CaptureRefusedHere);
@@ -271,8 +276,25 @@ impl Drop for DriverCallback {
     }
 }
 
+/// One idle section of a device, from before its wait until its closure returned: releases
+/// the captures waiting to begin when the last one ends (also on an error or a panic).
+struct IdleHold<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for IdleHold<'_> {
+    fn drop(&mut self) {
+        let mut quiet = self.shared.quiet();
+        quiet.idle = quiet.idle.saturating_sub(1);
+        if quiet.idle == 0 {
+            self.shared.idle_done.notify_all();
+        }
+    }
+}
+
 /// Marks the calling thread as inside the closure of [`Context::with_idle_unless_capturing`]
-/// until dropped (also when the closure panics).
+/// until dropped (also when the closure panics): a capture begun there would wait for the
+/// section itself.
 struct IdleSection {
     was: bool,
     _thread: std::marker::PhantomData<*const ()>,
@@ -484,7 +506,17 @@ impl Context {
     /// it before `cuStreamBeginCapture`, drop it after `cuStreamEndCapture`.
     pub(crate) fn capture_guard(&self) -> CaptureGuard {
         let shared = Arc::clone(&self.inner.shared);
-        shared.quiet().captures += 1;
+        let mut quiet = shared.quiet();
+        // Not while an idle section of another thread runs (its closure may make a call that
+        // waits for the whole device); this thread is in none (`may_begin_capture`).
+        while quiet.idle > 0 {
+            quiet = shared
+                .idle_done
+                .wait(quiet)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        quiet.captures += 1;
+        drop(quiet);
         THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
         CaptureGuard {
             shared,
@@ -496,46 +528,60 @@ impl Context {
     /// capture of `um` is in progress on this device (any thread) or on the calling thread (any
     /// device), or the calling thread is inside one of um's driver callbacks (a waker): then it
     /// waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
-    /// No capture of `um` can begin on the device while it waits.
+    /// No capture of `um` can begin on the device while it waits. Inside the closure of
+    /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) it waits as anywhere
+    /// else.
     ///
     /// For the destructor of a library object whose memory the device may still use (a cuBLAS
     /// handle's workspace, say): a whole-context wait fails a capture in progress on the context,
-    /// and is refused on a capturing thread. Where it returns `Ok(false)`, leak the object.
+    /// and is refused on a capturing thread. Where it returns `Ok(false)`, leak the object. If
+    /// the destructor itself waits for the device, call it inside
+    /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) instead.
     pub fn wait_idle_unless_capturing(&self) -> Result<bool> {
         self.with_idle_unless_capturing(|| ())
             .map(|done| done.is_some())
     }
 
     /// Waits as [`wait_idle_unless_capturing`](Context::wait_idle_unless_capturing), then runs
-    /// `f` before any capture of `um` can begin on the device: `Ok(Some(f()))` once it waited,
-    /// `Ok(None)` (and `f` not run) where it would not wait.
+    /// `f`, and no capture of `um` begins on the device from before the wait until `f` has
+    /// returned: `Ok(Some(f()))` once it waited; `Ok(None)`, and `f` not run, where it would not
+    /// wait (a capture of `um` in progress on the device or on this thread, or inside a driver
+    /// callback); `Err`, and `f` not run, when the wait fails.
     ///
     /// For a library call that itself waits for the whole device, such as `cublasDestroy_v2`:
     /// made in `f`, it cannot fail a capture of `um` that another thread begins meanwhile
     /// (red team 5, finding 2). Work that another thread enqueues while `f` runs is not waited
     /// for, so `f` should only release what this thread's earlier work used.
     ///
-    /// `f` runs with the device's capture lock held. Inside it, a capture of `um` cannot begin
-    /// ([`Error::CaptureRefusedHere`]), this function and `wait_idle_unless_capturing` return
-    /// `Ok(None)` and `Ok(false)` without waiting, and a `Context` handle dropped there defers
-    /// the unload of its modules: nothing `f` does through `um` blocks on that lock.
+    /// No lock is held while `f` runs: `f` may use `um` freely, drop handles and buffers, wait,
+    /// nest this call, and wait for other threads that do the same. The context is current when
+    /// `f` begins; `um` makes the context it needs current before each of its own calls, so code
+    /// in `f` that calls another library after a call of `um` makes its context current first. A capture of `um` that
+    /// another thread begins on the device waits until `f` returns, and one begun inside `f`
+    /// is refused ([`Error::CaptureRefusedHere`]). So **`f` must not wait for another thread
+    /// that begins a capture of `um` on this device**: that thread waits for `f`, which
+    /// deadlocks.
     pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
-        if in_driver_callback() || in_idle_section() {
+        if in_driver_callback() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is
-            // allowed, and the lock may be held by a thread that waits for this callback.
-            // Inside an idle section, this thread holds a lock of this kind already.
+            // allowed, and a thread may wait for this callback.
             return Ok(None);
         }
-        let quiet = self.inner.shared.quiet();
-        if quiet.captures > 0 || thread_is_capturing() {
-            return Ok(None);
+        let shared = &self.inner.shared;
+        {
+            let mut quiet = shared.quiet();
+            if quiet.captures > 0 || thread_is_capturing() {
+                return Ok(None);
+            }
+            // From here no capture begins until the hold is dropped (after `f`, or on an
+            // error or a panic).
+            quiet.idle += 1;
         }
+        let _hold = IdleHold { shared };
+        let _section = IdleSection::enter();
         self.bind()?;
         driver::ctx_synchronize()?;
-        let _section = IdleSection::enter();
-        let out = f();
-        drop(quiet);
-        Ok(Some(out))
+        Ok(Some(f()))
     }
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device

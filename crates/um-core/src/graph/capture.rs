@@ -59,7 +59,10 @@ impl<'s, K: Eager> Stream<'s, K> {
     ///
     /// Refused before the capture begins: a buffer of another stream of a stream set
     /// ([`Error::StreamMismatch`]), and unified memory on a device without concurrent managed
-    /// access ([`Error::GraphNeedsConcurrentManagedAccess`]). On any `Err`, the buffers are
+    /// access ([`Error::GraphNeedsConcurrentManagedAccess`]), and a capture begun inside the
+    /// closure of [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing)
+    /// ([`Error::CaptureRefusedHere`]). While another thread runs such a closure on the device,
+    /// the capture waits for it to return before it begins. On any `Err`, the buffers are
     /// dropped (freed once this stream is done with them).
     ///
     /// ```no_run
