@@ -13,12 +13,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Wake, Waker};
 use std::time::Duration;
 
 use um::kernels::testing;
+
+mod common;
+use common::{capture_once, handle_with_a_module, watchdog};
 use um::{Context, Managed, StreamOptions};
 
 struct DropsAHandle(Mutex<Option<Context>>);
@@ -33,33 +35,8 @@ impl Wake for DropsAHandle {
     }
 }
 
-/// A second handle of device 0 with one module loaded (a typed launcher ran through it).
-fn handle_with_a_module() -> Context {
-    let ctx = Context::new(0).expect("device 0");
-    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
-    ctx.with_stream(StreamOptions::new(), |s| {
-        let mut y = y.attach(s)?;
-        testing::add_scalar(s, &mut y, 1.0)?;
-        s.sync_all((y,)).map(drop)
-    })
-    .expect("load a module through it");
-    assert!(ctx.cache_stats().0 >= 1, "a module is loaded");
-    ctx
-}
-
-fn watchdog() -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            eprintln!("deadlock: the main thread and the callback thread wait for each other");
-            std::process::abort();
-        }
-    });
-    tx
-}
-
 fn run(then: impl FnOnce(&Context)) {
-    let done = watchdog();
+    let done = watchdog("the main thread and the callback thread wait for each other");
     let ctx = Context::new(0).expect("device 0");
     let waker_state = Arc::new(DropsAHandle(Mutex::new(Some(handle_with_a_module()))));
     let waker = Waker::from(Arc::clone(&waker_state));
@@ -141,19 +118,7 @@ fn handles() -> usize {
 fn capture_loop(ctx: &Context, stop: &std::sync::atomic::AtomicBool) -> usize {
     let mut failures = 0;
     for i in 0..4000 {
-        let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
-        let r = ctx.with_stream(StreamOptions::new(), |s| {
-            let x = x.attach(s)?;
-            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
-                testing::add_scalar(cap, &mut x, 1.0)?;
-                Ok(((x,), ()))
-            })?;
-            graph.launch(s)?;
-            let (x,) = graph.sync()?;
-            assert!(x.iter().all(|v| *v == 1.0));
-            Ok(())
-        });
-        if let Err(e) = r {
+        if let Err(e) = capture_once(ctx) {
             failures += 1;
             eprintln!("capture {i}: {e}");
         }
@@ -219,7 +184,7 @@ fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn inside_with_idle_unless_capturing_um_works_and_a_capture_is_refused() {
-    let done = watchdog();
+    let done = watchdog("the main thread and the callback thread wait for each other");
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();
     let inner = ctx

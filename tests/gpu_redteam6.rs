@@ -9,26 +9,15 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc;
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use um::kernels::testing;
+
+mod common;
+use common::{capture_once, handle_with_a_module, watchdog};
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Error, Gemm};
-
-fn watchdog() -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            eprintln!(
-                "deadlock: the idle section waits for a thread that waits for its lock (red team 6, finding 1)"
-            );
-            std::process::abort();
-        }
-    });
-    tx
-}
 
 /// A `Blas` that has run one GEMM on a stream of `ctx` (its workspace in use once).
 fn used_blas(ctx: &Context) -> Blas {
@@ -46,33 +35,6 @@ fn used_blas(ctx: &Context) -> Blas {
     blas
 }
 
-/// A second handle of device 0 with one module loaded.
-fn handle_with_a_module() -> Context {
-    let ctx = Context::new(0).expect("device 0");
-    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
-    ctx.with_stream(StreamOptions::new(), |s| {
-        let mut y = y.attach(s)?;
-        testing::add_scalar(s, &mut y, 1.0)?;
-        s.sync_all((y,)).map(drop)
-    })
-    .expect("load a module through it");
-    assert!(ctx.cache_stats().0 >= 1, "a module is loaded");
-    ctx
-}
-
-fn capture_once(ctx: &Context) -> um::Result<()> {
-    let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
-    ctx.with_stream(StreamOptions::new(), |s| {
-        let x = x.attach(s)?;
-        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
-            testing::add_scalar(cap, &mut x, 1.0)?;
-            Ok(((x,), ()))
-        })?;
-        graph.launch(s)?;
-        graph.sync().map(drop)
-    })
-}
-
 fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
     std::pin::Pin::new(fut).poll(&mut TaskContext::from_waker(Waker::noop()))
 }
@@ -80,7 +42,7 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let blas = used_blas(&ctx);
     let r = ctx.with_idle_unless_capturing(move || {
@@ -97,7 +59,7 @@ fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_handle_with_a_module_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();
     let r = ctx.with_idle_unless_capturing(move || {
@@ -116,7 +78,7 @@ fn a_handle_with_a_module_dropped_on_a_thread_the_idle_section_joins_does_not_de
 fn two_workers_meeting_at_a_barrier_inside_the_idle_section_do_not_deadlock() {
     // The shape of a worker pool's orderly shutdown: every worker drops its own `Blas`, then
     // all meet; one of them meets the others from inside an idle section of the same device.
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let (b1, b2) = (used_blas(&ctx), used_blas(&ctx));
     let meet = std::sync::Barrier::new(2);
@@ -140,7 +102,7 @@ fn two_workers_meeting_at_a_barrier_inside_the_idle_section_do_not_deadlock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn reap_pending_inside_the_idle_section_does_not_deadlock() {
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     {
         // A handle of its own: its module cache gets `spin_then_add`'s module, and after this
@@ -253,7 +215,7 @@ fn a_blas_dropped_inside_the_idle_section_of_its_device_is_destroyed_not_leaked(
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_panic_in_the_idle_section_restores_the_thread_and_the_lock() {
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
         ctx.with_idle_unless_capturing(|| panic!("inside the idle section"))
@@ -307,7 +269,7 @@ fn inside_a_capture_the_section_does_not_run_its_closure() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_closure_not_run_is_dropped_after_the_lock() {
-    let done = watchdog();
+    let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     if !ctx.info().concurrent_managed_access {
         return;

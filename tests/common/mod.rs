@@ -210,3 +210,50 @@ pub fn run_in_child(test: &str) -> String {
     );
     text
 }
+
+/// A second handle of device 0 with one module loaded (a typed launcher ran through it).
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn handle_with_a_module() -> Context {
+    use um::{Managed, StreamOptions};
+    let ctx = Context::new(0).expect("device 0");
+    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut y = y.attach(s)?;
+        um::kernels::testing::add_scalar(s, &mut y, 1.0)?;
+        s.sync_all((y,)).map(drop)
+    })
+    .expect("load a module through it");
+    assert!(ctx.cache_stats().0 >= 1, "a module is loaded");
+    ctx
+}
+
+/// Aborts the process, saying `what`, unless the returned sender is sent to (or dropped after
+/// a send) within 60 s: a deadlock test fails instead of hanging.
+pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+            eprintln!("deadlock: {what}");
+            std::process::abort();
+        }
+    });
+    tx
+}
+
+/// One capture of one launch (`x += 1` on 256 zeros) on a fresh stream of `ctx`, replayed
+/// once and checked.
+pub fn capture_once(ctx: &Context) -> um::Result<()> {
+    use um::{Managed, StreamOptions};
+    let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            um::kernels::testing::add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        assert!(x.iter().all(|v| *v == 1.0));
+        Ok(())
+    })
+}
