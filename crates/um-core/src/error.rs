@@ -233,12 +233,14 @@ pub enum Error {
         /// Ordinal of the buffer's device.
         device: usize,
     },
-    /// A capture was asked to begin where `um` cannot take the device's capture lock: inside
-    /// the closure of [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing)
-    /// (which holds it), or inside um's stream callback (a waker, where no CUDA call is allowed).
+    /// A capture was asked to begin where it could wait for itself: inside the closure of
+    /// [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing) for
+    /// the same device (a capture waits for those closures to return), inside um's stream
+    /// callback (a waker, where no CUDA call is allowed), or on um's event thread (it runs
+    /// wakers that such a closure may wait for).
     #[error(
-        "a capture cannot begin inside Context::with_idle_unless_capturing's closure or a driver \
-         callback: the device's capture lock is held there"
+        "a capture cannot begin inside Context::with_idle_unless_capturing's closure for its \
+         device, inside a driver callback or on um's event thread: it would wait for itself"
     )]
     CaptureRefusedHere,
     /// A buffer of a capture's set did not come back from the capture closure (it was dropped

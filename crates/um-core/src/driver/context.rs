@@ -96,6 +96,8 @@ struct Quiet {
     /// Idle sections in progress on the device ([`Context::with_idle_unless_capturing`]): while
     /// one is, no capture of `um` begins (a capture waits for them, outside the lock).
     idle: usize,
+    /// Captures waiting for the idle sections to end: while one is, no new section begins.
+    waiting: usize,
     /// Modules of dropped handles, unloaded once `captures` is 0.
     graves: Vec<ModuleCache>,
 }
@@ -231,26 +233,39 @@ fn in_driver_callback() -> bool {
 }
 
 thread_local! {
-    /// Set while this thread runs the closure of [`Context::with_idle_unless_capturing`]: a
-    /// capture begun there would wait for that closure.
-    static IN_IDLE_SECTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The devices (their `Shared`, by address) of the idle sections whose closures this thread
+    /// runs ([`Context::with_idle_unless_capturing`]), innermost last: a capture of one of
+    /// them begun here would wait for that closure.
+    static IDLE_SECTIONS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Set on um's event thread (`reclaim/completion.rs`), which runs wakers: a capture begun
+    /// there could wait for an idle section whose closure waits for that very thread.
+    static NO_CAPTURE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether the calling thread runs the closure of [`Context::with_idle_unless_capturing`] (on
-/// any device).
-fn in_idle_section() -> bool {
-    IN_IDLE_SECTION.with(std::cell::Cell::get)
+/// Whether the calling thread runs the closure of an idle section of the device of `shared`.
+fn in_idle_section_of(shared: &Shared) -> bool {
+    let me = std::ptr::from_ref(shared) as usize;
+    IDLE_SECTIONS.with(|v| v.borrow().contains(&me))
 }
 
-/// Whether a capture of `um` may begin on the calling thread: not inside a driver callback (no
-/// CUDA call is allowed there, and the capture lock may be held by a thread waiting for the
-/// callback), nor inside the closure of [`Context::with_idle_unless_capturing`] (the capture
-/// would wait for that closure to return).
-pub(crate) fn may_begin_capture() -> Result<()> {
-    if in_driver_callback() || in_idle_section() {
+/// Whether a capture of `um` may begin on the calling thread on `ctx`'s device: not inside a
+/// driver callback (no CUDA call is allowed there, and the capture lock may be held by a thread
+/// waiting for the callback), nor on um's event thread (it runs wakers, which a closure of an
+/// idle section may wait for), nor inside the closure of an idle section of that device
+/// ([`Context::with_idle_unless_capturing`]: the capture would wait for that closure).
+pub(crate) fn may_begin_capture(ctx: &Context) -> Result<()> {
+    if in_driver_callback()
+        || NO_CAPTURE_HERE.with(std::cell::Cell::get)
+        || in_idle_section_of(&ctx.inner.shared)
+    {
         return Err(Error::CaptureRefusedHere);
     }
     Ok(())
+}
+
+/// Marks the calling thread (um's event thread) as one where no capture of `um` may begin.
+pub(crate) fn refuse_captures_on_this_thread() {
+    NO_CAPTURE_HERE.with(|c| c.set(true));
 }
 
 /// Marks the calling thread as inside a driver callback until dropped (`!Send`): um's stream
@@ -292,18 +307,18 @@ impl Drop for IdleHold<'_> {
     }
 }
 
-/// Marks the calling thread as inside the closure of [`Context::with_idle_unless_capturing`]
-/// until dropped (also when the closure panics): a capture begun there would wait for the
-/// section itself.
+/// Marks the calling thread as inside the closure of an idle section of one device until
+/// dropped (also when the closure panics): a capture of that device begun there would wait for
+/// the section itself, and a nested section of that device may begin while a capture waits.
 struct IdleSection {
-    was: bool,
     _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl IdleSection {
-    fn enter() -> IdleSection {
+    fn enter(shared: &Shared) -> IdleSection {
+        let me = std::ptr::from_ref(shared) as usize;
+        IDLE_SECTIONS.with(|v| v.borrow_mut().push(me));
         IdleSection {
-            was: IN_IDLE_SECTION.with(|c| c.replace(true)),
             _thread: std::marker::PhantomData,
         }
     }
@@ -311,7 +326,10 @@ impl IdleSection {
 
 impl Drop for IdleSection {
     fn drop(&mut self) {
-        IN_IDLE_SECTION.with(|c| c.set(self.was));
+        // Sections end in the reverse order they began (each is a scope on this thread).
+        IDLE_SECTIONS.with(|v| {
+            v.borrow_mut().pop();
+        });
     }
 }
 
@@ -508,12 +526,19 @@ impl Context {
         let shared = Arc::clone(&self.inner.shared);
         let mut quiet = shared.quiet();
         // Not while an idle section of another thread runs (its closure may make a call that
-        // waits for the whole device); this thread is in none (`may_begin_capture`).
-        while quiet.idle > 0 {
-            quiet = shared
-                .idle_done
-                .wait(quiet)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // waits for the whole device); this thread is in none of this device
+        // (`may_begin_capture`). While it waits, no new section of the device begins (but a
+        // nested one of a thread already in one), so it waits for the sections in progress only
+        // (red team 7, finding 1).
+        if quiet.idle > 0 {
+            quiet.waiting += 1;
+            while quiet.idle > 0 {
+                quiet = shared
+                    .idle_done
+                    .wait(quiet)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            quiet.waiting -= 1;
         }
         quiet.captures += 1;
         drop(quiet);
@@ -553,14 +578,20 @@ impl Context {
     /// (red team 5, finding 2). Work that another thread enqueues while `f` runs is not waited
     /// for, so `f` should only release what this thread's earlier work used.
     ///
+    /// It also returns `Ok(None)` while a capture of `um` waits to begin on the device (unless
+    /// this thread is already inside such a closure of the device): a capture waits only for
+    /// the closures in progress when it asked, never for a stream of new ones.
+    ///
     /// No lock is held while `f` runs: `f` may use `um` freely, drop handles and buffers, wait,
     /// nest this call, and wait for other threads that do the same. The context is current when
     /// `f` begins; `um` makes the context it needs current before each of its own calls, so code
-    /// in `f` that calls another library after a call of `um` makes its context current first. A capture of `um` that
-    /// another thread begins on the device waits until `f` returns, and one begun inside `f`
-    /// is refused ([`Error::CaptureRefusedHere`]). So **`f` must not wait for another thread
-    /// that begins a capture of `um` on this device**: that thread waits for `f`, which
-    /// deadlocks.
+    /// in `f` that calls another library after a call of `um` makes its context current first.
+    /// A capture of `um` that another thread begins on the device waits until every such
+    /// closure in progress on the device has returned, and one begun inside `f` on this device
+    /// is refused ([`Error::CaptureRefusedHere`]): the thread is marked for the device, and work
+    /// that an executor or a pool runs on this thread inside `f` carries the mark too. So **`f`
+    /// must not wait for a thread that begins a capture of `um` on this device**, directly or
+    /// through a lock, a pool or a chain of threads: that thread waits for `f`, a deadlock.
     pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
         if in_driver_callback() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is
@@ -573,12 +604,18 @@ impl Context {
             if quiet.captures > 0 || thread_is_capturing() {
                 return Ok(None);
             }
+            // A capture waits for the sections in progress: no new one begins meanwhile, or
+            // sections of several threads could keep it waiting for ever (red team 7, finding
+            // 1). A nested one of this thread does: the capture waits for its outer anyway.
+            if quiet.waiting > 0 && !in_idle_section_of(shared) {
+                return Ok(None);
+            }
             // From here no capture begins until the hold is dropped (after `f`, or on an
             // error or a panic).
             quiet.idle += 1;
         }
         let _hold = IdleHold { shared };
-        let _section = IdleSection::enter();
+        let _section = IdleSection::enter(shared);
         self.bind()?;
         driver::ctx_synchronize()?;
         Ok(Some(f()))

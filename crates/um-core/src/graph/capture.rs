@@ -61,8 +61,9 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// ([`Error::StreamMismatch`]), and unified memory on a device without concurrent managed
     /// access ([`Error::GraphNeedsConcurrentManagedAccess`]), and a capture begun inside the
     /// closure of [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing)
-    /// ([`Error::CaptureRefusedHere`]). While another thread runs such a closure on the device,
-    /// the capture waits for it to return before it begins. On any `Err`, the buffers are
+    /// ([`Error::CaptureRefusedHere`]; also inside a driver callback or on um's event thread).
+    /// While other threads run such closures on the device, the capture waits for those in
+    /// progress to return before it begins (no new one begins meanwhile). On any `Err`, the buffers are
     /// dropped (freed once this stream is done with them).
     ///
     /// ```no_run
@@ -148,8 +149,9 @@ impl<'c> Scope<'c> {
         n: usize,
         buffers: &B,
     ) -> Result<Scope<'c>> {
-        // Not where the capture lock is held or may be held by a thread waiting for us.
-        crate::driver::context::may_begin_capture()?;
+        // Not inside an idle section of this device (the capture would wait for it), a driver
+        // callback or um's event thread.
+        crate::driver::context::may_begin_capture(stream.context())?;
         let owner = stream.raw();
         if let Some(argument) = buffers
             .owners(PRIVATE)
@@ -170,6 +172,9 @@ impl<'c> Scope<'c> {
         }
         let ids: Vec<u64> = streams.iter().map(|s| s.raw().id).collect();
         let guard = Some(ctx.capture_guard());
+        // The guard may have waited for other threads' idle sections, during which the stream
+        // may have been poisoned: check again (rule 188; red team 7, finding 3).
+        stream.check_not_poisoned()?;
         let mut scope = Scope {
             streams,
             ids,

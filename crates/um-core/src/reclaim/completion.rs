@@ -234,6 +234,9 @@ mod event_thread {
     }
 
     fn run() {
+        // This thread runs wakers: a capture begun here could wait for an idle section whose
+        // closure waits for a future that this thread completes (red team 7, finding 2).
+        crate::driver::context::refuse_captures_on_this_thread();
         loop {
             let wait = {
                 let mut q = lock(&QUEUE);

@@ -1,0 +1,297 @@
+//! Red team 7 (docs/redteam7.md): the second version of `Context::with_idle_unless_capturing`,
+//! which holds no lock while its closure runs and makes a capture wait for the device's idle
+//! sections. Found: a capture starved by idle sections that kept beginning on other threads
+//! (finding 1); a waker on um's event thread beginning a capture that waits for an idle section
+//! whose closure waits for that thread (finding 2); a capture that began on a stream poisoned
+//! while it waited (finding 3). Now a waiting capture holds new sections off (they return
+//! `Ok(None)`), no capture begins on the event thread, and the poison mark is checked again
+//! after the wait. Every test here is bounded by a watchdog or by a deadline of its own, not by
+//! the machine's speed.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use um::kernels::testing;
+use um::{Context, Managed, Poisoner, StreamOptions};
+use um_cublas::{Blas, Gemm};
+
+mod common;
+use common::{capture_once, watchdog};
+
+/// One test at a time: one of them switches um's waits to the event thread, process-wide.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long the load of the starvation tests lasts at most: a starved capture begins only
+/// after it, a capture that is not starved long before it.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn two_threads_taking_turns_in_idle_sections_do_not_starve_a_capture() {
+    let _serial = serial();
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    let turns = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let sections = AtomicU64::new(0);
+    let (before_deadline, latency) = std::thread::scope(|t| {
+        for _ in 0..2 {
+            t.spawn(|| {
+                let start = Instant::now();
+                while !stop.load(Ordering::SeqCst) && start.elapsed() < DEADLINE {
+                    let ran = ctx
+                        .with_idle_unless_capturing(|| {
+                            sections.fetch_add(1, Ordering::SeqCst);
+                            let mine = turns.fetch_add(1, Ordering::SeqCst) + 1;
+                            // Stay in the section until the other thread has entered its own
+                            // (or has been refused one), at most 50 ms.
+                            let start = Instant::now();
+                            while turns.load(Ordering::SeqCst) == mine
+                                && start.elapsed() < Duration::from_millis(50)
+                                && !stop.load(Ordering::SeqCst)
+                            {
+                                std::thread::yield_now();
+                            }
+                        })
+                        .expect("the wait");
+                    if ran.is_none() {
+                        // Refused (a capture waits or runs): let the partner go on.
+                        turns.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100)); // the turns have begun
+        let began = Instant::now();
+        capture_once(&ctx).expect("the capture");
+        let latency = began.elapsed();
+        let before_deadline = !stop.swap(true, Ordering::SeqCst) && latency < DEADLINE;
+        (before_deadline, latency)
+    });
+    println!(
+        "capture latency beside two turn-taking idle sections: {latency:?} ({} sections)",
+        sections.load(Ordering::SeqCst)
+    );
+    assert!(
+        before_deadline,
+        "the capture began only once the idle sections stopped (starved, {latency:?})"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture() {
+    let _serial = serial();
+    // Each worker's `Blas` alternates between two streams, so each GEMM begins with an idle
+    // section (`Blas::enter` -> `wait_idle_unless_capturing`) whose wait covers the other
+    // workers' GEMMs: the sections of 4 workers overlap. While a capture waits or runs, a move
+    // is refused (`CaptureInProgress`) and the worker tries again.
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    let n = if std::env::var_os("UM_SANITIZE").is_some() {
+        64
+    } else {
+        512
+    };
+    let stop = AtomicBool::new(false);
+    let refused = AtomicU64::new(0);
+    let (captures, in_time) = std::thread::scope(|t| {
+        for _ in 0..4 {
+            t.spawn(|| {
+                let start = Instant::now();
+                let blas = Blas::new(&ctx).expect("cuBLAS");
+                ctx.with_stream_set(2, StreamOptions::new(), |s| {
+                    let buf = |v: f32, i: usize| {
+                        Managed::from_slice(&ctx, &vec![v; n * n]).and_then(|b| b.attach(&s[i]))
+                    };
+                    let (a0, mut c0) = (buf(1.0, 0)?, buf(0.0, 0)?);
+                    let (a1, mut c1) = (buf(1.0, 1)?, buf(0.0, 1)?);
+                    let g = Gemm::new(n, n, n);
+                    while !stop.load(Ordering::SeqCst) && start.elapsed() < DEADLINE {
+                        for (a, c, st) in [(&a0, &mut c0, &s[0]), (&a1, &mut c1, &s[1])] {
+                            match blas.gemm(st, &g, a, a, c) {
+                                Ok(()) => {}
+                                Err(um_cublas::Error::CaptureInProgress) => {
+                                    refused.fetch_add(1, Ordering::SeqCst);
+                                    std::thread::yield_now();
+                                }
+                                Err(e) => panic!("gemm: {e}"),
+                            }
+                        }
+                    }
+                    s[0].sync_all((a0, c0))?;
+                    s[1].sync_all((a1, c1)).map(drop)
+                })
+                .expect("the worker");
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        let mut captures = 0;
+        while captures < 20 && start.elapsed() < DEADLINE {
+            capture_once(&ctx).expect("the capture");
+            captures += 1;
+        }
+        let in_time = !stop.swap(true, Ordering::SeqCst) && start.elapsed() < DEADLINE;
+        (captures, in_time)
+    });
+    println!(
+        "20 captures beside 4 workers moving their Blas: {captures} done; {} moves refused meanwhile",
+        refused.load(Ordering::SeqCst)
+    );
+    assert!(
+        in_time && captures == 20,
+        "the captures did not get through the workers' idle sections before the deadline"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_that_waited_for_an_idle_section_does_not_begin_on_a_stream_poisoned_meanwhile() {
+    let _serial = serial();
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let (poisoner_tx, poisoner_rx) = mpsc::channel::<Poisoner>();
+    let (inside_tx, inside_rx) = mpsc::channel::<()>();
+    let ctx = &ctx;
+    let outcome = std::thread::scope(|t| {
+        t.spawn(move || {
+            let poisoner = poisoner_rx.recv().expect("the poisoner");
+            let r = ctx.with_idle_unless_capturing(|| {
+                inside_tx.send(()).expect("signal");
+                // The capture checks the mark, then waits for this section (if it is slower
+                // than this, it finds the mark set at its first check: the same Err).
+                std::thread::sleep(Duration::from_millis(300));
+                poisoner.poison(); // an abort elsewhere: the stream's work was abandoned
+            });
+            assert_eq!(r, Ok(Some(())));
+        });
+        ctx.with_stream(StreamOptions::new(), |s| {
+            poisoner_tx.send(s.poisoner()).expect("send");
+            inside_rx.recv().expect("the section runs");
+            let x = x.attach(s)?;
+            let r = s
+                .capture((x,), |cap, (mut x,)| {
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })
+                .map(drop);
+            assert!(s.is_poisoned(), "poisoned while the capture waited");
+            Ok(r)
+        })
+        .expect("the stream")
+    });
+    assert_eq!(
+        outcome,
+        Err(um::Error::StreamPoisoned),
+        "the capture began on a stream poisoned while it waited for the idle section"
+    );
+}
+
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = TaskContext::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = std::pin::Pin::new(&mut fut).poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+/// A waker that runs its task inline, and the task begins a capture.
+struct CapturingWaker {
+    ctx: Context,
+    result: Mutex<Option<um::Result<()>>>,
+}
+
+impl Wake for CapturingWaker {
+    fn wake(self: Arc<Self>) {
+        let r = capture_once(&self.ctx);
+        *self
+            .result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits_for() {
+    let _serial = serial();
+    let done = watchdog("a capture on the event thread and an idle section waiting for it");
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    um::use_event_thread_for_waits(true);
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
+    let other = Managed::<[f32]>::zeroed_slice(&ctx, 256).expect("alloc");
+    let waker = Arc::new(CapturingWaker {
+        ctx: ctx.clone(),
+        result: Mutex::new(None),
+    });
+    let section = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            let mut busy = busy.attach(&s[0])?;
+            testing::spin_then_add(&s[0], &mut busy, 1.0, 300_000_000)?;
+            // First in the event thread's queue: completes after the spin, and its waker
+            // begins a capture there.
+            let mut first = s[0].sync_all_async((busy,));
+            let w = Waker::from(Arc::clone(&waker));
+            assert!(
+                std::pin::Pin::new(&mut first)
+                    .poll(&mut TaskContext::from_waker(&w))
+                    .is_pending(),
+                "the spin holds the stream"
+            );
+            // Second in the queue: the event thread reaches it only after the first.
+            let other = other.attach(&s[1])?;
+            let second = s[1].sync_all_async((other,));
+            let section = ctx.with_idle_unless_capturing(|| block_on(second).map(drop));
+            let first = block_on(first).map(drop);
+            Ok((section, first))
+        })
+        .expect("the streams");
+    um::use_event_thread_for_waits(false);
+    assert!(matches!(section.0, Ok(Some(Ok(())))), "{:?}", section.0);
+    assert_eq!(section.1, Ok(()));
+    let captured = waker
+        .result
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    assert!(
+        matches!(captured, Some(Err(um::Error::CaptureRefusedHere))),
+        "the waker's capture on the event thread: {captured:?}"
+    );
+    done.send(()).ok();
+}
