@@ -551,8 +551,10 @@ impl Context {
 
     /// Waits for all work of the context, as [`wait_idle`](Context::wait_idle), unless a
     /// capture of `um` is in progress on this device (any thread) or on the calling thread (any
-    /// device), or the calling thread is inside one of um's driver callbacks (a waker): then it
-    /// waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
+    /// device), or the calling thread is inside one of um's driver callbacks (a waker), or a
+    /// capture of `um` waits to begin on the device (and this thread is in no
+    /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) closure of it): then
+    /// it waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
     /// No capture of `um` can begin on the device while it waits. Inside the closure of
     /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) it waits as anywhere
     /// else.
