@@ -7,6 +7,9 @@
 use um::kernels::testing;
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions};
 
+mod common;
+use common::{capture_once, watchdog};
+
 fn two_contexts() -> (Context, Context) {
     let a = Context::new(0).expect("device 0");
     let b = Context::new(1).expect("this test needs two CUDA devices");
@@ -405,4 +408,47 @@ fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
         })
         .expect("rule 187: nothing dropped on a capturing thread fails the capture");
     assert!(x.iter().all(|v| *v == 1.0));
+}
+
+/// Red team 8, finding 2: thread A inside an idle section of device 0 begins a capture of
+/// device 1 while thread B, inside one of device 1, begins a capture of device 0. Each capture
+/// waited for the other thread's section, whose closure waited for that capture: a deadlock.
+/// Now a capture that would wait for idle sections while its own thread is in one is refused.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn captures_begun_crosswise_inside_idle_sections_of_two_devices_do_not_deadlock() {
+    let (d0, d1) = two_contexts();
+    if !d0.info().concurrent_managed_access || !d1.info().concurrent_managed_access {
+        println!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    let done = watchdog("captures begun crosswise inside idle sections of two devices");
+    let ok = |r: &um::Result<Option<um::Result<()>>>| {
+        matches!(
+            r,
+            Ok(Some(Ok(()) | Err(Error::CaptureRefusedHere))) | Ok(None)
+        )
+    };
+    let (a, b) = std::thread::scope(|t| {
+        let a = t.spawn(|| {
+            d0.with_idle_unless_capturing(|| {
+                // Long enough for B to be inside its section of device 1.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                capture_once(&d1)
+            })
+        });
+        let b = t.spawn(|| {
+            d1.with_idle_unless_capturing(|| {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                capture_once(&d0)
+            })
+        });
+        (a.join().expect("thread A"), b.join().expect("thread B"))
+    });
+    done.send(()).ok();
+    println!("A (section 0, capture 1): {a:?}; B (section 1, capture 0): {b:?}");
+    assert!(ok(&a) && ok(&b), "{a:?} {b:?}");
+    // Outside the sections, both devices capture again.
+    capture_once(&d0).expect("a capture of device 0");
+    capture_once(&d1).expect("a capture of device 1");
 }

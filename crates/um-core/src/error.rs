@@ -235,12 +235,14 @@ pub enum Error {
     },
     /// A capture was asked to begin where it could wait for itself: inside the closure of
     /// [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing) for
-    /// the same device (a capture waits for those closures to return), inside um's stream
-    /// callback (a waker, where no CUDA call is allowed), or on um's event thread (it runs
-    /// wakers that such a closure may wait for).
+    /// the same device (a capture waits for those closures to return), inside such a closure of
+    /// another device while closures of the capture's device are open (two threads doing that
+    /// crosswise would wait for each other), inside um's stream callback (a waker, where no
+    /// CUDA call is allowed), or on um's event thread (it runs wakers that such a closure may
+    /// wait for).
     #[error(
-        "a capture cannot begin inside Context::with_idle_unless_capturing's closure for its \
-         device, inside a driver callback or on um's event thread: it would wait for itself"
+        "a capture cannot begin inside a Context::with_idle_unless_capturing closure that it \
+         would wait for, inside a driver callback or on um's event thread: it would wait for itself"
     )]
     CaptureRefusedHere,
     /// A buffer of a capture's set did not come back from the capture closure (it was dropped

@@ -292,7 +292,8 @@ impl Drop for Blas {
         // Our calls may still run and use the handle's workspace. `cublasDestroy_v2` waits for
         // the device itself, but that wait fails while a capture is in progress on the context
         // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
-        // wait first, through um, which refuses to while a capture of um is in progress, and
+        // wait first, through um, which refuses to while a capture of um is in progress or
+        // waits to begin, and
         // destroy inside its idle section, before any capture of um can begin (the destroy's
         // own wait then cannot fail one either: red team 5, finding 2). Where it did not wait,
         // leak the handle (red team 4, finding 1). After the wait no kernel of this handle can

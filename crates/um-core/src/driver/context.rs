@@ -232,11 +232,19 @@ fn in_driver_callback() -> bool {
     IN_DRIVER_CALLBACK.with(std::cell::Cell::get)
 }
 
+/// How deeply idle sections may nest on one thread (a deeper one is refused with `Ok(None)`).
+const MAX_NESTED_SECTIONS: usize = 16;
+
 thread_local! {
     /// The devices (their `Shared`, by address) of the idle sections whose closures this thread
-    /// runs ([`Context::with_idle_unless_capturing`]), innermost last: a capture of one of
-    /// them begun here would wait for that closure.
-    static IDLE_SECTIONS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// runs ([`Context::with_idle_unless_capturing`]), outermost first, `IDLE_DEPTH` of them: a
+    /// capture of one of them begun here would wait for that closure. Plain `Cell`s, with no
+    /// destructor: a thread-local destructor of the user's (a `Blas` kept in a `thread_local!`)
+    /// may open a section while the thread exits, after any thread-local with a destructor is
+    /// gone (red team 8, finding 1).
+    static IDLE_SECTIONS: [std::cell::Cell<usize>; MAX_NESTED_SECTIONS] =
+        const { [const { std::cell::Cell::new(0) }; MAX_NESTED_SECTIONS] };
+    static IDLE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Set on um's event thread (`reclaim/completion.rs`), which runs wakers: a capture begun
     /// there could wait for an idle section whose closure waits for that very thread.
     static NO_CAPTURE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -245,7 +253,13 @@ thread_local! {
 /// Whether the calling thread runs the closure of an idle section of the device of `shared`.
 fn in_idle_section_of(shared: &Shared) -> bool {
     let me = std::ptr::from_ref(shared) as usize;
-    IDLE_SECTIONS.with(|v| v.borrow().contains(&me))
+    let depth = IDLE_DEPTH.with(std::cell::Cell::get);
+    IDLE_SECTIONS.with(|v| v[..depth].iter().any(|c| c.get() == me))
+}
+
+/// Whether the calling thread runs the closure of an idle section of any device.
+fn in_any_idle_section() -> bool {
+    IDLE_DEPTH.with(std::cell::Cell::get) > 0
 }
 
 /// Whether a capture of `um` may begin on the calling thread on `ctx`'s device: not inside a
@@ -315,9 +329,12 @@ struct IdleSection {
 }
 
 impl IdleSection {
+    /// The caller checked that fewer than [`MAX_NESTED_SECTIONS`] are open on this thread.
     fn enter(shared: &Shared) -> IdleSection {
         let me = std::ptr::from_ref(shared) as usize;
-        IDLE_SECTIONS.with(|v| v.borrow_mut().push(me));
+        let depth = IDLE_DEPTH.with(std::cell::Cell::get);
+        IDLE_SECTIONS.with(|v| v[depth].set(me));
+        IDLE_DEPTH.with(|d| d.set(depth + 1));
         IdleSection {
             _thread: std::marker::PhantomData,
         }
@@ -327,9 +344,7 @@ impl IdleSection {
 impl Drop for IdleSection {
     fn drop(&mut self) {
         // Sections end in the reverse order they began (each is a scope on this thread).
-        IDLE_SECTIONS.with(|v| {
-            v.borrow_mut().pop();
-        });
+        IDLE_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     }
 }
 
@@ -522,9 +537,16 @@ impl Context {
 
     /// Marks a capture of `um` on this device as in progress until the guard is dropped: take
     /// it before `cuStreamBeginCapture`, drop it after `cuStreamEndCapture`.
-    pub(crate) fn capture_guard(&self) -> CaptureGuard {
+    ///
+    /// `Err(CaptureRefusedHere)` where it would have to wait for idle sections while this
+    /// thread is inside one (of any device): two threads doing so crosswise on two devices
+    /// would wait for each other (red team 8, finding 2).
+    pub(crate) fn capture_guard(&self) -> Result<CaptureGuard> {
         let shared = Arc::clone(&self.inner.shared);
         let mut quiet = shared.quiet();
+        if quiet.idle > 0 && in_any_idle_section() {
+            return Err(Error::CaptureRefusedHere);
+        }
         // Not while an idle section of another thread runs (its closure may make a call that
         // waits for the whole device); this thread is in none of this device
         // (`may_begin_capture`). While it waits, no new section of the device begins (but a
@@ -543,10 +565,10 @@ impl Context {
         quiet.captures += 1;
         drop(quiet);
         THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
-        CaptureGuard {
+        Ok(CaptureGuard {
             shared,
             _thread: std::marker::PhantomData,
-        }
+        })
     }
 
     /// Waits for all work of the context, as [`wait_idle`](Context::wait_idle), unless a
@@ -582,18 +604,25 @@ impl Context {
     ///
     /// It also returns `Ok(None)` while a capture of `um` waits to begin on the device (unless
     /// this thread is already inside such a closure of the device): a capture waits only for
-    /// the closures in progress when it asked, never for a stream of new ones.
+    /// the closures in progress when it asked, and for those they nest, never for a stream of
+    /// new ones, as long as every closure returns. And it returns `Ok(None)` where 16 such
+    /// closures are already open on this thread.
     ///
     /// No lock is held while `f` runs: `f` may use `um` freely, drop handles and buffers, wait,
     /// nest this call, and wait for other threads that do the same. The context is current when
     /// `f` begins; `um` makes the context it needs current before each of its own calls, so code
     /// in `f` that calls another library after a call of `um` makes its context current first.
     /// A capture of `um` that another thread begins on the device waits until every such
-    /// closure in progress on the device has returned, and one begun inside `f` on this device
-    /// is refused ([`Error::CaptureRefusedHere`]): the thread is marked for the device, and work
-    /// that an executor or a pool runs on this thread inside `f` carries the mark too. So **`f`
-    /// must not wait for a thread that begins a capture of `um` on this device**, directly or
-    /// through a lock, a pool or a chain of threads: that thread waits for `f`, a deadlock.
+    /// closure in progress on the device has returned. Inside `f`, a capture of this device is
+    /// refused ([`Error::CaptureRefusedHere`]), and so is a capture of another device that
+    /// would have to wait for closures of that device (two threads doing that crosswise would
+    /// wait for each other); the thread is marked, and work that an executor or a pool runs on
+    /// this thread inside `f` carries the mark too. So **`f` must not wait for a thread that
+    /// begins a capture of `um` on this device**, directly or through a lock, a pool or a chain
+    /// of threads: that thread waits for `f`, a deadlock. Nor should `f` wait for a thread that
+    /// retries a refused call of `um` on this device until it succeeds (a `Blas` moving to
+    /// another stream, say) while a capture waits to begin: the capture waits for `f`, and
+    /// the call is refused until the capture has begun.
     pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
         if in_driver_callback() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is
@@ -610,6 +639,9 @@ impl Context {
             // sections of several threads could keep it waiting for ever (red team 7, finding
             // 1). A nested one of this thread does: the capture waits for its outer anyway.
             if quiet.waiting > 0 && !in_idle_section_of(shared) {
+                return Ok(None);
+            }
+            if IDLE_DEPTH.with(std::cell::Cell::get) >= MAX_NESTED_SECTIONS {
                 return Ok(None);
             }
             // From here no capture begins until the hold is dropped (after `f`, or on an

@@ -61,9 +61,11 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// ([`Error::StreamMismatch`]), and unified memory on a device without concurrent managed
     /// access ([`Error::GraphNeedsConcurrentManagedAccess`]), and a capture begun inside the
     /// closure of [`Context::with_idle_unless_capturing`](crate::Context::with_idle_unless_capturing)
-    /// ([`Error::CaptureRefusedHere`]; also inside a driver callback or on um's event thread).
+    /// ([`Error::CaptureRefusedHere`]; also inside such a closure of another device while
+    /// closures of this one are open, inside a driver callback, or on um's event thread).
     /// While other threads run such closures on the device, the capture waits for those in
-    /// progress to return before it begins (no new one begins meanwhile). On any `Err`, the buffers are
+    /// progress (and those they nest) to return before it begins; no other one begins
+    /// meanwhile. On any `Err`, the buffers are
     /// dropped (freed once this stream is done with them).
     ///
     /// ```no_run
@@ -171,7 +173,7 @@ impl<'c> Scope<'c> {
             streams.push(ctx.new_capture_stream()?);
         }
         let ids: Vec<u64> = streams.iter().map(|s| s.raw().id).collect();
-        let guard = Some(ctx.capture_guard());
+        let guard = Some(ctx.capture_guard()?);
         // The guard may have waited for other threads' idle sections, during which the stream
         // may have been poisoned: check again (rule 188; red team 7, finding 3).
         stream.check_not_poisoned()?;
