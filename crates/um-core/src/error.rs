@@ -241,8 +241,9 @@ pub enum Error {
     /// CUDA call is allowed), or on um's event thread (it runs wakers that such a closure may
     /// wait for).
     #[error(
-        "a capture cannot begin inside a Context::with_idle_unless_capturing closure that it \
-         would wait for, inside a driver callback or on um's event thread: it would wait for itself"
+        "a capture cannot begin here: inside a Context::with_idle_unless_capturing closure of its \
+         device, inside one of another device while closures of its device are open, inside a \
+         driver callback, or on um's event thread (it could wait for a thread that waits for it)"
     )]
     CaptureRefusedHere,
     /// A buffer of a capture's set did not come back from the capture closure (it was dropped

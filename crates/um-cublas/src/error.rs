@@ -84,11 +84,12 @@ pub enum Error {
     /// The handle was to move to another stream while a graph capture of `um` was in progress
     /// on its device or on this thread: the whole-context wait that must come first (its
     /// workspace may still serve the old stream) would fail that capture, and is refused on a
-    /// capturing thread. Also while a capture of `um` waits to begin on the device (it waits
-    /// for the waits in progress, and holds new ones off): try again later. Nothing was
-    /// enqueued.
+    /// capturing thread. Also wherever `um` does not wait for the device
+    /// ([`Context::wait_idle_unless_capturing`](um_core::Context::wait_idle_unless_capturing)
+    /// returns `Ok(false)`): while a capture of `um` waits to begin on the device (try again
+    /// later), inside a driver callback, or 16 idle sections deep. Nothing was enqueued.
     #[error(
-        "a cuBLAS handle cannot move to another stream while a graph capture is in progress (or about to begin) on its device or thread: use one `Blas` per stream"
+        "a cuBLAS handle cannot move to another stream where um may not wait for the device (a graph capture in progress or about to begin on its device or thread, a driver callback, or 16 nested idle sections): use one `Blas` per stream"
     )]
     CaptureInProgress,
     /// A cuBLAS call returned an error status.

@@ -576,10 +576,11 @@ impl Context {
     /// device), or the calling thread is inside one of um's driver callbacks (a waker), or a
     /// capture of `um` waits to begin on the device (and this thread is in no
     /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) closure of it): then
-    /// it waits for nothing and returns `Ok(false)`. `Ok(true)` once it waited.
+    /// it waits for nothing and returns `Ok(false)`; so it does 16 such closures deep on one
+    /// thread. `Ok(true)` once it waited.
     /// No capture of `um` can begin on the device while it waits. Inside the closure of
     /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) it waits as anywhere
-    /// else.
+    /// else, up to that depth.
     ///
     /// For the destructor of a library object whose memory the device may still use (a cuBLAS
     /// handle's workspace, say): a whole-context wait fails a capture in progress on the context,

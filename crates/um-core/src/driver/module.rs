@@ -78,15 +78,21 @@ impl ModuleCache {
 /// A PTX module loaded in a context.
 #[derive(Clone)]
 pub struct Module {
-    ctx: Context,
+    // Fields drop in this order: the module's reference before the context's, so that the
+    // context's own cache (which waits for the device before it unloads) holds the last one,
+    // and a module is never unloaded after its primary context was released (red team 5,
+    // finding 6; red team 9, finding 2).
     inner: Arc<LoadedModule>,
+    ctx: Context,
 }
 
 /// A kernel (`.entry`) of a loaded module.
 #[derive(Clone)]
 pub struct Kernel {
-    ctx: Context,
+    // Before `ctx`, as in `Module`: dropped first, so that it is never the module's last
+    // reference (red team 5, finding 6; red team 9, finding 2).
     _module: Arc<LoadedModule>,
+    ctx: Context,
     raw: sys::CUfunction,
     /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, read once when the kernel is looked up.
     max_threads: u32,
