@@ -11,38 +11,21 @@
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 use std::cell::RefCell;
-use std::process::Command;
 
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
+
+mod common;
 
 const CHILD: &str = "UM_REDTEAM8_CHILD";
 
 /// Runs `test` alone in a child process and checks that it passed (no abort at thread exit).
 fn in_child(test: &str) {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            test,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("--- child output ---\n{text}--- end ---");
+    let (status, text) = common::child_output(test, CHILD);
     assert!(
-        out.status.success() && text.contains("1 passed"),
-        "the child died at thread exit ({}): a drop that uses an idle section ran after the \
-         thread's idle-section mark was destroyed",
-        out.status
+        status.success() && text.contains("1 passed"),
+        "the child died at thread exit ({status}): a drop that uses an idle section ran after \
+         the thread's idle-section mark was destroyed"
     );
 }
 

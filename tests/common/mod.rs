@@ -174,12 +174,10 @@ pub const TRAP_PTX: &str = r#"
 }
 "#;
 
-/// The parent half of a fault test: runs `test` alone in a child process (this test binary,
-/// [`FAULT_CHILD`] set), prints the child's output, checks that the child ran that one test,
-/// passed, reported its fault (`fault reported: `) and got through every drop (`every drop
-/// returned`), and returns the output for the caller's own checks.
+/// Runs `test` alone in a child process (this test binary, `var` set to 1), prints the
+/// child's output, and returns its exit status and output.
 #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
-pub fn run_in_child(test: &str) -> String {
+pub fn child_output(test: &str, var: &str) -> (std::process::ExitStatus, String) {
     let exe = std::env::current_exe().expect("test binary path");
     let out = Command::new(exe)
         .args([
@@ -189,7 +187,7 @@ pub fn run_in_child(test: &str) -> String {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(FAULT_CHILD, "1")
+        .env(var, "1")
         .output()
         .expect("run the child");
     let text = format!(
@@ -198,7 +196,16 @@ pub fn run_in_child(test: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("--- child output ---\n{text}--- end ---");
-    assert!(out.status.success(), "the child failed: {}", out.status);
+    (out.status, text)
+}
+
+/// The parent half of a fault test: runs `test` alone in a child process (this test binary,
+/// [`FAULT_CHILD`] set), prints the child's output, checks that the child ran that one test,
+/// passed, reported its fault (`fault reported: `) and got through every drop (`every drop
+/// returned`), and returns the output for the caller's own checks.
+pub fn run_in_child(test: &str) -> String {
+    let (status, text) = child_output(test, FAULT_CHILD);
+    assert!(status.success(), "the child failed: {status}");
     assert!(text.contains("1 passed"), "the child did not run the test");
     assert!(
         text.contains("fault reported: "),
