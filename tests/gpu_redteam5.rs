@@ -184,7 +184,7 @@ fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn inside_with_idle_unless_capturing_um_works_and_a_capture_is_refused() {
-    let done = watchdog("the main thread and the callback thread wait for each other");
+    let done = watchdog("a call of um inside an idle section of its own thread");
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();
     let inner = ctx

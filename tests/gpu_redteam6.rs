@@ -175,23 +175,8 @@ fn a_blas_dropped_inside_the_idle_section_of_its_device_is_destroyed_not_leaked(
     // cuMemGetInfo on the machine, this assertion says nothing; the leak is then visible only
     // under compute-sanitizer --leak-check full.)
     let ctx = Context::new(0).expect("device 0");
-    let n = 64;
     let round = |inside: bool| {
-        let handles: Vec<Blas> = (0..16)
-            .map(|_| {
-                let b = Blas::new(&ctx).expect("cuBLAS");
-                let a = Managed::from_slice(&ctx, &vec![1.0f32; n * n]).expect("alloc");
-                let c = Managed::from_slice(&ctx, &vec![0.0f32; n * n]).expect("alloc");
-                ctx.with_stream(StreamOptions::new(), |s| {
-                    let (a, mut c) = (a.attach(s)?, c.attach(s)?);
-                    b.gemm(s, &Gemm::new(n, n, n), &a, &a, &mut c)
-                        .expect("gemm");
-                    s.sync_all((a, c)).map(drop)
-                })
-                .expect("the gemm");
-                b
-            })
-            .collect();
+        let handles: Vec<Blas> = (0..16).map(|_| used_blas(&ctx)).collect();
         ctx.wait_idle().expect("idle");
         let (before, _) = ctx.mem_info().expect("mem info");
         if inside {
