@@ -20,7 +20,7 @@ use std::time::Duration;
 use um::kernels::testing;
 
 mod common;
-use common::{capture_once, handle_with_a_module, watchdog};
+use common::{capture_once, handle_with_a_module, serial, watchdog};
 use um::{Context, Managed, StreamOptions};
 
 struct DropsAHandle(Mutex<Option<Context>>);
@@ -87,6 +87,7 @@ fn futures_lite_block_on<F: Future + Unpin>(mut f: F) -> F::Output {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_waker_dropping_a_handle_while_wait_idle_unless_capturing_waits_does_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     run(|ctx| {
         assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
     });
@@ -95,6 +96,7 @@ fn a_waker_dropping_a_handle_while_wait_idle_unless_capturing_waits_does_not_dea
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_waker_dropping_a_handle_while_another_handle_unloads_does_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let other = handle_with_a_module();
     run(move |_| drop(other)); // Shared::retire -> unload: lock held across cuCtxSynchronize
 }
@@ -132,6 +134,7 @@ fn capture_loop(ctx: &Context, stop: &std::sync::atomic::AtomicBool) -> usize {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() {
+    let _serial = serial(); // captures change the answer of an idle section
     use std::sync::atomic::{AtomicBool, Ordering};
     use um_cublas::{Blas, Gemm};
     // The device as it is: captures of unified memory need concurrent managed access (rule 183).
@@ -184,6 +187,7 @@ fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn inside_with_idle_unless_capturing_um_works_and_a_capture_is_refused() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("a call of um inside an idle section of its own thread");
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();

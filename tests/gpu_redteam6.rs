@@ -15,7 +15,7 @@ use std::time::Duration;
 use um::kernels::testing;
 
 mod common;
-use common::{capture_once, handle_with_a_module, watchdog};
+use common::{capture_once, handle_with_a_module, serial, watchdog};
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Error, Gemm};
 
@@ -42,6 +42,7 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let blas = used_blas(&ctx);
@@ -59,6 +60,7 @@ fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_handle_with_a_module_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let other = handle_with_a_module();
@@ -76,6 +78,7 @@ fn a_handle_with_a_module_dropped_on_a_thread_the_idle_section_joins_does_not_de
 #[test]
 #[ignore = "needs a CUDA device"]
 fn two_workers_meeting_at_a_barrier_inside_the_idle_section_do_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     // The shape of a worker pool's orderly shutdown: every worker drops its own `Blas`, then
     // all meet; one of them meets the others from inside an idle section of the same device.
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
@@ -102,6 +105,7 @@ fn two_workers_meeting_at_a_barrier_inside_the_idle_section_do_not_deadlock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn reap_pending_inside_the_idle_section_does_not_deadlock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     {
@@ -139,6 +143,7 @@ fn reap_pending_inside_the_idle_section_does_not_deadlock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_moving_to_another_stream_inside_the_idle_section_is_not_a_capture_error() {
+    let _serial = serial(); // captures change the answer of an idle section
     let ctx = Context::new(0).expect("device 0");
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let n = 16;
@@ -170,6 +175,7 @@ fn a_blas_moving_to_another_stream_inside_the_idle_section_is_not_a_capture_erro
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_dropped_inside_the_idle_section_of_its_device_is_destroyed_not_leaked() {
+    let _serial = serial(); // captures change the answer of an idle section
     // Free memory as a proxy for the handles' workspaces: 16 handles made, used and dropped
     // inside the section against the same outside it. (If cuBLAS's workspace does not show in
     // cuMemGetInfo on the machine, this assertion says nothing; the leak is then visible only
@@ -200,6 +206,7 @@ fn a_blas_dropped_inside_the_idle_section_of_its_device_is_destroyed_not_leaked(
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_panic_in_the_idle_section_restores_the_thread_and_the_lock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -225,6 +232,7 @@ fn a_panic_in_the_idle_section_restores_the_thread_and_the_lock() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn inside_a_capture_the_section_does_not_run_its_closure() {
+    let _serial = serial(); // captures change the answer of an idle section
     let ctx = Context::new(0).expect("device 0");
     if !ctx.info().concurrent_managed_access {
         return;
@@ -254,6 +262,7 @@ fn inside_a_capture_the_section_does_not_run_its_closure() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_closure_not_run_is_dropped_after_the_lock() {
+    let _serial = serial(); // captures change the answer of an idle section
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
     if !ctx.info().concurrent_managed_access {

@@ -14,6 +14,7 @@ use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
 
 mod common;
+use common::serial;
 
 /// Runs `bottom` inside `n` nested idle sections of `ctx`; panics if one of them is refused.
 fn nest(ctx: &Context, n: usize, bottom: &dyn Fn()) {
@@ -30,6 +31,7 @@ fn nest(ctx: &Context, n: usize, bottom: &dyn Fn()) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn at_sixteen_nested_sections_a_wait_is_refused_and_a_blas_move_says_so() {
+    let _serial = serial(); // captures change the answer of an idle section
     let ctx = common::gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let n = 8;
@@ -85,6 +87,7 @@ fn at_sixteen_nested_sections_a_wait_is_refused_and_a_blas_move_says_so() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_kernel_dropped_after_the_last_handle_of_its_device_leaves_other_handles_modules_alone() {
+    let _serial = serial(); // captures change the answer of an idle section
     // Touch the device once, so that a failure below is not a missing GPU.
     drop(common::gpu());
     let stop = AtomicBool::new(false);

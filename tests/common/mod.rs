@@ -234,17 +234,41 @@ pub fn handle_with_a_module() -> Context {
     ctx
 }
 
-/// Aborts the process, saying `what`, unless the returned sender is sent to (or dropped after
-/// a send) within 60 s: a deadlock test fails instead of hanging.
+/// Aborts the process, saying `what`, unless the returned sender is sent to within 60 s (240 s
+/// under a sanitizer, `UM_SANITIZE`, which slows every CUDA call): a deadlock test fails
+/// instead of hanging. A test that panics first drops the sender; the
+/// watchdog then stops quietly, and the harness reports the panic (the first GPU run of
+/// `gpu_redteam6` aborted here on a failed assertion, and its message was lost). The message
+/// goes to the process's stderr directly, past the harness's output capture, which an abort
+/// would discard.
 pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
+    use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
-            eprintln!("deadlock: {what}");
+        let limit = if std::env::var_os("UM_SANITIZE").is_some() {
+            240
+        } else {
+            60
+        };
+        if let Err(RecvTimeoutError::Timeout) =
+            rx.recv_timeout(std::time::Duration::from_secs(limit))
+        {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "deadlock: {what}");
             std::process::abort();
         }
     });
     tx
+}
+
+/// One test of the binary at a time, for the tests of `Context::with_idle_unless_capturing`:
+/// its answer (`Ok(None)` or `Ok(Some(..))`) depends on captures in progress on the device, in
+/// any thread, so a test that expects its closure to run must not meet another test's capture
+/// (the harness runs a binary's tests on parallel threads).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One capture of one launch (`x += 1` on 256 zeros) on a fresh stream of `ctx`, replayed
