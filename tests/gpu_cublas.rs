@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::gpu;
+use common::{gpu, serial};
 use um::{Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions};
 use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Op, ShapeError};
 
@@ -227,6 +227,7 @@ fn every_storage_gemm<T: Num>(ctx: &Context, blas: &Blas) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn gemm_matches_the_cpu_at_odd_shapes_on_every_storage_f32() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     every_storage_gemm::<f32>(&ctx, &blas);
@@ -235,6 +236,7 @@ fn gemm_matches_the_cpu_at_odd_shapes_on_every_storage_f32() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn gemm_matches_the_cpu_at_odd_shapes_on_every_storage_f64() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     every_storage_gemm::<f64>(&ctx, &blas);
@@ -344,6 +346,7 @@ fn every_storage_gemv<T: Num>(ctx: &Context, blas: &Blas) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn gemv_matches_the_cpu_on_every_storage_f32_and_f64() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     every_storage_gemv::<f32>(&ctx, &blas);
@@ -353,6 +356,7 @@ fn gemv_matches_the_cpu_on_every_storage_f32_and_f64() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn row_major_gemm_is_the_textbook_product() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     // [1 2 3; 4 5 6] (2x3) times [1 0; 0 1; 1 1] (3x2), row by row: [4 5; 10 11].
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
@@ -377,6 +381,7 @@ fn row_major_gemm_is_the_textbook_product() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_shape_mismatch_is_refused_before_cublas_runs() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let a = Managed::from_slice_mirrored(&ctx, &[1.0f64; 34]).expect("alloc"); // 7x5 needs 35
@@ -454,6 +459,7 @@ fn a_shape_mismatch_is_refused_before_cublas_runs() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_buffer_of_another_stream_of_a_set_is_refused() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let a = Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc");
@@ -477,6 +483,7 @@ fn a_buffer_of_another_stream_of_a_set_is_refused() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn one_handle_serves_every_stream_kind_in_turn() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     // Created, per-thread, then created again: the handle is bound to each before its call.
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
@@ -516,6 +523,7 @@ fn one_handle_serves_every_stream_kind_in_turn() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn threads_each_with_a_handle_and_a_stream_compute_at_once() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let n = 256;
     std::thread::scope(|scope| {
@@ -554,6 +562,7 @@ fn threads_each_with_a_handle_and_a_stream_compute_at_once() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     let ctx = gpu();
     let n = 1024;
     let a = Managed::from_fn(&ctx, n * n, |i| value(i, 1) as f32).expect("alloc");
@@ -581,6 +590,7 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn leaks_a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
     // Device 0 as it is, whatever the environment emulates: unified memory enters graphs only
     // with concurrent managed access (rule 183's refusal has its own test in gpu_graphs).
     let ctx = Context::with_options(0, ContextOptions::new())
