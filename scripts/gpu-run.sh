@@ -247,8 +247,17 @@ sanitize_one() {
     return 1
   fi
   # The program's own result under the tool (examples' timing checks may not hold while the
-  # tool slows every kernel): reported, not counted.
+  # tool slows every kernel): reported, not counted. Where the program failed, which tests did
+  # and why go to OUT/sanitizer/TOOL-PROG.program.log, and their names to the output.
   echo "ok  $tool $(basename "$prog"): ${summary} (program exit $rc)"
+  if [ "$rc" != 0 ]; then
+    grep -E "^test .*(FAILED|timed out)|deadlock: " "$log" | head -n 10 | sed 's/^/    program: /'
+    if [ -n "${UM_SANITIZE_LOGS:-}" ]; then
+      mkdir -p "$UM_SANITIZE_LOGS"
+      grep -vE '^=========' "$log" | grep -E -A12 '^---- |FAILED|panicked|deadlock: |^Error|error' |
+        head -n 200 >"$UM_SANITIZE_LOGS/$tool-$(basename "$prog").program.log"
+    fi
+  fi
   rm -f "$log"
   return 0
 }
