@@ -240,20 +240,22 @@ impl Blas {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
-        self.ctx.make_current()?;
         let id = stream.id();
-        if self.bound.get() != id {
-            if self.bound.get() != 0 {
-                // The handle's workspace may still be in use by work it enqueued on the stream it
-                // was bound to, and cuBLAS does not promise that its default workspace pool is
-                // per stream. That stream may be gone (its handle reused), so the barrier is the
-                // whole context: wait for it before the workspace serves another stream. One
-                // `Blas` per stream never pays it. Not while a capture of um is in progress on
-                // the device or this thread: the wait would fail it (refused there, then).
-                if !self.ctx.wait_idle_unless_capturing()? {
-                    return Err(Error::CaptureInProgress);
-                }
-            }
+        let moving = self.bound.get() != id;
+        // The handle's workspace may still be in use by work it enqueued on the stream it was
+        // bound to, and cuBLAS does not promise that its default workspace pool is per stream.
+        // That stream may be gone (its handle reused), so the barrier is the whole context:
+        // wait for it before the workspace serves another stream. One `Blas` per stream never
+        // pays it. Not while a capture of um is in progress on the device or this thread: the
+        // wait would fail it (refused there, then). Checked before any CUDA call, so that a
+        // thread retrying a refused move makes none: under initcheck, 4 threads retrying, each
+        // with a driver call per refusal, kept a capture from ending within 90 s (2,001,373
+        // refusals; red team 7's Blas test).
+        if moving && self.bound.get() != 0 && !self.ctx.wait_idle_unless_capturing()? {
+            return Err(Error::CaptureInProgress);
+        }
+        self.ctx.make_current()?;
+        if moving {
             let api = self.library.api();
             // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
             // The handle stays bound to it after the call, possibly past the stream's life; that
