@@ -108,7 +108,7 @@ fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture()
     };
     let stop = AtomicBool::new(false);
     let refused = AtomicU64::new(0);
-    let (captures, in_time) = std::thread::scope(|t| {
+    let (phases, in_time) = std::thread::scope(|t| {
         for _ in 0..4 {
             t.spawn(|| {
                 let start = Instant::now();
@@ -120,7 +120,10 @@ fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture()
                     let (a0, mut c0) = (buf(1.0, 0)?, buf(0.0, 0)?);
                     let (a1, mut c1) = (buf(1.0, 1)?, buf(0.0, 1)?);
                     let g = Gemm::new(n, n, n);
-                    while !stop.load(Ordering::SeqCst) && start.elapsed() < DEADLINE {
+                    // Until the captures are done; twice the deadline bounds a starved one. A
+                    // worker that stopped on its own while a capture ran would leak its `Blas`
+                    // (rule 190), which memcheck reports; it stops after the captures instead.
+                    while !stop.load(Ordering::SeqCst) && start.elapsed() < 2 * DEADLINE {
                         for (a, c, st) in [(&a0, &mut c0, &s[0]), (&a1, &mut c1, &s[1])] {
                             match blas.gemm(st, &g, a, a, c) {
                                 Ok(()) => {}
@@ -140,22 +143,54 @@ fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture()
         }
         std::thread::sleep(Duration::from_millis(200));
         let start = Instant::now();
-        let mut captures = 0;
-        while captures < wanted && start.elapsed() < DEADLINE {
-            capture_once(&ctx).expect("the capture");
-            captures += 1;
+        let mut phases = Vec::new();
+        while phases.len() < wanted && start.elapsed() < DEADLINE {
+            phases.push(timed_capture(&ctx));
         }
         let in_time = !stop.swap(true, Ordering::SeqCst) && start.elapsed() < DEADLINE;
-        (captures, in_time)
+        (phases, in_time)
     });
     println!(
-        "{wanted} captures beside 4 workers moving their Blas: {captures} done; {} moves refused meanwhile",
+        "{wanted} captures beside 4 workers moving their Blas: {} done; {} moves refused \
+         meanwhile; steps (ms): {phases:?}",
+        phases.len(),
         refused.load(Ordering::SeqCst)
     );
     assert!(
-        in_time && captures == wanted,
-        "the captures did not get through the workers' idle sections before the deadline"
+        in_time && phases.len() == wanted,
+        "the captures did not get through the workers' idle sections before the deadline; \
+         ms from each capture's start to: alloc, stream, attach, capture begun, ended, replayed \
+         and synced: {phases:?}"
     );
+}
+
+/// [`capture_once`], timed: ms from its start to the end of each step (alloc, stream made,
+/// attach, capture begun, capture ended, replay synced), to tell a slow step from a starved
+/// one.
+fn timed_capture(ctx: &Context) -> [u128; 6] {
+    let t0 = Instant::now();
+    let ms = || t0.elapsed().as_millis();
+    let mut at = [0; 6];
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    at[0] = ms();
+    ctx.with_stream(StreamOptions::new(), |s| {
+        at[1] = ms();
+        let x = x.attach(s)?;
+        at[2] = ms();
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            at[3] = ms();
+            testing::add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        })?;
+        at[4] = ms();
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        at[5] = ms();
+        assert!(x.iter().all(|v| *v == 1.0));
+        Ok(())
+    })
+    .expect("the capture");
+    at
 }
 
 #[test]
