@@ -46,11 +46,11 @@
 //!
 //! **Which memory.** Every storage works. For speed, give NCCL device-resident buffers: a
 //! mirror (its device half) or coherent memory. Measured on 2× H200 with NCCL 2.28.3
-//! (`benches/nccl_probe.rs`, 2026-11-22): after one collective on unified memory
-//! (`Managed::zeroed_slice`, say), every later collective of the process ran about 9x slower at
-//! small sizes, on any memory (1 MiB: 118 µs a step instead of 13.5). Coherent memory, managed
-//! memory too but attached globally instead of to a stream, did not do this. Why is not known
-//! yet.
+//! (`benches/nccl_probe.rs`, 2026-11-22): once unified memory (`Managed::zeroed_slice`, say)
+//! had been used on the device, by one collective or by a kernel alone, every later collective
+//! of the process ran about 9x slower at small sizes, on any memory (1 MiB: 118 to 139 µs a
+//! step instead of 13.5 to 22.7). Coherent memory, managed memory too but attached globally
+//! instead of to a stream, did not do this. Why is not known yet.
 //!
 //! The rules and the tests that show them are in `docs/rules.md` (rows 150 to 166), the design in
 //! `docs/design.md` ("NCCL") and `docs/interop.md`.
