@@ -38,7 +38,10 @@
 #                       tables, then bench/reliability-notes.md), rewritten after every part, so a
 #                       run cut short keeps what it did. --parts runs only those parts;
 #                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
-#                       split across calls) and runs the others. UM_SANITIZE_ONLY="tests/x
+#                       split across calls) and runs the others; a sanitizer part that an earlier
+#                       call left unfinished goes on from the partial-PART.txt beside VERDICT (one
+#                       line per program done; the part's line says how many came from there).
+#                       UM_SANITIZE_ONLY="tests/x
 #                       examples/y" limits the sanitizer parts to those programs (the part's
 #                       line says so).
 #
@@ -282,6 +285,12 @@ sanitize() {
       case " $UM_SANITIZE_ONLY " in *" $prog "*) ;; *) continue ;; esac
     fi
     case "$prog" in tests/gpu_two_devices | tests/gpu_nccl | examples/data_parallel) [ "${gpus:-0}" -ge 2 ] || continue ;; esac
+    # A program whose line an earlier call of the part left (run.sh --all --resume, from its
+    # partial-PART.txt): kept, not run again.
+    if grep -q "^$tool $(basename "$prog"): " "$verdict" 2>/dev/null; then
+      echo "=== $tool $(basename "$prog"): kept from an earlier call"
+      continue
+    fi
     local line note=""
     if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
       line=$(sanitize_one "$tool" "$prog" UM_ONLY_PER_THREAD=1)
@@ -325,8 +334,10 @@ sanitize() {
         note="$note; cross-device part excluded: a kernel of device 1 reading device 0's managed memory, reproduced without um (bench/memcheck_cross_device.cu: ${cross_note[$tool]})"
       fi ;;
     esac
+    local t1=$SECONDS
     line=$(sanitize_one "$tool" "$prog" "${envs[@]}")
     local rc1=$?
+    echo "    $tool $(basename "$prog"): $((SECONDS - t1)) s"
     if [ "$rc1" = 3 ]; then
       [ -n "${nccl_note_of[$tool]:-}" ] || nccl_note_of[$tool]=$(nccl_note "$tool")
       echo "$line"
@@ -428,7 +439,18 @@ if [ "${1:-}" = "--all" ]; then
       continue
     fi
     t0=$(date +%s)
-    body=$(mktemp)
+    # The part's lines, one per program as it ends, kept under OUT until the part is done: a
+    # call cut short leaves them, and --resume with that call's verdict.txt continues a
+    # sanitizer part from them (the programs they name are not run again).
+    body="$out/partial-$part.txt"
+    : >"$body"
+    continued=""
+    if [ -n "$resume" ] && [[ "$part" == *check ]] && [ -s "$(dirname "$resume")/partial-$part.txt" ] &&
+      ! [ "$(dirname "$resume")/partial-$part.txt" -ef "$body" ]; then
+      cp "$(dirname "$resume")/partial-$part.txt" "$body"
+      continued=", $(wc -l <"$body") programs from an earlier call"
+      echo "=== part $part: continued; $(wc -l <"$body") programs kept from $(dirname "$resume")/partial-$part.txt"
+    fi
     case "$part" in
       normal)
         (unset UM_EMULATE_NO_CONCURRENT_ACCESS; run_all 1 "$body") ;;
@@ -442,7 +464,7 @@ if [ "${1:-}" = "--all" ]; then
     if [[ "$part" == *check ]]; then
       ok=$(grep -c ': clean' "$body")
       bad=$(grep -c ': ERRORS' "$body")
-      echo "== part $part: $ok programs clean, $bad with errors${UM_SANITIZE_ONLY:+, only $UM_SANITIZE_ONLY} (${secs}s)" >>"$verdict"
+      echo "== part $part: $ok programs clean, $bad with errors${UM_SANITIZE_ONLY:+, only $UM_SANITIZE_ONLY}$continued (${secs}s)" >>"$verdict"
     else
       ok=$(awk '/^test .*passed/ {p += $3} /^example .* runs passed/ {p += $3} END {print p + 0}' "$body")
       bad=$(awk '/^test .*failed/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i} /^example .* runs passed/ {f += $5 - $3} END {print f + 0}' "$body")
