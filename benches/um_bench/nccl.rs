@@ -239,6 +239,9 @@ unsafe fn raw_step(
 
 const BATCH: usize = 32;
 
+/// Rounds of the host-time measurement (each: one batch of um's steps, one of raw steps).
+const HOST_TIME_ROUNDS: usize = 1000;
+
 /// Per round, µs per step: [um, raw].
 fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<[f64; 2]>> {
     let raw = Raw::load()?;
@@ -438,8 +441,12 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
             );
         }
         if phase == 0 {
+            // 200 rounds resolved the blocking communicators' difference to ±0.12 µs, but the
+            // nonblocking ones' only to ±2.3 µs (2× H200, 2026-11-22: +1.503, CI -0.044 ..
+            // +4.482; NCCL starts a thread per call there, and a step takes 60 µs): 5x the
+            // rounds (about 4 s of the run) for both, for a 1 µs goal.
             for comms in [&blocking, &nonblocking] {
-                host.push(host_time_paired(&ctxs, comms, 200)?);
+                host.push(host_time_paired(&ctxs, comms, HOST_TIME_ROUNDS)?);
             }
         }
     }
@@ -605,7 +612,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     if !host.is_empty() {
         let _ = writeln!(
             md,
-            "\n### Host time per step, um against the raw call\n\nOne all-reduce of 1 KiB on every GPU per step, um's `Group` (checks, agreement ledger, `ncclGroupStart` .. `ncclGroupEnd`, the poll of a nonblocking communicator) against the same NCCL calls made raw from Rust on the same communicators and buffers. Interleaved in one process, batches of {BATCH} steps taking turns, streams drained between batches; per round, um's µs per step minus the raw one's. Intervals are 95%.\n\n| communicators | raw µs per step | um µs per step | um - raw: median (95% CI) | um - raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
+            "\n### Host time per step, um against the raw call\n\nOne all-reduce of 1 KiB on every GPU per step, um's `Group` (checks, agreement ledger, `ncclGroupStart` .. `ncclGroupEnd`, the poll of a nonblocking communicator) against the same NCCL calls made raw from Rust on the same communicators and buffers. Interleaved in one process, batches of {BATCH} steps taking turns, {HOST_TIME_ROUNDS} rounds, streams drained between batches; per round, um's µs per step minus the raw one's. Intervals are 95%.\n\n| communicators | raw µs per step | um µs per step | um - raw: median (95% CI) | um - raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
         );
         for mode in ["blocking", "nonblocking"] {
             let (u, r) = (
