@@ -54,7 +54,15 @@ for line in sys.stdin:
         print(m["executable"])' | while read -r exe; do cp "$exe" "$out/examples/own_kernels"; done
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
-strip "$out"/tests/* "$out"/examples/* "$out"/bench/*
+# Symbols stripped too (the bundle travels within 64 MiB), except for the programs named in
+# UM_BUNDLE_SYMBOLS ("tests/gpu_redteam7 ..."), which keep their function names for the stacks
+# of scripts/stall-stacks.sh (debug info is stripped from them all the same).
+for exe in "$out"/tests/* "$out"/examples/* "$out"/bench/*; do
+  case " ${UM_BUNDLE_SYMBOLS:-} " in
+    *" ${exe#"$out"/} "*) strip --strip-debug "$exe" ;;
+    *) strip "$exe" ;;
+  esac
+done
 cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/memcheck_cross_device.cu bench/notes.md "$out/bench/"
 # The page of the last full run, for `bench.sh OUT --only ... --base bench/performance.md`.
 cp docs/performance.md "$out/bench/performance.md"

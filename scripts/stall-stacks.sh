@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# On a GPU machine (it has cuda-gdb, not gdb):
+#   bash scripts/stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]
+# Runs COMMAND; if it still runs after AFTER_S seconds, writes the stack of every thread of it
+# and of each of its descendants (a program under compute-sanitizer is the tool's child) to
+# OUT_FILE with `cuda-gdb -p PID -batch`, then lets it run on and returns its exit status. For
+# a program that stalls, e.g. gpu_redteam7's Blas test under memcheck (bench/reliability-notes.md):
+# which thread waits where tells a wait of um's from a driver call that does not return.
+set -u
+after=${1:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
+out=${2:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
+shift 2
+gdb=${UM_GDB:-$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)}
+"$@" &
+pid=$!
+descendants() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    echo "$p"
+    descendants "$p"
+  done
+}
+for _ in $(seq "$after"); do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 1
+done
+if kill -0 "$pid" 2>/dev/null; then
+  {
+    for p in "$pid" $(descendants "$pid"); do
+      echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+      timeout 60 "$gdb" -p "$p" -batch -ex 'thread apply all bt' 2>&1 | grep -vE '^\[New LWP|^warning:' | head -n 400
+    done
+  } >"$out"
+  echo "stall-stacks: $pid still ran after ${after} s; stacks in $out"
+fi
+wait "$pid"
