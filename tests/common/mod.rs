@@ -264,7 +264,8 @@ pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
 /// One test of the binary at a time, for the tests of `Context::with_idle_unless_capturing`:
 /// its answer (`Ok(None)` or `Ok(Some(..))`) depends on captures in progress on the device, in
 /// any thread, so a test that expects its closure to run must not meet another test's capture
-/// (the harness runs a binary's tests on parallel threads).
+/// (the harness runs a binary's tests on parallel threads). In `gpu_redteam7`, one test also
+/// switches um's waits to the event thread, process-wide.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock()
