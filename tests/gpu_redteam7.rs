@@ -6,7 +6,9 @@
 //! while it waited (finding 3). Now a waiting capture holds new sections off (they return
 //! `Ok(None)`), no capture begins on the event thread, and the poison mark is checked again
 //! after the wait. Every test here is bounded by a watchdog or by a deadline of its own, not by
-//! the machine's speed.
+//! the machine's speed. The last two tests (a capture beside a thread that launches without
+//! pause, with and without an idle section to wait for) came after the first GPU runs, to tell
+//! apart the causes of a capture that did not end under memcheck (bench/reliability-notes.md).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 use std::future::Future;
@@ -350,10 +352,13 @@ fn launch_until(ctx: &Context, stop: &AtomicBool) -> (bool, u64) {
         }
         let by_stop = start.elapsed() < DEADLINE;
         let (x,) = s.sync_all((x,))?;
-        assert!(
-            x.iter().all(|v| *v == launched as f32),
-            "the launcher's sum"
-        );
+        // Exact in f32 up to 2^24 launches (far more than a run that passes makes).
+        if launched < 1 << 24 {
+            assert!(
+                x.iter().all(|v| *v == launched as f32),
+                "the launcher's sum"
+            );
+        }
         Ok((by_stop, launched))
     })
     .expect("the launcher")
