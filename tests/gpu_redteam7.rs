@@ -31,15 +31,24 @@ use common::{capture_once, serial, watchdog};
 /// latency goal.
 const DEADLINE: Duration = Duration::from_secs(90);
 
+/// Device 0, where captures of unified memory can be made (concurrent managed access); `None`,
+/// saying so, elsewhere (the test is skipped).
+fn device_for_captures() -> Option<Context> {
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return None;
+    }
+    Some(ctx)
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn two_threads_taking_turns_in_idle_sections_do_not_starve_a_capture() {
     let _serial = serial();
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     let turns = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let sections = AtomicU64::new(0);
@@ -96,11 +105,9 @@ fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture()
     // section (`Blas::enter` -> `wait_idle_unless_capturing`) whose wait covers the other
     // workers' GEMMs: the sections of 4 workers overlap. While a capture waits or runs, a move
     // is refused (`CaptureInProgress`) and the worker tries again.
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     // Under a sanitizer (memcheck: every GEMM and capture many times slower), fewer captures,
     // so that only starvation can reach the deadline.
     let (n, wanted) = if std::env::var_os("UM_SANITIZE").is_some() {
@@ -200,11 +207,9 @@ fn timed_capture(ctx: &Context) -> [u128; 6] {
 fn a_capture_that_waited_for_an_idle_section_does_not_begin_on_a_stream_poisoned_meanwhile_and_leaks_its_buffer()
  {
     let _serial = serial();
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
     let (poisoner_tx, poisoner_rx) = mpsc::channel::<Poisoner>();
     let (inside_tx, inside_rx) = mpsc::channel::<()>();
@@ -283,11 +288,9 @@ impl Wake for CapturingWaker {
 fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits_for() {
     let _serial = serial();
     let done = watchdog("a capture on the event thread and an idle section waiting for it");
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     um::use_event_thread_for_waits(true);
     let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
     let other = Managed::<[f32]>::zeroed_slice(&ctx, 256).expect("alloc");
@@ -375,11 +378,9 @@ fn launch_until(ctx: &Context, stop: &AtomicBool) -> (bool, u64) {
 fn capture_beside_a_launcher(with_section: bool) {
     let _serial = serial();
     let done = watchdog("a capture beside a launching thread");
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     let stop = AtomicBool::new(false);
     let busy = Managed::from_slice(&ctx, &[0.0f32; 1]).expect("alloc");
     let (queued_tx, queued_rx) = mpsc::channel::<()>();
