@@ -27,6 +27,10 @@ use cust::sys as cu;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "um_bench/raw_nccl.rs"]
+mod raw_nccl;
+use raw_nccl::RawNccl as Nccl;
+
 fn check(what: &str, rc: cu::CUresult) -> Res<()> {
     if rc == cu::CUresult::CUDA_SUCCESS {
         Ok(())
@@ -40,40 +44,6 @@ fn nccl_ok(what: &str, rc: c_int) -> Res<()> {
         Ok(())
     } else {
         Err(format!("{what} failed: NCCL error {rc}").into())
-    }
-}
-
-type AllReduce = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    *mut c_void,
-    *mut c_void,
-) -> c_int;
-
-struct Nccl {
-    init_all: unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int,
-    group_start: unsafe extern "C" fn() -> c_int,
-    group_end: unsafe extern "C" fn() -> c_int,
-    all_reduce: AllReduce,
-    _lib: libloading::Library,
-}
-
-fn load() -> Res<Nccl> {
-    let path = um::nccl::nccl()?.path().to_owned();
-    // SAFETY: the library um loaded; these entry points have these prototypes (nccl.h), enums
-    // spelled c_int; `_lib` keeps the library loaded while the pointers live.
-    unsafe {
-        let lib = libloading::Library::new(&path)?;
-        Ok(Nccl {
-            init_all: *lib.get(b"ncclCommInitAll\0")?,
-            group_start: *lib.get(b"ncclGroupStart\0")?,
-            group_end: *lib.get(b"ncclGroupEnd\0")?,
-            all_reduce: *lib.get(b"ncclAllReduce\0")?,
-            _lib: lib,
-        })
     }
 }
 
@@ -96,7 +66,7 @@ fn main() -> Res<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let nccl = load()?;
+    let nccl = Nccl::load()?;
     // SAFETY: no arguments but the flags, which must be 0.
     unsafe { check("cuInit", cu::cuInit(0))? };
     let gpus = um::device_count()?;

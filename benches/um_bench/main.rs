@@ -27,6 +27,7 @@ mod graphs;
 mod handoff;
 mod nccl;
 mod paired;
+mod raw_nccl;
 mod report;
 mod runs;
 mod splice;

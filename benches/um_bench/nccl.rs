@@ -22,6 +22,7 @@ use um::{Context, HostOwned, Managed, Storage, StreamOptions, Transfer};
 
 use crate::cpp;
 use crate::paired::stats;
+use crate::raw_nccl::RawNccl;
 use crate::{Paired, Record};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -63,7 +64,7 @@ fn bandwidth_once<M: Storage>(
     bytes: usize,
     alloc: Alloc<M>,
     transfer: Transfer,
-    raw: Option<&Raw>,
+    raw: Option<&RawNccl>,
 ) -> Res<f64> {
     let n = (bytes / 4).max(1);
     let mut bufs = Vec::with_capacity(ctxs.len());
@@ -134,42 +135,6 @@ fn fits(ctxs: &[Context], bytes: usize) -> Res<bool> {
     Ok(true)
 }
 
-/// The raw NCCL entry points for the host-time reference, from the same library um loaded.
-struct Raw {
-    group_start: unsafe extern "C" fn() -> c_int,
-    group_end: unsafe extern "C" fn() -> c_int,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        *mut c_void,
-        *mut c_void,
-    ) -> c_int,
-    async_error: unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int,
-    _lib: libloading::Library,
-}
-
-impl Raw {
-    fn load() -> Res<Raw> {
-        let path = um::nccl::nccl()?.path().to_owned();
-        // SAFETY: the library um already loaded (dlopen returns the same handle); nothing runs.
-        let lib = unsafe { libloading::Library::new(&path) }?;
-        // SAFETY: NCCL's entry points of these names have these prototypes (nccl.h), with the
-        // enums spelled c_int; the library outlives the pointers (kept in `_lib`).
-        unsafe {
-            Ok(Raw {
-                group_start: *lib.get(b"ncclGroupStart\0")?,
-                group_end: *lib.get(b"ncclGroupEnd\0")?,
-                all_reduce: *lib.get(b"ncclAllReduce\0")?,
-                async_error: *lib.get(b"ncclCommGetAsyncError\0")?,
-                _lib: lib,
-            })
-        }
-    }
-}
-
 /// Steps per timed batch of the host-time measurement, and rounds.
 /// One step of the raw reference: `ncclGroupStart`, an f32 sum all-reduce of `n` elements per
 /// (send, receive, stream) with the communicator of the same index, `ncclGroupEnd`; on nonblocking communicators
@@ -180,7 +145,7 @@ impl Raw {
 /// device memory of at least `n` f32 that the work of its stream owns, and the stream is of the
 /// communicator's device.
 unsafe fn raw_step(
-    raw: &Raw,
+    raw: &RawNccl,
     calls: impl Iterator<Item = (usize, usize, *mut c_void)>,
     comms: &[Comm],
     n: usize,
@@ -244,7 +209,7 @@ const HOST_TIME_ROUNDS: usize = 1000;
 
 /// Per round, µs per step: [um, raw].
 fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<[f64; 2]>> {
-    let raw = Raw::load()?;
+    let raw = RawNccl::load()?;
     let n = 256; // 1 KiB per GPU: the GPU's time is far below the host's
     let mut bufs = Vec::with_capacity(ctxs.len());
     for ctx in ctxs {
@@ -313,7 +278,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
         return Ok(None);
     }
     let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
-    let raw = Raw::load()?;
+    let raw = RawNccl::load()?;
     let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
     let nonblocking = Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?;
     let sizes = sizes();
