@@ -43,14 +43,21 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 #[ignore = "needs a CUDA device"]
 fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
     let _serial = serial(); // captures change the answer of an idle section
+    // Parallel teardown (what a rayon `into_par_iter().for_each(drop)` does): the scoped thread
+    // is not marked, and its `Blas::drop` needs `quiet` (the first version held it here).
+    dropped_on_a_thread_the_section_joins(used_blas);
+}
+
+/// Makes a value with `make` on device 0, then, inside an idle section of the device, drops it
+/// on a scoped thread and joins it: the section runs its closure to the end (`Ok(Some(()))`),
+/// all within the watchdog's time.
+fn dropped_on_a_thread_the_section_joins<T: Send>(make: impl FnOnce(&Context) -> T) {
     let done = watchdog("an idle section and a thread it waits for (red team 6)");
     let ctx = Context::new(0).expect("device 0");
-    let blas = used_blas(&ctx);
+    let value = make(&ctx);
     let r = ctx.with_idle_unless_capturing(move || {
-        // Parallel teardown (what a rayon `into_par_iter().for_each(drop)` does): the scoped
-        // thread is not marked, its `Blas::drop` blocks on `quiet`, and the join waits for it.
         std::thread::scope(|t| {
-            t.spawn(move || drop(blas));
+            t.spawn(move || drop(value));
         });
     });
     assert_eq!(r, Ok(Some(())));
@@ -61,18 +68,9 @@ fn a_blas_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
 #[ignore = "needs a CUDA device"]
 fn a_handle_with_a_module_dropped_on_a_thread_the_idle_section_joins_does_not_deadlock() {
     let _serial = serial(); // captures change the answer of an idle section
-    let done = watchdog("an idle section and a thread it waits for (red team 6)");
-    let ctx = Context::new(0).expect("device 0");
-    let other = handle_with_a_module();
-    let r = ctx.with_idle_unless_capturing(move || {
-        // `Inner::drop` -> `Shared::retire` on the scoped thread: not in an idle section there,
-        // so it takes `quiet`, which this thread holds while it joins.
-        std::thread::scope(|t| {
-            t.spawn(move || drop(other));
-        });
-    });
-    assert_eq!(r, Ok(Some(())));
-    done.send(()).ok();
+    // `Inner::drop` -> `Shared::retire` on the scoped thread: not in an idle section there, so
+    // it takes `quiet` (which the first version held here while it joined).
+    dropped_on_a_thread_the_section_joins(|_| handle_with_a_module());
 }
 
 #[test]
