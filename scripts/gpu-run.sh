@@ -396,7 +396,7 @@ sanitize() {
     elif [ "$rc1" = 4 ]; then
       [ -n "${nccl_note_of[$tool]:-}" ] || nccl_note_of[$tool]=$(nccl_note "$tool")
       echo "$line"
-      echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl): they report without um too (bench/nccl_baseline.cpp under $tool: ${nccl_note_of[$tool]})" >>"$verdict"
+      echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl); the C++ baseline without um, all of its kernels instrumented (bench/nccl_baseline.cpp under $tool): ${nccl_note_of[$tool]}" >>"$verdict"
       passed=$((passed + 1))
     elif [ "$rc1" = 0 ]; then
       echo "$line"
@@ -437,10 +437,17 @@ nccl_note() {
     return
   fi
   local log
-  log=$(timeout -k 10 180 "$cs" --tool "$tool" --print-limit 1000000 "$dir/nccl_baseline" allreduce --sizes 8,1048576,16777216 2>&1)
-  local where
+  local limit=${UM_NCCL_NOTE_LIMIT_S:-180}
+  log=$(timeout -k 10 "$limit" "$cs" --tool "$tool" --print-limit 1000000 "$dir/nccl_baseline" allreduce --sizes 8,1048576,16777216 2>&1)
+  local where summary
   where=$(echo "$log" | grep -E "^=========  +at " | grep -oE "nccl[A-Za-z0-9_]+" | sort -u | head -n 4 | tr '\n' ' ')
-  echo "$(echo "$log" | grep -oE "ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?" | head -n 1), at ${where:-no NCCL function}"
+  summary=$(echo "$log" | grep -oE "ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?" | head -n 1)
+  if [ -z "$summary" ]; then
+    # Racecheck of NCCL's kernels did not end within 180 s (2x H200, 2026-11-22).
+    echo "no summary within ${limit} s"
+  else
+    echo "$summary, at ${where:-no NCCL function}"
+  fi
   rm -rf "$dir"
 }
 
