@@ -6,6 +6,11 @@
 # OUT_FILE with `cuda-gdb -p PID -batch`, then lets it run on and returns its exit status. For
 # a program that stalls, e.g. gpu_redteam7's Blas test under memcheck (bench/reliability-notes.md):
 # which thread waits where tells a wait of um's from a driver call that does not return.
+#
+# UM_STALL_FROM="PATTERN@FILE" starts the AFTER_S clock only once FILE (where the caller sends
+# COMMAND's output) holds a line matching PATTERN, e.g. the test that stalls beginning
+# ("^test blas_handles@log.txt"; under --test-threads=1 the harness prints a test's name as it
+# begins). An intermittent stall of one test of many is then caught while it lasts.
 set -u
 after=${1:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
 out=${2:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
@@ -20,6 +25,13 @@ descendants() {
     descendants "$p"
   done
 }
+if [ -n "${UM_STALL_FROM:-}" ]; then
+  pattern=${UM_STALL_FROM%@*}
+  file=${UM_STALL_FROM##*@}
+  while kill -0 "$pid" 2>/dev/null && ! grep -qE "$pattern" "$file" 2>/dev/null; do
+    sleep 1
+  done
+fi
 for _ in $(seq "$after"); do
   kill -0 "$pid" 2>/dev/null || break
   sleep 1

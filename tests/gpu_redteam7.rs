@@ -338,43 +338,60 @@ fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits
 /// How long the idle section of the next tests waits: the spin kernel it waits for.
 const SECTION_NS: u64 = 300_000_000;
 
-/// Launches `add_scalar` on a stream of its own, waiting for it every 64 launches, until
-/// `stop` is set or [`DEADLINE`] has passed; `(whether stop ended it, launches)`.
+/// How long each of the launcher's kernels keeps the GPU busy (`spin_then_add`, timed by the
+/// GPU's own clock): longer than a launch takes under a sanitizer (a few ms), so that the
+/// device always has the launcher's work queued, with or without a tool.
+const LAUNCH_NS: u64 = 20_000_000;
+
+/// How many kernels the launcher queues on one stream before it waits for that stream's
+/// previous batch: the other stream's batch keeps the device busy meanwhile, and at most two
+/// batches (640 ms of work) are queued.
+const BATCH: u64 = 16;
+
+/// Keeps the device busy without a gap until `stop` is set or [`DEADLINE`] has passed: kernels
+/// of [`LAUNCH_NS`] each, in batches of [`BATCH`] on two streams of its own in turn, waiting
+/// for a stream's previous batch (a stream wait, never the whole device) before it queues the
+/// next there; `(whether stop ended it, launches)`.
 fn launch_until(ctx: &Context, stop: &AtomicBool) -> (bool, u64) {
     let start = Instant::now();
-    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
-    ctx.with_stream(StreamOptions::new(), |s| {
-        let mut x = x.attach(s)?;
-        let mut launched = 0;
+    let alloc = || Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let (x0, x1) = (alloc(), alloc());
+    ctx.with_stream_set(2, StreamOptions::new(), |s| {
+        let mut x = [x0.attach(&s[0])?, x1.attach(&s[1])?];
+        let mut launched = [0u64; 2];
+        let mut turn = 0;
         while !stop.load(Ordering::SeqCst) && start.elapsed() < DEADLINE {
-            testing::add_scalar(s, &mut x, 1.0)?;
-            launched += 1;
-            if launched % 64 == 0 {
-                s.wait_idle()?;
+            s[turn].wait_idle()?;
+            for _ in 0..BATCH {
+                testing::spin_then_add(&s[turn], &mut x[turn], 1.0, LAUNCH_NS)?;
             }
+            launched[turn] += BATCH;
+            turn = 1 - turn;
         }
         let by_stop = start.elapsed() < DEADLINE;
-        let (x,) = s.sync_all((x,))?;
-        // Exact in f32 up to 2^24 launches (far more than a run that passes makes).
-        if launched < 1 << 24 {
-            assert!(
-                x.iter().all(|v| *v == launched as f32),
-                "the launcher's sum"
-            );
+        let [x0, x1] = x;
+        let (x0,) = s[0].sync_all((x0,))?;
+        let (x1,) = s[1].sync_all((x1,))?;
+        // Exact in f32 far beyond what a run can launch in [`DEADLINE`] (4,500 per stream).
+        for (x, n) in [(&x0, launched[0]), (&x1, launched[1])] {
+            assert!(x.iter().all(|v| *v == n as f32), "the launcher's sum");
         }
-        Ok((by_stop, launched))
+        Ok((by_stop, launched[0] + launched[1]))
     })
     .expect("the launcher")
 }
 
-/// Begins one capture (`capture_once`) while another thread launches kernels without pause,
-/// with or without a third thread in an idle section whose wait (a 300 ms kernel) the capture
-/// must wait for: the capture must end while the launcher still launches. A capture waits only
-/// for the sections in progress when it asks, never for work that other threads enqueue
-/// meanwhile. Under memcheck and initcheck a capture beside workers that kept launching GEMMs
-/// did not end within 90 s (bench/reliability-notes.md): run under a tool, the pair tells a
-/// section's wait that the launches keep from returning (only the first fails) from driver
-/// calls of the capture that lose to the launches (both fail).
+/// Begins one capture (`capture_once`) while another thread keeps the device busy without a
+/// gap ([`launch_until`]), with or without a third thread in an idle section whose wait (a
+/// 300 ms kernel) the capture must wait for: the capture must end while the launcher still
+/// launches. A capture waits only for the sections in progress when it asks, never for work
+/// that other threads enqueue meanwhile. Under the sanitizers a capture beside workers that
+/// kept launching GEMMs sometimes did not end within 90 s (bench/reliability-notes.md): run
+/// under a tool, the pair tells a section's wait that the launches keep from returning (only
+/// the first fails) from driver calls of the capture that lose to the launches (both fail).
+/// The launcher's first version queued `add_scalar` back to back; under the tools it made only
+/// 21 to 81 launches while the capture ran, too few to keep the device busy, and decided
+/// nothing.
 fn capture_beside_a_launcher(with_section: bool) {
     let _serial = serial();
     let done = watchdog("a capture beside a launching thread");
