@@ -16,6 +16,9 @@
 #                       tests (which fault on purpose) are skipped; memcheck looks for leaks
 #                       too (--leak-check full), except in tests whose name holds "leaks_"
 #                       (they leak on purpose; a second run checks them for the rest);
+#                       Where the machine has two or more GPUs, the programs of one GPU run
+#                       side by side, one per GPU (CUDA_VISIBLE_DEVICES; UM_SANITIZE_GPUS=N caps
+#                       them), then those that use every GPU (uses_every_gpu) one at a time.
 #                       UM_SANITIZE=1 shrinks the
 #                       heaviest workloads and the stress test runs 20 iterations. Last line as
 #                       above. Under racecheck, per_thread_streams runs its per-thread half only
@@ -309,7 +312,95 @@ sanitize_one() {
   return 0
 }
 
-# sanitize TOOL VERDICT_FILE: every GPU program under TOOL; sets $passed and $failed.
+# Programs that use every GPU of the machine where there are two or more (the two-GPU
+# programs, and those that use a second device when one exists): under the sanitizers they run
+# one at a time with every GPU; every other program runs on one GPU of its own, beside others.
+uses_every_gpu() {
+  case "$1" in
+    tests/gpu_two_devices | tests/gpu_nccl | tests/gpu_redteam_18 | examples/data_parallel | examples/pipeline) return 0 ;;
+  esac
+  return 1
+}
+
+# sanitize_prog TOOL PROGRAM LINE_FILE: PROGRAM under TOOL, with its exclusions and notes;
+# prints what it saw, writes its verdict line to LINE_FILE; returns 0 when clean.
+sanitize_prog() {
+  local tool=$1 prog=$2 vline=$3
+  local line note=""
+  if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
+    line=$(sanitize_one "$tool" "$prog" UM_ONLY_PER_THREAD=1)
+    local ok=$?
+    local repro="not run (nvcc could not build bench/racecheck_repro.cu)"
+    if [ -n "$repro_built_cmd" ]; then
+      local rlog
+      rlog=$(mktemp)
+      # shellcheck disable=SC2086
+      timeout -k 10 120 "$cs" --tool racecheck --report-api-errors no $repro_built_cmd \
+        >"$rlog" 2>&1 || true
+      repro=$(grep -oE "RACECHECK SUMMARY.*|Internal Sanitizer Error:.*" "$rlog" | head -n 1)
+      repro="${repro:-no summary}"
+      rm -f "$rlog"
+    fi
+    note="; legacy half excluded: reproduced without um (bench/racecheck_repro.cu, 8 host threads on the legacy stream: ${repro})"
+    echo "$line$note"
+    if [ "$ok" = 0 ]; then
+      echo "$tool $(basename "$prog"): clean (per-thread half)$note" >"$vline"
+      return 0
+    else
+      echo "$tool $(basename "$prog"): ERRORS: ${line#!!! }" >"$vline"
+      return 1
+    fi
+  fi
+  local envs=()
+  [ "$prog" = tests/gpu_nccl ] && note=" (its killed-rank test skipped, as the fault tests are)"
+  if [ "$tool" = racecheck ] && [ "$prog" = tests/gpu_stress ]; then
+    # racecheck slows 16 host threads' launches by orders of magnitude: 20 iterations did not
+    # finish in 9 minutes on an H100 (2026-11-22); the study of issue 13 ran 2.
+    envs=(UM_STRESS_ITERS=2)
+    note=" (2 iterations under racecheck)"
+  fi
+  if [ "$prog" = examples/pipeline ] && [ "$tool" = memcheck ]; then
+    envs+=(UM_ONLY_ONE_GPU=1)
+  fi
+  case "$prog" in tests/gpu_two_devices | examples/pipeline)
+    if [ "${gpus:-0}" -ge 2 ] && [ "$tool" = memcheck ]; then
+      note="$note; cross-device part excluded: a kernel of device 1 reading device 0's managed memory, reproduced without um (bench/memcheck_cross_device.cu: $(once "cross-$tool" cross_device_note "$tool"))"
+    fi ;;
+  esac
+  local t1=$SECONDS
+  # sanitize_one's note on the program's own result, through a file: it runs in a subshell.
+  local pnote_file
+  pnote_file=$(mktemp)
+  line=$(program_note=""; sanitize_one "$tool" "$prog" "${envs[@]}"; rc_one=$?; echo "$program_note" >"$pnote_file"; exit $rc_one)
+  local rc1=$?
+  local program_note
+  program_note=$(cat "$pnote_file")
+  rm -f "$pnote_file"
+  echo "    $tool $(basename "$prog"): $((SECONDS - t1)) s"
+  if [ "$rc1" = 3 ]; then
+    echo "$line"
+    echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; ${line#*: } reproduced without um (bench/nccl_baseline.cpp under $tool: $(once "nccl-$tool" nccl_note "$tool"))" >"$vline"
+    return 0
+  elif [ "$rc1" = 4 ]; then
+    echo "$line"
+    echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl); the C++ baseline without um, all of its kernels instrumented (bench/nccl_baseline.cpp under $tool): $(once "nccl-$tool" nccl_note "$tool")" >"$vline"
+    return 0
+  elif [ "$rc1" = 0 ]; then
+    echo "$line"
+    echo "$tool $(basename "$prog"): clean$note$program_note" >"$vline"
+    return 0
+  else
+    echo "$line"
+    echo "$tool $(basename "$prog"): ERRORS: $(echo "$line" | head -n 1 | sed 's/^!!! //')" >"$vline"
+    return 1
+  fi
+}
+
+# sanitize TOOL VERDICT_FILE: every GPU program under TOOL; sets $passed and $failed. Each
+# program's verdict line goes to VERDICT_FILE as it ends. Where the machine has two or more
+# GPUs, the programs of one GPU run side by side, one per GPU (CUDA_VISIBLE_DEVICES; at most
+# UM_SANITIZE_GPUS at once, default every GPU), then those that use every GPU one at a time: a
+# sanitizer part takes about 1/N of the time on N GPUs.
 sanitize() {
   local tool=$1 verdict=${2:-/dev/null}
   export UM_STRESS_ITERS=20 UM_SANITIZE=1
@@ -322,7 +413,9 @@ sanitize() {
   # killed-rank test is one, skipped in sanitize_one). The two-GPU programs where two GPUs
   # exist; the ranks that gpu_nccl starts as processes run under the tool too (compute-sanitizer
   # follows child processes), and their summaries count.
+  local single=() whole=()
   for prog in tests/gpu_* examples/*; do
+    [ -e "$prog" ] || continue
     case "$prog" in tests/gpu_faults) continue ;; esac
     # UM_SANITIZE_ONLY="tests/a examples/b": those programs only (a part run again for them).
     if [ -n "${UM_SANITIZE_ONLY:-}" ]; then
@@ -335,79 +428,84 @@ sanitize() {
       echo "=== $tool $(basename "$prog"): kept from an earlier call"
       continue
     fi
-    local line note=""
-    if [ "$tool" = racecheck ] && [ "$prog" = examples/per_thread_streams ]; then
-      line=$(sanitize_one "$tool" "$prog" UM_ONLY_PER_THREAD=1)
-      local ok=$?
-      local repro="not run (nvcc could not build bench/racecheck_repro.cu)"
-      if [ -n "$repro_built_cmd" ]; then
-        local rlog
-        rlog=$(mktemp)
-        # shellcheck disable=SC2086
-        timeout -k 10 120 "$cs" --tool racecheck --report-api-errors no $repro_built_cmd \
-          >"$rlog" 2>&1 || true
-        repro=$(grep -oE "RACECHECK SUMMARY.*|Internal Sanitizer Error:.*" "$rlog" | head -n 1)
-        repro="${repro:-no summary}"
-        rm -f "$rlog"
-      fi
-      note="; legacy half excluded: reproduced without um (bench/racecheck_repro.cu, 8 host threads on the legacy stream: ${repro})"
-      echo "$line$note"
-      if [ "$ok" = 0 ]; then
-        echo "$tool $(basename "$prog"): clean (per-thread half)$note" >>"$verdict"
-        passed=$((passed + 1))
-      else
-        echo "$tool $(basename "$prog"): ERRORS: ${line#!!! }" >>"$verdict"
-        failed=$((failed + 1))
-      fi
-      continue
-    fi
-    local envs=()
-    [ "$prog" = tests/gpu_nccl ] && note=" (its killed-rank test skipped, as the fault tests are)"
-    if [ "$tool" = racecheck ] && [ "$prog" = tests/gpu_stress ]; then
-      # racecheck slows 16 host threads' launches by orders of magnitude: 20 iterations did not
-      # finish in 9 minutes on an H100 (2026-11-22); the study of issue 13 ran 2.
-      envs=(UM_STRESS_ITERS=2)
-      note=" (2 iterations under racecheck)"
-    fi
-    if [ "$prog" = examples/pipeline ] && [ "$tool" = memcheck ]; then
-      envs+=(UM_ONLY_ONE_GPU=1)
-    fi
-    case "$prog" in tests/gpu_two_devices | examples/pipeline)
-      if [ "${gpus:-0}" -ge 2 ] && [ "$tool" = memcheck ]; then
-        [ -n "${cross_note[$tool]:-}" ] || cross_note[$tool]=$(cross_device_note "$tool")
-        note="$note; cross-device part excluded: a kernel of device 1 reading device 0's managed memory, reproduced without um (bench/memcheck_cross_device.cu: ${cross_note[$tool]})"
-      fi ;;
-    esac
-    local t1=$SECONDS
-    # sanitize_one's note on the program's own result, through a file: it runs in a subshell.
-    local pnote_file
-    pnote_file=$(mktemp)
-    line=$(program_note=""; sanitize_one "$tool" "$prog" "${envs[@]}"; rc_one=$?; echo "$program_note" >"$pnote_file"; exit $rc_one)
-    local rc1=$?
-    local program_note
-    program_note=$(cat "$pnote_file")
-    rm -f "$pnote_file"
-    echo "    $tool $(basename "$prog"): $((SECONDS - t1)) s"
-    if [ "$rc1" = 3 ]; then
-      [ -n "${nccl_note_of[$tool]:-}" ] || nccl_note_of[$tool]=$(nccl_note "$tool")
-      echo "$line"
-      echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; ${line#*: } reproduced without um (bench/nccl_baseline.cpp under $tool: ${nccl_note_of[$tool]})" >>"$verdict"
-      passed=$((passed + 1))
-    elif [ "$rc1" = 4 ]; then
-      [ -n "${nccl_note_of[$tool]:-}" ] || nccl_note_of[$tool]=$(nccl_note "$tool")
-      echo "$line"
-      echo "$tool $(basename "$prog"): clean outside NCCL's kernels$note$program_note; NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl); the C++ baseline without um, all of its kernels instrumented (bench/nccl_baseline.cpp under $tool): ${nccl_note_of[$tool]}" >>"$verdict"
-      passed=$((passed + 1))
-    elif [ "$rc1" = 0 ]; then
-      echo "$line"
-      echo "$tool $(basename "$prog"): clean$note$program_note" >>"$verdict"
-      passed=$((passed + 1))
+    if [ "${gpus:-0}" -ge 2 ] && uses_every_gpu "$prog"; then
+      whole+=("$prog")
     else
-      echo "$line"
-      echo "$tool $(basename "$prog"): ERRORS: $(echo "$line" | head -n 1 | sed 's/^!!! //')" >>"$verdict"
-      failed=$((failed + 1))
+      single+=("$prog")
     fi
   done
+  local slots=${UM_SANITIZE_GPUS:-${gpus:-1}}
+  [ "$slots" -ge 1 ] 2>/dev/null || slots=1
+  [ "${gpus:-0}" -ge 2 ] || slots=1
+  local work
+  work=$(mktemp -d)
+  # One job per program: its output, verdict line and status in $work, collected as it ends.
+  local -A slot_pid=() slot_prog=()
+  collect() {
+    local k=$1 p=${slot_prog[$1]} name
+    name=$(basename "$p")
+    cat "$work/$name.out"
+    if [ "$(cat "$work/$name.rc" 2>/dev/null)" = 0 ]; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+    fi
+    if [ -s "$work/$name.line" ]; then
+      cat "$work/$name.line" >>"$verdict"
+    else
+      echo "$tool $name: ERRORS: no verdict line (the job ended early)" >>"$verdict"
+    fi
+    slot_pid[$k]=""
+  }
+  run_job() {
+    local k=$1 p=$2 name
+    name=$(basename "$p")
+    (
+      [ -n "$k" ] && export CUDA_VISIBLE_DEVICES=$k
+      sanitize_prog "$tool" "$p" "$work/$name.line" >"$work/$name.body" 2>&1
+      echo $? >"$work/$name.rc"
+      { if [ -n "$k" ]; then echo "    $tool $name: on GPU $k"; fi; cat "$work/$name.body"; } >"$work/$name.out"
+    ) &
+    slot_pid[${k:-0}]=$!
+    slot_prog[${k:-0}]=$p
+  }
+  local p k free
+  if [ "$slots" -gt 1 ]; then
+    for p in "${single[@]}"; do
+      # The first free GPU; else wait for a job to end.
+      while :; do
+        free=""
+        for ((k = 0; k < slots; k++)); do
+          if [ -z "${slot_pid[$k]:-}" ]; then
+            free=$k
+            break
+          fi
+          if ! kill -0 "${slot_pid[$k]}" 2>/dev/null; then
+            wait "${slot_pid[$k]}" 2>/dev/null
+            collect "$k"
+            free=$k
+            break
+          fi
+        done
+        [ -n "$free" ] && break
+        wait -n 2>/dev/null || sleep 1
+      done
+      run_job "$free" "$p"
+    done
+    for ((k = 0; k < slots; k++)); do
+      if [ -n "${slot_pid[$k]:-}" ]; then
+        wait "${slot_pid[$k]}" 2>/dev/null
+        collect "$k"
+      fi
+    done
+    single=()
+  fi
+  for p in "${single[@]}" "${whole[@]}"; do
+    run_job "" "$p"
+    wait "${slot_pid[0]}" 2>/dev/null
+    collect 0
+  done
+  rm -rf "$work"
   echo "$tool: $passed programs clean, $failed with errors"
 }
 
@@ -418,6 +516,7 @@ cross_device_note() {
   dir=$(mktemp -d)
   if ! "$nvcc" -O2 -std=c++17 -o "$dir/cross" "$bundle/bench/memcheck_cross_device.cu" -lcuda >/dev/null 2>&1; then
     echo "not run (nvcc could not build bench/memcheck_cross_device.cu)"
+    rm -rf "$dir"
     return
   fi
   local log
@@ -434,6 +533,7 @@ nccl_note() {
   if ! "$nvcc" -O3 -o "$dir/nccl_baseline" "$bundle/bench/nccl_baseline.cpp" -lnccl -lcuda >/dev/null 2>&1 &&
     ! "$nvcc" -O3 -o "$dir/nccl_baseline" "$bundle/bench/nccl_baseline.cpp" -l:libnccl.so.2 -lcuda >/dev/null 2>&1; then
     echo "not run (nvcc could not build bench/nccl_baseline.cpp)"
+    rm -rf "$dir"
     return
   fi
   local log
@@ -451,8 +551,20 @@ nccl_note() {
   rm -rf "$dir"
 }
 
-# The reproducers' summaries, per tool, once per run.
-declare -A cross_note nccl_note_of
+# once KEY COMMAND [ARG ...]: COMMAND's output, run once per run.sh process and kept under
+# KEY (in files: the programs under a sanitizer run in subshells, side by side), e.g. the
+# reproducers' summaries per tool.
+once_dir=$(mktemp -d)
+trap 'rm -rf "$once_dir"' EXIT
+once() {
+  local key=$1
+  shift
+  if [ ! -f "$once_dir/$key" ]; then
+    "$@" >"$once_dir/$key.tmp"
+    mv "$once_dir/$key.tmp" "$once_dir/$key"
+  fi
+  cat "$once_dir/$key"
+}
 
 # The command line of the reproducer's legacy run (set once the reproducer is built).
 repro_built_cmd=""
