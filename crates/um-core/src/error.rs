@@ -239,11 +239,13 @@ pub enum Error {
     /// another device while closures of the capture's device are open (two threads doing that
     /// crosswise would wait for each other), inside um's stream callback (a waker, where no
     /// CUDA call is allowed), or on um's event thread (it runs wakers that such a closure may
-    /// wait for).
+    /// wait for); or in a destructor that runs while the thread exits, once um's record of the
+    /// thread's captures is gone (red team 10, finding 1).
     #[error(
         "a capture cannot begin here: inside a Context::with_idle_unless_capturing closure of its \
          device, inside one of another device while closures of its device are open, inside a \
-         driver callback, or on um's event thread (it could wait for a thread that waits for it)"
+         driver callback, on um's event thread (it could wait for a thread that waits for it), \
+         or in a thread-local destructor once um's own thread-locals are gone"
     )]
     CaptureRefusedHere,
     /// A buffer of a capture's set did not come back from the capture closure (it was dropped
@@ -406,6 +408,17 @@ pub enum Error {
     Bootstrap {
         /// What failed.
         reason: String,
+    },
+    /// Called from a destructor that runs while the calling thread exits, after the thread-local
+    /// storage that `what` needs was destroyed: a `thread_local!` value of the user's that
+    /// opens um's per-thread default stream in its `Drop`, for one (red team 10, finding 1).
+    /// Use a stream of its own ([`Context::with_stream`](crate::Context::with_stream)) there.
+    #[error(
+        "{what} is not available here: the thread is exiting and its thread-local storage is          being destroyed (a thread_local! destructor); use a stream of its own"
+    )]
+    ThreadExiting {
+        /// What was asked for.
+        what: &'static str,
     },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]

@@ -55,7 +55,8 @@ pub struct Blas {
     library: &'static Cublas,
     handle: sys::Handle,
     ctx: Context,
-    /// The [`Stream::id`] of the stream the handle is bound to; 0 (no stream has it) for none.
+    /// The [`Stream::id`] of the stream the handle is bound to; 0 (no stream has it) for none;
+    /// [`UNKNOWN_STREAM`] after a bind that failed.
     /// A `Cell`: this is also what makes `Blas` `!Sync`.
     bound: Cell<u64>,
 }
@@ -241,34 +242,56 @@ impl Blas {
             return Err(Error::ContextMismatch);
         }
         let id = stream.id();
-        let moving = self.bound.get() != id;
-        // The handle's workspace may still be in use by work it enqueued on the stream it was
-        // bound to, and cuBLAS does not promise that its default workspace pool is per stream.
-        // That stream may be gone (its handle reused), so the barrier is the whole context:
-        // wait for it before the workspace serves another stream. One `Blas` per stream never
-        // pays it. Not while a capture of um is in progress on the device or this thread: the
-        // wait would fail it (refused there, then). Checked before any CUDA call, so that a
-        // thread retrying a refused move makes none: under initcheck, 4 threads retrying, each
-        // with a driver call per refusal, kept a capture from ending within 90 s (2,001,373
-        // refusals; red team 7's Blas test).
-        if moving && self.bound.get() != 0 && !self.ctx.wait_idle_unless_capturing()? {
-            return Err(Error::CaptureInProgress);
+        if self.bound.get() == id {
+            return Ok(self.ctx.make_current()?);
         }
-        self.ctx.make_current()?;
-        if moving {
-            let api = self.library.api();
-            // SAFETY: a live handle, and a live stream of its context (borrowed for this call).
-            // The handle stays bound to it after the call, possibly past the stream's life; that
-            // is harmless because every call binds again first (ids are never reused, so a
-            // cached id never names a destroyed stream's successor), and drop unbinds before it
-            // destroys the handle.
-            let status = unsafe { (api.set_stream)(self.handle, stream.as_raw()) };
-            Error::status(api, "cublasSetStream_v2", status)?;
-            self.bound.set(id);
-        }
+        let api = self.library.api();
+        let (handle, raw) = (self.handle, stream.as_raw());
+        // The bind, made below after `make_current` or inside the idle section (which makes
+        // the context current before its closure).
+        let bind = || {
+            // SAFETY: a live handle, and a live stream of its context (borrowed for this
+            // call), with the context current (see above). The handle stays bound to the stream
+            // after the call, possibly past the stream's life; that is harmless because every
+            // call binds again first (ids are never reused, so a cached id never names a
+            // destroyed stream's successor), and drop unbinds before it destroys the handle.
+            unsafe { (api.set_stream)(handle, raw) }
+        };
+        let status = if self.bound.get() == 0 {
+            // Never bound: no work of the handle can be in flight.
+            self.ctx.make_current()?;
+            bind()
+        } else {
+            // The handle's workspace may still be in use by work it enqueued on the stream it
+            // was bound to, and cuBLAS does not promise that its default workspace pool is per
+            // stream. That stream may be gone (its handle reused), so the barrier is the whole
+            // context: wait for it before the workspace serves another stream. One `Blas` per
+            // stream never pays it. Not while a capture of um is in progress on the device or
+            // this thread, or waits to begin: the wait would fail it (refused there, then),
+            // before any CUDA call, so that a thread retrying a refused move makes none (under
+            // initcheck, 4 threads retrying, each with a driver call per refusal, kept a
+            // capture from ending within 90 s: red team 7's Blas test). The bind is made
+            // inside the section, so that no capture can begin between the wait and it:
+            // `cublasSetStream_v2` resets the handle's workspace to cuBLAS's default pool,
+            // which is not documented never to wait or free (red team 10, hardening).
+            match self.ctx.with_idle_unless_capturing(bind)? {
+                Some(status) => status,
+                None => return Err(Error::CaptureInProgress),
+            }
+        };
+        // Until the bind is known to have succeeded, the handle's stream is unknown: a failed
+        // bind may have switched it (or its workspace) anyway, so the next call waits and
+        // binds again, whatever its stream (red team 10, hardening).
+        self.bound.set(UNKNOWN_STREAM);
+        Error::status(api, "cublasSetStream_v2", status)?;
+        self.bound.set(id);
         Ok(())
     }
 }
+
+/// [`Blas::bound`] after a bind that failed: no stream's id (ids count up from 1 and are never
+/// reused), and not 0 (never bound, which skips the wait).
+const UNKNOWN_STREAM: u64 = u64::MAX;
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
 /// except between the streams of one stream set).

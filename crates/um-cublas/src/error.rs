@@ -88,6 +88,9 @@ pub enum Error {
     /// ([`Context::wait_idle_unless_capturing`](um_core::Context::wait_idle_unless_capturing)
     /// returns `Ok(false)`): while a capture of `um` waits to begin on the device (try again
     /// later), inside a driver callback, or 16 idle sections deep. Nothing was enqueued.
+    /// During a capture the move is refused until the capture has ended: a capture closure
+    /// that waits without a bound for a thread retrying such a move waits for ever (red team
+    /// 10, attempt 4).
     #[error(
         "a cuBLAS handle cannot move to another stream where um may not wait for the device (a graph capture in progress or about to begin on its device or thread, a driver callback, or 16 nested idle sections): use one `Blas` per stream"
     )]

@@ -241,12 +241,18 @@ impl Context {
         name: &'static str,
     ) -> Result<Function> {
         let key = function_key(self.id(), ptx, name);
-        let hit = FUNCTIONS.with(|c| c.borrow().entries.iter().find(|e| e.0 == key).map(|e| e.1));
+        // `try_with`: in a thread-local destructor that runs after `FUNCTIONS` was destroyed (a
+        // launch from a `thread_local!` value's `Drop`, red team 10, finding 1), the lookup
+        // goes to the context's cache instead of panicking.
+        let hit = FUNCTIONS
+            .try_with(|c| c.borrow().entries.iter().find(|e| e.0 == key).map(|e| e.1))
+            .ok()
+            .flatten();
         if let Some(f) = hit {
             return Ok(f);
         }
         let function = self.kernel(ptx, name)?.function();
-        FUNCTIONS.with(|c| {
+        let _ = FUNCTIONS.try_with(|c| {
             let mut c = c.borrow_mut();
             if c.entries.len() >= FunctionCache::CAPACITY {
                 c.entries.clear();

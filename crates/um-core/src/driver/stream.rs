@@ -219,16 +219,24 @@ thread_local! {
 /// `CU_STREAM_PER_THREAD` is one handle, but it names another stream on every thread and in
 /// every context. An id per thread alone made the per-thread streams of two devices look like
 /// one stream, and `hand_off` between them skipped its event (issue 18).
-pub(crate) fn per_thread_stream_id(context: u64) -> u64 {
-    PER_THREAD_IDS.with(|ids| {
-        let mut ids = ids.borrow_mut();
-        if let Some((_, id)) = ids.iter().find(|(c, _)| *c == context) {
-            return *id;
-        }
-        let id = next_stream_id();
-        ids.push((context, id));
-        id
-    })
+///
+/// `Err(ThreadExiting)` in a thread-local destructor that runs after `PER_THREAD_IDS` was
+/// destroyed (red team 10, finding 1): an id drawn afresh there would name the stream of an id
+/// drawn before under another id, so none is given (the caller can use a stream of its own).
+pub(crate) fn per_thread_stream_id(context: u64) -> Result<u64> {
+    PER_THREAD_IDS
+        .try_with(|ids| {
+            let mut ids = ids.borrow_mut();
+            if let Some((_, id)) = ids.iter().find(|(c, _)| *c == context) {
+                return *id;
+            }
+            let id = next_stream_id();
+            ids.push((context, id));
+            id
+        })
+        .map_err(|_| Error::ThreadExiting {
+            what: "the per-thread default stream",
+        })
 }
 
 /// A CUDA stream of kind `K` with brand `'s`.
@@ -562,18 +570,18 @@ impl Context {
         f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        f(&self.per_thread_stream())
+        f(&self.per_thread_stream()?)
     }
 
     /// The handle of the calling thread's default stream, with its id for this thread and
     /// this context handle.
-    pub(crate) fn per_thread_stream<'s>(&self) -> Stream<'s, PerThread> {
-        Stream::from_raw(
+    pub(crate) fn per_thread_stream<'s>(&self) -> Result<Stream<'s, PerThread>> {
+        Ok(Stream::from_raw(
             self,
             sys::STREAM_PER_THREAD,
-            per_thread_stream_id(self.id()),
+            per_thread_stream_id(self.id())?,
             Transfer::OnDemand,
-        )
+        ))
     }
 
     /// Runs `f` with the legacy default stream (the NULL stream).
@@ -609,14 +617,23 @@ mod tests {
     #[test]
     fn per_thread_stream_ids_differ_by_context_and_by_thread() {
         let (a, b) = (next_stream_id(), next_stream_id());
-        let a_here = per_thread_stream_id(a);
-        assert_eq!(per_thread_stream_id(a), a_here, "stable on one thread");
-        let b_here = per_thread_stream_id(b);
+        let a_here = per_thread_stream_id(a).unwrap_or(0);
+        assert_ne!(a_here, 0, "an id while the thread runs");
+        assert_eq!(
+            per_thread_stream_id(a).unwrap_or(0),
+            a_here,
+            "stable on one thread"
+        );
+        let b_here = per_thread_stream_id(b).unwrap_or(0);
         assert_ne!(a_here, b_here, "two contexts: two streams");
-        let (a_there, b_there) =
-            std::thread::spawn(move || (per_thread_stream_id(a), per_thread_stream_id(b)))
-                .join()
-                .unwrap_or_default();
+        let (a_there, b_there) = std::thread::spawn(move || {
+            (
+                per_thread_stream_id(a).unwrap_or(0),
+                per_thread_stream_id(b).unwrap_or(0),
+            )
+        })
+        .join()
+        .unwrap_or_default();
         for there in [a_there, b_there] {
             assert!(
                 there != 0 && there != a_here && there != b_here,
@@ -624,5 +641,55 @@ mod tests {
             );
         }
         assert_ne!(a_there, b_there);
+    }
+
+    /// Red team 10, finding 1: a `thread_local!` value whose `Drop` asks for the per-thread
+    /// stream after `PER_THREAD_IDS` was destroyed got a panic in a TLS destructor (an abort).
+    /// One value set up before the thread's first per-thread id and one after, so that one of
+    /// them is dropped after `PER_THREAD_IDS` whatever order the platform runs the
+    /// destructors in: each gets an id or `Err(ThreadExiting)`, never a panic.
+    #[test]
+    fn the_per_thread_stream_id_asked_in_a_thread_local_destructor_is_an_id_or_an_error() {
+        use crate::Error;
+        use std::sync::Mutex;
+        static SEEN: Mutex<Vec<Result<u64, Error>>> = Mutex::new(Vec::new());
+        struct AsksAtExit(u64);
+        impl Drop for AsksAtExit {
+            fn drop(&mut self) {
+                let r = per_thread_stream_id(self.0);
+                SEEN.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(r);
+            }
+        }
+        thread_local! {
+            static BEFORE: std::cell::RefCell<Option<AsksAtExit>> = const { std::cell::RefCell::new(None) };
+            static AFTER: std::cell::RefCell<Option<AsksAtExit>> = const { std::cell::RefCell::new(None) };
+        }
+        let context = next_stream_id();
+        let joined = std::thread::spawn(move || {
+            BEFORE.with(|b| *b.borrow_mut() = Some(AsksAtExit(context)));
+            let here = per_thread_stream_id(context);
+            AFTER.with(|a| *a.borrow_mut() = Some(AsksAtExit(context)));
+            here
+        })
+        .join();
+        let here = joined.unwrap_or(Ok(0)).unwrap_or(0);
+        assert_ne!(here, 0, "the thread got an id, and exited without a panic");
+        let seen = std::mem::take(
+            &mut *SEEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert_eq!(seen.len(), 2, "both destructors ran: {seen:?}");
+        assert!(
+            seen.iter()
+                .all(|r| *r == Ok(here) || matches!(r, Err(Error::ThreadExiting { .. }))),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter().any(|r| r.is_err()),
+            "one destructor ran after the ids were gone: {seen:?}"
+        );
     }
 }

@@ -68,6 +68,12 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// meanwhile. On any `Err`, the buffers are
     /// dropped (freed once this stream is done with them).
     ///
+    /// While `f` runs, other threads' calls that would wait for the whole device are refused
+    /// (an idle section returns `Ok(None)`; a `um_cublas::Blas` moving to another stream is
+    /// `CaptureInProgress`) until the capture has ended: so **`f` must not wait without a bound
+    /// for another thread's such call**, nor for a thread that retries one until it succeeds.
+    /// It would wait for ever (red team 10, attempt 4).
+    ///
     /// ```no_run
     /// # fn main() -> um_core::Result<()> {
     /// # use um_core::{Context, Managed, StreamOptions};

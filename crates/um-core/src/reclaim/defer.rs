@@ -75,10 +75,23 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+// `CAPTURES` has a destructor, so it is gone while the thread's later thread-local destructors
+// run (a `thread_local!` of the user's whose `Drop` drops a stream-owned buffer, red team 10,
+// finding 1): every access below is `try_with`, never a panic. Once it is gone no capture scope
+// can be open on the thread (a scope is a frame of `Stream::capture`, and a capture may not
+// begin there: `captures_recordable`), so `capturing` is false and `bury` finds no scope.
+
+/// Whether this thread can still record its capture scopes: false in a thread-local destructor
+/// that runs after `CAPTURES` was destroyed (a capture is then refused, `CaptureRefusedHere`).
+pub(crate) fn captures_recordable() -> bool {
+    CAPTURES.try_with(|_| ()).is_ok()
+}
+
 /// A capture scope on this thread owns the streams `ids` from now on: buffers of those streams
-/// dropped meanwhile are kept for it ([`bury`]).
+/// dropped meanwhile are kept for it ([`bury`]). Called only after [`captures_recordable`]
+/// (through `may_begin_capture`) on the same thread, so the record exists.
 pub(crate) fn open_capture(ids: &[u64]) {
-    CAPTURES.with(|c| {
+    let _ = CAPTURES.try_with(|c| {
         c.borrow_mut()
             .extend(ids.iter().map(|id| (*id, Vec::new())));
     });
@@ -86,19 +99,21 @@ pub(crate) fn open_capture(ids: &[u64]) {
 
 /// Ends the registration of `ids` and returns the buffers dropped under them.
 pub(crate) fn close_capture(ids: &[u64]) -> Vec<Orphan> {
-    CAPTURES.with(|c| {
-        let mut c = c.borrow_mut();
-        let mut buried = Vec::new();
-        c.retain_mut(|(id, orphans)| {
-            if ids.contains(id) {
-                buried.append(orphans);
-                false
-            } else {
-                true
-            }
-        });
-        buried
-    })
+    CAPTURES
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            let mut buried = Vec::new();
+            c.retain_mut(|(id, orphans)| {
+                if ids.contains(id) {
+                    buried.append(orphans);
+                    false
+                } else {
+                    true
+                }
+            });
+            buried
+        })
+        .unwrap_or_default()
 }
 
 /// For `Managed`'s drop of a buffer owned by a capture stream: no free and no wait can happen
@@ -107,19 +122,76 @@ pub(crate) fn close_capture(ids: &[u64]) -> Vec<Orphan> {
 /// buffer's eager stream is done with it. Returns the orphan if no scope on this thread owns
 /// `stream` (the caller then leaks it).
 pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orphan> {
-    CAPTURES.with(|c| {
+    let mut orphan = Some(orphan);
+    let _ = CAPTURES.try_with(|c| {
         let mut c = c.borrow_mut();
-        match c.iter_mut().find(|(id, _)| *id == stream) {
-            Some((_, orphans)) => {
-                orphans.push(orphan);
-                Ok(())
-            }
-            None => Err(orphan),
+        if let Some((_, orphans)) = c.iter_mut().find(|(id, _)| *id == stream) {
+            orphans.extend(orphan.take());
         }
-    })
+    });
+    match orphan {
+        Some(orphan) => Err(orphan),
+        None => Ok(()),
+    }
 }
 
-/// Whether a capture scope is open on this thread.
+/// Whether a capture scope is open on this thread (never, once the thread's record of them is
+/// destroyed: see above).
 pub(crate) fn capturing() -> bool {
-    CAPTURES.with(|c| !c.borrow().is_empty())
+    CAPTURES
+        .try_with(|c| !c.borrow().is_empty())
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{captures_recordable, capturing, close_capture, open_capture};
+    use std::sync::Mutex;
+
+    /// Red team 10, finding 1: `Managed::drop` of a stream-owned buffer asks `capturing()`; in a
+    /// `thread_local!` value's `Drop` that runs after `CAPTURES` was destroyed, that was a panic
+    /// in a TLS destructor (an abort). One value set up before the thread's first use of
+    /// `CAPTURES` and one after, so that one of them runs after it whatever order the platform
+    /// runs the destructors in: each sees no capture, and a capture there is refused.
+    #[test]
+    fn captures_asked_about_in_a_thread_local_destructor_are_none_and_none_can_begin() {
+        static SEEN: Mutex<Vec<(bool, bool)>> = Mutex::new(Vec::new());
+        struct AsksAtExit;
+        impl Drop for AsksAtExit {
+            fn drop(&mut self) {
+                let seen = (capturing(), captures_recordable());
+                SEEN.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(seen);
+            }
+        }
+        thread_local! {
+            static BEFORE: std::cell::RefCell<Option<AsksAtExit>> =
+                const { std::cell::RefCell::new(None) };
+            static AFTER: std::cell::RefCell<Option<AsksAtExit>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let ran = std::thread::spawn(|| {
+            BEFORE.with(|b| *b.borrow_mut() = Some(AsksAtExit));
+            open_capture(&[7]);
+            let during = capturing();
+            assert!(close_capture(&[7]).is_empty());
+            AFTER.with(|a| *a.borrow_mut() = Some(AsksAtExit));
+            during && !capturing()
+        })
+        .join()
+        .unwrap_or(false);
+        assert!(ran, "a scope is seen while open, and not after");
+        let seen = std::mem::take(
+            &mut *SEEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert_eq!(seen.len(), 2, "both destructors ran: {seen:?}");
+        assert!(seen.iter().all(|(capturing, _)| !capturing), "{seen:?}");
+        assert!(
+            seen.contains(&(false, false)),
+            "one destructor ran after the record was gone, where a capture is refused: {seen:?}"
+        );
+    }
 }

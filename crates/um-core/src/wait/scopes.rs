@@ -86,7 +86,7 @@ impl Context {
         f: impl for<'s> AsyncFnOnce(&Stream<'s, PerThread>) -> Result<R>,
     ) -> Result<R> {
         self.bind()?;
-        let stream = self.per_thread_stream();
+        let stream = self.per_thread_stream()?;
         defer_on_drop(f(&stream)).await
     }
 }
