@@ -10,7 +10,14 @@
 //!   is `Err(ThreadExiting)`, and a launch looks its function up without the thread's cache.
 //!   Two thread-locals, one set up before the thread's first stream-owned drop and one after, so
 //!   that one of them is dropped after `CAPTURES` whatever order the platform runs the
-//!   destructors in. Each test runs in a child process: before the fix the child aborted.
+//!   destructors in. Each test runs in a child process. A CPU model of the pattern aborted
+//!   (exit 134) before the fix; the um-core unit tests of rule 191 show the thread-locals'
+//!   state there.
+//! - Red team 11: `std::process::exit` inside a capture closure runs the thread's thread-local
+//!   destructors with the capture still open, so one that runs after `CAPTURES` sees no scope
+//!   while its thread captures. Its stream-owned drops must still not wait (the count of the
+//!   thread's captures is asked too), a capture there is refused, and a `Blas` dropped there is
+//!   leaked.
 //! - Attempts 2 and 3 (not known without a GPU): a first GEMM on the capturing thread, on the
 //!   eager stream the handle is bound to, inside a capture closure; `Blas::new` and first uses of
 //!   cuBLAS's kernels on another thread beside captures (rule 187). A failure would be a capture
@@ -126,7 +133,11 @@ fn body(with_blas: bool) {
             .expect("a stream-owned drop");
             AFTER.with(|f| *f.borrow_mut() = Some(Flusher::new(&ctx, "after", with_blas)));
             // Thread exit: one of BEFORE / AFTER is dropped after CAPTURES is gone.
-        });
+        })
+        // Joined: `scope` stops waiting for a thread when its closure returns, before its
+        // thread-local destructors run (red team 11); the join waits for the thread's end.
+        .join()
+        .expect("the thread");
     });
     println!("the thread ended");
 }
@@ -384,4 +395,94 @@ fn a_capture_closure_that_waits_for_a_blas_move_on_another_thread_never_sees_it(
         "the move was refused meanwhile"
     );
     done.send(()).ok();
+}
+
+/// A thread-local whose destructor runs after `CAPTURES` (it was set up first; glibc runs the
+/// destructors in reverse order) while the thread's capture is still open (red team 11).
+struct LateWork {
+    ctx: Context,
+    blas: Option<Blas>,
+    a: Option<Managed<[f32]>>,
+}
+
+impl Drop for LateWork {
+    fn drop(&mut self) {
+        let Some(a) = self.a.take() else { return };
+        let blas = self.blas.take();
+        let r = self.ctx.with_stream(StreamOptions::new(), |s| {
+            let mut a = a.attach(s)?;
+            if let Some(blas) = &blas {
+                let b = Managed::from_slice(&self.ctx, &[1.0f32; 16 * 16])?.attach(s)?;
+                let mut c = Managed::from_slice(&self.ctx, &[0.0f32; 16 * 16])?.attach(s)?;
+                let _ = blas.gemm(s, &Gemm::new(16, 16, 16), &b, &b, &mut c);
+            }
+            testing::add_scalar(s, &mut a, 1.0)?;
+            // A capture here: refused once CAPTURES is gone.
+            let cap = s.capture((a,), |cap, (mut a,)| {
+                testing::add_scalar(cap, &mut a, 1.0)?;
+                Ok(((a,), ()))
+            });
+            eprintln!(
+                "late: capture in the destructor: {:?}",
+                cap.as_ref().map(|_| ())
+            );
+            Ok(())
+        });
+        drop(blas);
+        eprintln!(
+            "late: with_stream returned {:?}; every drop returned",
+            r.map(|_| ())
+        );
+    }
+}
+
+thread_local! {
+    static LATE: RefCell<Option<LateWork>> = const { RefCell::new(None) };
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn exiting_inside_a_capture_closure_runs_thread_local_destructors_that_neither_wait_nor_abort() {
+    if !is_child() {
+        let (status, text) = common::child_output(
+            "exiting_inside_a_capture_closure_runs_thread_local_destructors_that_neither_wait_nor_abort",
+            CHILD,
+        );
+        assert!(status.success(), "the child: {status}");
+        assert!(
+            text.contains("every drop returned"),
+            "the late destructor ran to its end"
+        );
+        return;
+    }
+    let ctx = Context::new(0).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("every drop returned (skipped: no concurrent managed access)");
+        return;
+    }
+    let t = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            // Touched first: its destructor runs after CAPTURES' (glibc runs them LIFO).
+            LATE.with(|l| {
+                *l.borrow_mut() = Some(LateWork {
+                    ctx: ctx.clone(),
+                    blas: Some(Blas::new(&ctx).expect("cuBLAS")),
+                    a: Some(Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc")),
+                });
+            });
+            let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+            let _ = ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (_graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    drop(x); // buried in CAPTURES, dropped (leaked) by CAPTURES' destructor
+                    eprintln!("exiting inside the capture closure");
+                    std::process::exit(0);
+                })?;
+                Ok(())
+            });
+        })
+    };
+    let _ = t.join();
 }

@@ -414,7 +414,8 @@ pub enum Error {
     /// opens um's per-thread default stream in its `Drop`, for one (red team 10, finding 1).
     /// Use a stream of its own ([`Context::with_stream`](crate::Context::with_stream)) there.
     #[error(
-        "{what} is not available here: the thread is exiting and its thread-local storage is          being destroyed (a thread_local! destructor); use a stream of its own"
+        "{what} is not available here: the thread is exiting and its thread-local storage is \
+         being destroyed (a thread_local! destructor); use a stream of its own"
     )]
     ThreadExiting {
         /// What was asked for.

@@ -258,7 +258,10 @@ impl Blas {
             unsafe { (api.set_stream)(handle, raw) }
         };
         let status = if self.bound.get() == 0 {
-            // Never bound: no work of the handle can be in flight.
+            // Never bound: no work of the handle can be in flight. No section: a first bind must
+            // also go through while another thread captures (one `Blas` per stream, made beside
+            // captures), so um relies here on `cublasSetStream_v2` neither waiting for the
+            // device nor freeing memory in use (docs/interop.md, "What the types cannot see").
             self.ctx.make_current()?;
             bind()
         } else {
@@ -271,9 +274,9 @@ impl Blas {
             // before any CUDA call, so that a thread retrying a refused move makes none (under
             // initcheck, 4 threads retrying, each with a driver call per refusal, kept a
             // capture from ending within 90 s: red team 7's Blas test). The bind is made
-            // inside the section, so that no capture can begin between the wait and it:
-            // `cublasSetStream_v2` resets the handle's workspace to cuBLAS's default pool,
-            // which is not documented never to wait or free (red team 10, hardening).
+            // inside the section, where it costs nothing, so that no capture can begin between
+            // the wait and it (red team 10, hardening): a defence in depth, since a first bind
+            // relies on the bind not waiting anyway (above).
             match self.ctx.with_idle_unless_capturing(bind)? {
                 Some(status) => status,
                 None => return Err(Error::CaptureInProgress),

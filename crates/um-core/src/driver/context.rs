@@ -216,7 +216,7 @@ thread_local! {
 }
 
 /// Whether a capture of `um` is in progress on the calling thread.
-fn thread_is_capturing() -> bool {
+pub(crate) fn thread_is_capturing() -> bool {
     THREAD_CAPTURES.with(std::cell::Cell::get) > 0
 }
 
@@ -266,14 +266,13 @@ fn in_any_idle_section() -> bool {
 /// driver callback (no CUDA call is allowed there, and the capture lock may be held by a thread
 /// waiting for the callback), nor on um's event thread (it runs wakers, which a closure of an
 /// idle section may wait for), nor inside the closure of an idle section of that device
-/// ([`Context::with_idle_unless_capturing`]: the capture would wait for that closure), nor in a
-/// thread-local destructor that runs after the thread's record of its captures was destroyed
-/// (`reclaim::defer`: the buffers dropped in the capture could not be kept for it).
+/// ([`Context::with_idle_unless_capturing`]: the capture would wait for that closure). (Nor
+/// in a thread-local destructor once the thread's record of its captures is gone: checked by
+/// `Scope::begin`, above this layer.)
 pub(crate) fn may_begin_capture(ctx: &Context) -> Result<()> {
     if in_driver_callback()
         || NO_CAPTURE_HERE.with(std::cell::Cell::get)
         || in_idle_section_of(&ctx.inner.shared)
-        || !crate::reclaim::defer::captures_recordable()
     {
         return Err(Error::CaptureRefusedHere);
     }

@@ -650,7 +650,7 @@ mod tests {
     /// destructors in: each gets an id or `Err(ThreadExiting)`, never a panic.
     #[test]
     fn the_per_thread_stream_id_asked_in_a_thread_local_destructor_is_an_id_or_an_error() {
-        use crate::Error;
+        use crate::error::Error;
         use std::sync::Mutex;
         static SEEN: Mutex<Vec<Result<u64, Error>>> = Mutex::new(Vec::new());
         struct AsksAtExit(u64);

@@ -35,7 +35,7 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::graph::exec::Graph;
 use crate::memory::state::CaptureSet;
-use crate::reclaim::defer::{close_capture, defer_free, open_capture};
+use crate::reclaim::defer::{captures_recordable, close_capture, defer_free, open_capture};
 use crate::sealed::PRIVATE;
 
 impl<'s, K: Eager> Stream<'s, K> {
@@ -160,6 +160,11 @@ impl<'c> Scope<'c> {
         // Not inside an idle section of this device (the capture would wait for it), a driver
         // callback or um's event thread.
         crate::driver::context::may_begin_capture(stream.context())?;
+        // Nor in a thread-local destructor once the thread's record of its capture scopes is
+        // gone: the buffers dropped during the capture could not be kept for it (red team 10).
+        if !captures_recordable() {
+            return Err(Error::CaptureRefusedHere);
+        }
         let owner = stream.raw();
         if let Some(argument) = buffers
             .owners(PRIVATE)

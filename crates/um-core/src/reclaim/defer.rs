@@ -78,8 +78,11 @@ thread_local! {
 // `CAPTURES` has a destructor, so it is gone while the thread's later thread-local destructors
 // run (a `thread_local!` of the user's whose `Drop` drops a stream-owned buffer, red team 10,
 // finding 1): every access below is `try_with`, never a panic. Once it is gone no capture scope
-// can be open on the thread (a scope is a frame of `Stream::capture`, and a capture may not
-// begin there: `captures_recordable`), so `capturing` is false and `bury` finds no scope.
+// can begin on the thread (`captures_recordable`, checked by `Scope::begin`), `capturing` is
+// false and `bury` finds no scope (the caller leaks the buffer). One can still be open around
+// it: `std::process::exit` called inside a capture closure runs the thread's thread-local
+// destructors with the scope's frame still on the stack (red team 11). So `Managed::drop` also
+// asks the thread's count of captures (`thread_is_capturing`, no destructor) before it waits.
 
 /// Whether this thread can still record its capture scopes: false in a thread-local destructor
 /// that runs after `CAPTURES` was destroyed (a capture is then refused, `CaptureRefusedHere`).
@@ -135,7 +138,7 @@ pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orpha
     }
 }
 
-/// Whether a capture scope is open on this thread (never, once the thread's record of them is
+/// Whether a capture scope is open on this thread, by its record (false once the record is
 /// destroyed: see above).
 pub(crate) fn capturing() -> bool {
     CAPTURES
