@@ -37,7 +37,7 @@ use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm, Gemv, Op};
 
 mod common;
-use common::{serial, watchdog};
+use common::{device_for_captures, serial, watchdog};
 
 const CHILD: &str = "UM_REDTEAM10_CHILD";
 
@@ -58,16 +58,6 @@ fn in_child(test: &str, flushes: usize) {
 
 fn is_child() -> bool {
     std::env::var_os(CHILD).is_some()
-}
-
-/// Device 0, where captures of unified memory can be made; `None`, saying so, elsewhere.
-fn device_for_captures() -> Option<Context> {
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
-        return None;
-    }
-    Some(ctx)
 }
 
 /// A per-thread worker that does one last GEMM when its thread ends (the "one `Blas` per
@@ -324,11 +314,9 @@ fn blas_made_and_used_for_the_first_time_beside_captures_fails_none() {
 fn a_capture_closure_that_waits_for_a_blas_move_on_another_thread_never_sees_it() {
     let _serial = serial();
     let done = watchdog("a capture closure waiting for a Blas move");
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
+    let Some(ctx) = device_for_captures() else {
         return;
-    }
+    };
     let n = 64;
     let refused = AtomicU64::new(0);
     let (began_tx, began_rx) = mpsc::channel::<()>();

@@ -22,7 +22,7 @@ use um::{Context, Managed, Poisoner, StreamOptions};
 use um_cublas::{Blas, Gemm};
 
 mod common;
-use common::{capture_once, serial, watchdog};
+use common::{capture_once, device_for_captures, serial, watchdog};
 
 /// How long the load of the starvation tests lasts at most: a starved capture begins only
 /// after it, a capture that is not starved long before it. Far above the time the captures
@@ -30,17 +30,6 @@ use common::{capture_once, serial, watchdog};
 /// many times), so that only starvation can reach it: it bounds a failing test, it is not a
 /// latency goal.
 const DEADLINE: Duration = Duration::from_secs(90);
-
-/// Device 0, where captures of unified memory can be made (concurrent managed access); `None`,
-/// saying so, elsewhere (the test is skipped).
-fn device_for_captures() -> Option<Context> {
-    let ctx = Context::new(0).expect("device 0");
-    if !ctx.info().concurrent_managed_access {
-        eprintln!("skipped: captures of unified memory need concurrent managed access");
-        return None;
-    }
-    Some(ctx)
-}
 
 #[test]
 #[ignore = "needs a CUDA device"]

@@ -289,3 +289,14 @@ pub fn capture_once(ctx: &Context) -> um::Result<()> {
         Ok(())
     })
 }
+
+/// Device 0, where captures of unified memory can be made (concurrent managed access); `None`,
+/// saying so, elsewhere (the test is then skipped).
+pub fn device_for_captures() -> Option<Context> {
+    let ctx = gpu();
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return None;
+    }
+    Some(ctx)
+}
