@@ -1,0 +1,282 @@
+//! `scripts/gpu-run.sh` (the bundle's `run.sh`), run here without a GPU: stand-ins for
+//! `nvidia-smi`, `compute-sanitizer` and `nvcc`, and test programs that only exit, so that CI
+//! checks what the GPU machines run (the verdict lines, the NCCL classifier, the programs side
+//! by side on two GPUs, `--resume`) without one. The stand-ins print what the real tools print
+//! in the cases run.sh tells apart (2x H200 runs, 2026-11-22).
+#![allow(clippy::expect_used)] // a test stops at the first surprise
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The script under test, built in: the test runs wherever the binary goes (the GPU bundle).
+const RUN_SH: &str = include_str!("../scripts/gpu-run.sh");
+
+/// A `compute-sanitizer` that logs each run (`FAKE_LOG`: program, tool, `CUDA_VISIBLE_DEVICES`,
+/// whether NCCL's kernels were left out) and answers by the program's name.
+const SANITIZER: &str = r#"#!/usr/bin/env bash
+case "$1" in
+  --help) echo "  --kernel-name-exclude arg   key1=val1,..."; exit 0 ;;
+  --version) echo "Version 0.0 (stand-in)"; exit 0 ;;
+esac
+tool="" prog="" exclude=no
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tool) tool=$2; shift ;;
+    --kernel-name-exclude) exclude=yes ;;
+    ./*) prog=$(basename "$1") ;;
+  esac
+  shift
+done
+echo "$prog $tool visible=${CUDA_VISIBLE_DEVICES:-all} exclude=$exclude" >>"$FAKE_LOG"
+sleep 0.3
+echo "========= COMPUTE-SANITIZER"
+case "$prog" in
+  gpu_nccl)
+    if [ "$exclude" = yes ]; then echo "========= ERROR SUMMARY: 0 errors"; exit 0; fi
+    # Three whole records and one whose first line another rank's output tore.
+    for i in 1 2 3; do
+      echo "========= Barrier error detected. Divergent thread(s) in block."
+      echo "=========     at ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE()"
+    done
+    echo "==rank1 output== Barrier error detected."
+    echo "=========     at ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE()"
+    echo "========= ERROR SUMMARY: 4 errors"
+    exit 99 ;;
+  gpu_bad)
+    echo "========= Invalid __global__ read of size 4 bytes"
+    echo "=========     at my_kernel()"
+    echo "========= ERROR SUMMARY: 1 error"
+    exit 99 ;;
+  gpu_own_test_fails)
+    echo "test slow_one ... FAILED"
+    echo "---- slow_one stdout ----"
+    echo "thread 'slow_one' panicked at the deadline"
+    echo "========= ERROR SUMMARY: 0 errors"
+    exit 101 ;;
+  *)
+    echo "========= ERROR SUMMARY: 0 errors"
+    exit 0 ;;
+esac
+"#;
+
+/// A machine of `gpus` GPUs with the stand-ins, and a bundle of the programs named.
+struct Machine {
+    dir: PathBuf,
+}
+
+impl Machine {
+    fn new(name: &str, gpus: usize, tests: &[&str], examples: &[&str]) -> Machine {
+        let dir = std::env::temp_dir().join(format!("um-run-sh-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (bin, bundle) = (dir.join("bin"), dir.join("bundle"));
+        for d in [&bin, &bundle.join("tests"), &bundle.join("examples")] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        let smi_lines: String = (0..gpus)
+            .map(|i| format!("echo 'GPU {i}: Stand-in (UUID: GPU-{i})'; "))
+            .collect();
+        let smi = format!(
+            "#!/usr/bin/env bash\ncase \"$*\" in -L) {smi_lines};; *) echo 'Stand-in, 0.0';; esac\n"
+        );
+        executable(&bin.join("nvidia-smi"), &smi);
+        executable(&bin.join("compute-sanitizer"), SANITIZER);
+        executable(&bin.join("nvcc"), "#!/usr/bin/env bash\nexit 1\n");
+        executable(&bundle.join("run.sh"), RUN_SH);
+        fs::write(bundle.join("COMMIT"), "test\n").expect("COMMIT");
+        for t in tests {
+            executable(
+                &bundle.join("tests").join(t),
+                "#!/usr/bin/env bash\nexit 0\n",
+            );
+        }
+        for e in examples {
+            executable(
+                &bundle.join("examples").join(e),
+                "#!/usr/bin/env bash\nexit 0\n",
+            );
+        }
+        Machine { dir }
+    }
+
+    /// `run.sh ARGS` on this machine: (exit status, output, verdict.txt of OUT, the tool's log).
+    fn run(&self, out: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, String) {
+        let log = self.dir.join(format!("{out}.tool-log"));
+        let path = format!(
+            "{}:{}",
+            self.dir.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.dir.join("bundle/run.sh"))
+            .args(["--all", &self.dir.join(out).display().to_string()])
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_LOG", &log)
+            .env_remove("UM_SANITIZE_ONLY")
+            .env_remove("UM_SANITIZE_GPUS")
+            .env_remove("CUDA_VISIBLE_DEVICES");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().expect("bash runs run.sh");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        println!("--- run.sh {args:?} ---\n{text}--- end ---");
+        let verdict =
+            fs::read_to_string(self.dir.join(out).join("verdict.txt")).unwrap_or_default();
+        let tool_log = fs::read_to_string(&log).unwrap_or_default();
+        (o.status.code().unwrap_or(-1), text, verdict, tool_log)
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn executable(path: &Path, text: &str) {
+    fs::write(path, text).expect("write");
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(path)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+}
+
+/// The verdict's line of `program` under `tool`.
+fn line<'a>(verdict: &'a str, tool: &str, program: &str) -> &'a str {
+    let head = format!("{tool} {program}: ");
+    verdict
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no line for {head} in\n{verdict}"))
+}
+
+#[test]
+fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
+    let m = Machine::new(
+        "side-by-side",
+        2,
+        &[
+            "gpu_a",
+            "gpu_b",
+            "gpu_c",
+            "gpu_nccl",
+            "gpu_own_test_fails",
+            "gpu_faults",
+        ],
+        &["ex1", "pipeline"],
+    );
+    let (status, _, verdict, log) = m.run("out", &["--parts", "synccheck"], &[]);
+    assert_eq!(status, 0, "every program clean");
+    assert!(
+        verdict.contains("== part synccheck: 7 programs clean, 0 with errors"),
+        "{verdict}"
+    );
+    // One GPU each for the programs of one GPU, both GPUs used; every GPU for the others.
+    let visible = |prog: &str| -> String {
+        log.lines()
+            .find(|l| l.starts_with(&format!("{prog} synccheck ")))
+            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
+            .unwrap_or("not run")
+            .to_string()
+    };
+    let singles: Vec<String> = ["gpu_a", "gpu_b", "gpu_c", "gpu_own_test_fails", "ex1"]
+        .iter()
+        .map(|p| visible(p))
+        .collect();
+    assert!(
+        singles.iter().all(|v| v == "visible=0" || v == "visible=1"),
+        "{singles:?}"
+    );
+    assert!(
+        singles.iter().any(|v| v == "visible=0") && singles.iter().any(|v| v == "visible=1"),
+        "both GPUs used: {singles:?}"
+    );
+    assert_eq!(visible("gpu_nccl"), "visible=all");
+    assert_eq!(visible("pipeline"), "visible=all");
+    assert_eq!(
+        visible("gpu_faults"),
+        "not run",
+        "the fault tests are skipped"
+    );
+    // A program whose own tests failed under the tool says so; the tool's verdict counts.
+    assert_eq!(
+        line(&verdict, "synccheck", "gpu_own_test_fails"),
+        "synccheck gpu_own_test_fails: clean; its own run under the tool failed (exit 101: slow_one)"
+    );
+    // Every report inside NCCL's kernels, one of them with a torn first line: counted by its
+    // "at" line.
+    let nccl = line(&verdict, "synccheck", "gpu_nccl");
+    assert!(
+        nccl.contains("clean outside NCCL's kernels")
+            && nccl.contains("4 reports, every one inside NCCL's own kernels"),
+        "{nccl}"
+    );
+}
+
+#[test]
+fn nccl_kernels_are_left_out_of_initcheck_and_errors_fail_the_part() {
+    let m = Machine::new("initcheck", 2, &["gpu_nccl", "gpu_bad"], &[]);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "initcheck"], &[]);
+    assert!(
+        log.contains("gpu_nccl initcheck visible=all exclude=yes"),
+        "{log}"
+    );
+    let nccl = line(&verdict, "initcheck", "gpu_nccl");
+    assert!(
+        nccl.contains("NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl)"),
+        "{nccl}"
+    );
+    assert!(
+        line(&verdict, "initcheck", "gpu_bad").starts_with("initcheck gpu_bad: ERRORS:"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("== part initcheck: 1 programs clean, 1 with errors"),
+        "{verdict}"
+    );
+    assert_ne!(status, 0, "a part with errors fails the run:\n{text}");
+}
+
+#[test]
+fn resume_keeps_the_programs_an_earlier_call_finished() {
+    let m = Machine::new("resume", 1, &["gpu_a", "gpu_b"], &["ex1"]);
+    // An earlier call's verdict (its header) and the lines its cut-short part left.
+    let earlier = m.dir.join("earlier");
+    fs::create_dir_all(&earlier).expect("mkdir");
+    fs::write(
+        earlier.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\n",
+    )
+    .expect("write");
+    fs::write(
+        earlier.join("partial-synccheck.txt"),
+        "synccheck gpu_a: clean\n",
+    )
+    .expect("write");
+    let resume = earlier.join("verdict.txt").display().to_string();
+    let (status, _, verdict, log) =
+        m.run("out", &["--parts", "synccheck", "--resume", &resume], &[]);
+    assert_eq!(status, 0);
+    assert!(
+        !log.contains("gpu_a synccheck"),
+        "gpu_a not run again: {log}"
+    );
+    assert!(
+        log.contains("gpu_b synccheck visible=all"),
+        "one GPU: {log}"
+    );
+    assert!(
+        verdict.contains(
+            "== part synccheck: 3 programs clean, 0 with errors, 1 programs from an earlier call"
+        ),
+        "{verdict}"
+    );
+}
