@@ -565,6 +565,9 @@ impl Context {
     ///
     /// It behaves as a regular stream: it does not synchronize with other streams, and every
     /// thread has its own. The stream, and memory attached to it, stay on this thread.
+    ///
+    /// In a `thread_local!` value's destructor, once um's record of this thread's streams is
+    /// gone, it is [`Error::ThreadExiting`] (rule 191): use a stream of its own there.
     pub fn with_per_thread_stream<R>(
         &self,
         f: impl for<'s> FnOnce(&Stream<'s, PerThread>) -> Result<R>,
