@@ -221,8 +221,9 @@ thread_local! {
 /// one stream, and `hand_off` between them skipped its event (issue 18).
 ///
 /// `Err(ThreadExiting)` in a thread-local destructor that runs after `PER_THREAD_IDS` was
-/// destroyed (red team 10, finding 1): an id drawn afresh there would name the stream of an id
-/// drawn before under another id, so none is given (the caller can use a stream of its own).
+/// destroyed (red team 10, finding 1). An id drawn afresh there would give the stream a second
+/// id, which identity allows (a redundant event, `docs/safety.md` I2), but the error is the
+/// simpler answer; the caller can use a stream of its own.
 pub(crate) fn per_thread_stream_id(context: u64) -> Result<u64> {
     PER_THREAD_IDS
         .try_with(|ids| {
