@@ -23,7 +23,7 @@ use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::driver;
-use crate::driver::context::{Context, thread_is_capturing};
+use crate::driver::context::Context;
 use crate::driver::poison::PoisonFlag;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
@@ -437,12 +437,9 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // On a thread that is capturing, the wait below is refused and would invalidate the
             // capture. The memory goes to the reaper behind a callback enqueued now on its (eager)
             // stream, which is alive here: its brand is on this buffer. Should that fail, the
-            // memory is leaked, never waited for. Both marks are asked: the scopes' record
-            // (`capturing`) is gone in a thread-local destructor that runs after it, which a
-            // capture can still be open around (`std::process::exit` inside a capture closure
-            // runs the thread's thread-local destructors: red team 11), while the count of the
-            // thread's captures (`thread_is_capturing`) has no destructor.
-            if capturing() || thread_is_capturing() {
+            // memory is leaked, never waited for. (`capturing` also holds in a thread-local
+            // destructor that runs while a capture is open: red team 11.)
+            if capturing() {
                 // SAFETY: whether `defer_free` takes the orphan or gives it back (then dropped
                 // unfreed: a leak), this drop returns without freeing.
                 let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }

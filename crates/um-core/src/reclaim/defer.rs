@@ -8,7 +8,7 @@
 //! memory to it ([`defer_free`]), and the reaper frees it once the stream has run past that
 //! point. Outside the mark, dropping stream-owned memory still waits, as in synchronous code.
 
-use crate::driver::context::Context;
+use crate::driver::context::{Context, thread_is_capturing};
 use crate::driver::stream::RawStream;
 use crate::reclaim::completion::Completion;
 use crate::reclaim::reaper::Orphan;
@@ -79,10 +79,11 @@ thread_local! {
 // run (a `thread_local!` of the user's whose `Drop` drops a stream-owned buffer, red team 10,
 // finding 1): every access below is `try_with`, never a panic. Once it is gone no capture scope
 // can begin on the thread (`captures_recordable`, checked by `Scope::begin`), `capturing` is
-// false and `bury` finds no scope (the caller leaks the buffer). One can still be open around
-// it: `std::process::exit` called inside a capture closure runs the thread's thread-local
-// destructors with the scope's frame still on the stack (red team 11). So `Managed::drop` also
-// asks the thread's count of captures (`thread_is_capturing`, no destructor) before it waits.
+// false by the record and `bury` finds no scope (the caller leaks the buffer). One can still be
+// open around it: `std::process::exit` called inside a capture closure runs the thread's
+// thread-local destructors with the scope's frame still on the stack (red team 11). So
+// `capturing` also asks the thread's count of captures (`thread_is_capturing`, a `Cell` without
+// a destructor).
 
 /// Whether this thread can still record its capture scopes: false in a thread-local destructor
 /// that runs after `CAPTURES` was destroyed (a capture is then refused, `CaptureRefusedHere`).
@@ -92,7 +93,7 @@ pub(crate) fn captures_recordable() -> bool {
 
 /// A capture scope on this thread owns the streams `ids` from now on: buffers of those streams
 /// dropped meanwhile are kept for it ([`bury`]). Called only after [`captures_recordable`]
-/// (through `may_begin_capture`) on the same thread, so the record exists.
+/// (checked by `Scope::begin`) on the same thread, so the record exists.
 pub(crate) fn open_capture(ids: &[u64]) {
     let _ = CAPTURES.try_with(|c| {
         c.borrow_mut()
@@ -138,12 +139,13 @@ pub(crate) fn bury(stream: u64, orphan: Orphan) -> std::result::Result<(), Orpha
     }
 }
 
-/// Whether a capture scope is open on this thread, by its record (false once the record is
-/// destroyed: see above).
+/// Whether a capture of um is open on this thread: by the scopes' record, or, once the record
+/// is destroyed (see above), by the thread's count of captures.
 pub(crate) fn capturing() -> bool {
     CAPTURES
         .try_with(|c| !c.borrow().is_empty())
         .unwrap_or(false)
+        || thread_is_capturing()
 }
 
 #[cfg(test)]
