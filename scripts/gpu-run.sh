@@ -316,9 +316,8 @@ sanitize_one() {
 # programs, and those that use a second device when one exists): under the sanitizers they run
 # one at a time with every GPU; every other program runs on one GPU of its own, beside others.
 uses_every_gpu() {
-  case "$1" in
-    tests/gpu_two_devices | tests/gpu_nccl | tests/gpu_redteam_18 | examples/data_parallel | examples/pipeline) return 0 ;;
-  esac
+  two_gpu_only "$(basename "$1")" && return 0
+  case "$1" in tests/gpu_redteam_18 | examples/pipeline) return 0 ;; esac
   return 1
 }
 
@@ -430,7 +429,7 @@ sanitize() {
     if [ -n "${UM_SANITIZE_ONLY:-}" ]; then
       case " $UM_SANITIZE_ONLY " in *" $prog "*) ;; *) continue ;; esac
     fi
-    case "$prog" in tests/gpu_two_devices | tests/gpu_nccl | examples/data_parallel) [ "${gpus:-0}" -ge 2 ] || continue ;; esac
+    if two_gpu_only "$(basename "$prog")" && [ "${gpus:-0}" -lt 2 ]; then continue; fi
     # A program whose line an earlier call of the part left (run.sh --all --resume, from its
     # partial-PART.txt): kept, not run again.
     if grep -q "^$tool $(basename "$prog"): " "$verdict" 2>/dev/null; then

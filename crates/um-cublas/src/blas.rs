@@ -321,9 +321,9 @@ impl Drop for Blas {
         // the device itself, but that wait fails while a capture is in progress on the context
         // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
         // wait first, through um, which refuses to while a capture of um is in progress or
-        // waits to begin, and
-        // destroy inside its idle section, before any capture of um can begin (the destroy's
-        // own wait then cannot fail one either: red team 5, finding 2). Where it did not wait,
+        // waits to begin, and destroy inside its idle section, before any capture of um can
+        // begin (the destroy's own wait then cannot fail one either: red team 5, finding 2).
+        // Where it did not wait,
         // leak the handle (red team 4, finding 1). After the wait no kernel of this handle can
         // still run: it is being dropped, so nothing enqueues more.
         let api = self.library.api();
