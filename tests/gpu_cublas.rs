@@ -582,14 +582,15 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
     assert_eq!(c[3 + 5 * n], want);
 }
 
-/// Red team 4, finding 1: while a graph capture of um is in progress, a `Blas` neither moves to
-/// another stream (the whole-context wait that comes first would fail the capture:
-/// `Error::CaptureInProgress`, nothing enqueued) nor is destroyed (cuBLAS's own device-wide
-/// wait would fail there): dropped, it is leaked. The capture is not disturbed by either, and
-/// the GEMM enqueued before it completes with the right result.
+/// Red team 4, finding 1: while a graph capture of um is in progress, a `Blas` is not destroyed
+/// (cuBLAS's own device-wide wait would fail there): dropped, it is leaked. It moves to another
+/// eager stream inside the capture closure: the move is ordered on the device after its GEMM on
+/// the first stream (`StreamOrder`), with no host wait that would fail the capture (before,
+/// the move was refused with `Error::CaptureInProgress`). The capture is not disturbed by
+/// either, and both GEMMs complete with the right result.
 #[test]
 #[ignore = "needs a CUDA device"]
-fn leaks_a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid() {
+fn leaks_a_blas_during_a_capture_moves_in_order_is_not_destroyed_and_leaves_it_valid() {
     let _serial = serial(); // a capture of another test refuses a Blas move
     // Device 0 as it is, whatever the environment emulates: unified memory enters graphs only
     // with concurrent managed access (rule 183's refusal has its own test in gpu_graphs).
@@ -604,7 +605,7 @@ fn leaks_a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid(
     let b = Managed::from_slice(&ctx, &[2.0f32; 4]).expect("alloc");
     let c = Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc");
     let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
-    let (c, x) = ctx
+    let (c, c2, x) = ctx
         .with_stream_set(2, StreamOptions::new(), |s| {
             let (a, b, mut c) = (a.attach(&s[0])?, b.attach(&s[0])?, c.attach(&s[0])?);
             blas.gemm(&s[0], &Gemm::new(2, 2, 2), &a, &b, &mut c)?; // bound to s[0]
@@ -621,14 +622,19 @@ fn leaks_a_blas_during_a_capture_neither_moves_nor_destroys_and_leaves_it_valid(
                 drop(blas); // leaked, not destroyed
                 Ok(((x,), ()))
             })?;
-            assert_eq!(moved, Some(Err(Error::CaptureInProgress)));
+            assert_eq!(moved, Some(Ok(())));
             graph.launch(&s[1])?;
             let (x,) = graph.sync()?;
-            s[1].sync_all((a2, b2, c2))?;
+            let (_, _, c2) = s[1].sync_all((a2, b2, c2))?;
             let (_, _, c) = s[0].sync_all((a, b, c))?;
-            Ok((c, x))
+            Ok((c, c2, x))
         })
         .expect("the capture and the GEMM before it");
     assert!(c.iter().all(|v| *v == 4.0), "{:?}", &c[..]);
+    assert!(
+        c2.iter().all(|v| *v == 2.0),
+        "the moved GEMM: {:?}",
+        &c2[..]
+    );
     assert!(x.iter().all(|v| *v == 1.0));
 }

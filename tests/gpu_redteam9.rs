@@ -62,7 +62,8 @@ fn at_sixteen_nested_sections_a_wait_is_refused_and_a_blas_move_says_so() {
             Ok(false),
             "16 deep: refused, as documented"
         );
-        // ...and a Blas move is refused, with a text that names this case.
+        // ...and a Blas move still goes through: it is ordered on the device and waits for
+        // nothing (before `StreamOrder`, it was refused with a text naming this case).
         let moved = ctx.with_stream(StreamOptions::new(), |s| {
             let a = Managed::from_slice(&ctx, &vec![1.0f32; n * n])?.attach(s)?;
             let mut c = Managed::from_slice(&ctx, &vec![0.0f32; n * n])?.attach(s)?;
@@ -71,14 +72,7 @@ fn at_sixteen_nested_sections_a_wait_is_refused_and_a_blas_move_says_so() {
             Ok(r)
         });
         let moved = moved.expect("second stream");
-        assert!(
-            matches!(moved, Err(um_cublas::Error::CaptureInProgress)),
-            "16 deep, no capture: {moved:?}"
-        );
-        println!(
-            "16 deep, no capture in the process: {}",
-            moved.expect_err("refused")
-        );
+        assert!(moved.is_ok(), "16 deep, no capture: {moved:?}");
     });
     // The handle is dropped here, outside any section: destroyed, not leaked.
     drop(blas);

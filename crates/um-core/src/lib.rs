@@ -101,10 +101,11 @@ mod sealed;
 
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
-pub use driver::context::{Context, DeviceInfo, device_count};
+pub use driver::context::{Context, DeviceInfo, device_count, relaxed_while_capturing};
 pub use driver::foreign::Foreign;
 pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
+pub use driver::order::StreamOrder;
 pub use driver::poison::Poisoner;
 pub use driver::stream::{
     Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,

@@ -1,9 +1,10 @@
 //! The cuBLAS handle of one context, and the calls on `um`'s buffers.
 
 use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::ptr;
 
-use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOwned};
+use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, StreamOwned};
 
 use crate::element::{Element, Kind};
 use crate::error::{Error, Result};
@@ -28,10 +29,18 @@ use crate::sys;
 /// `&` for what cuBLAS reads, `&mut` for what it writes. It binds the handle to that stream
 /// first (skipped when the handle is already bound to it: a stream's
 /// [`id`](Stream::id) is never reused), so the handle serves every stream of its context, one
-/// call after another. A handle that moves from one stream to another first waits for its
-/// context's work (`cuCtxSynchronize`): its workspace may still serve the old stream's calls,
-/// and cuBLAS does not promise a workspace per stream. For streams that run at once, make one
-/// `Blas` per stream.
+/// call after another. A handle that moves from one stream to another orders the new stream
+/// after its own last call on the old one, on the device ([`StreamOrder`]: an event recorded
+/// after each call, waited for by the new stream before the first call there): its workspace
+/// may still serve the old stream's calls, and cuBLAS does not promise a workspace per stream.
+/// The calling thread does not wait, so a move neither waits for the device nor disturbs a graph
+/// capture on another thread. The cost is that the two streams' cuBLAS calls run one after the
+/// other: for streams that should run at once, make one `Blas` per stream.
+///
+/// **Inside a capture closure**, a `Blas` on an eager stream works as anywhere else: its calls
+/// run with the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]), because
+/// cuBLAS loads its kernels lazily and a module load in thread-local mode would fail the
+/// capture (red team 10, attempt 3).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -56,9 +65,12 @@ pub struct Blas {
     handle: sys::Handle,
     ctx: Context,
     /// The [`Stream::id`] of the stream the handle is bound to; 0 (no stream has it) for none;
-    /// [`UNKNOWN_STREAM`] after a bind that failed.
+    /// [`UNKNOWN_STREAM`] after a bind that failed; [`UNORDERED`] after a record that failed.
     /// A `Cell`: this is also what makes `Blas` `!Sync`.
     bound: Cell<u64>,
+    /// The handle's last call, recorded after each call on the stream it ran on: the next
+    /// stream waits for it. Leaked with the handle where drop cannot destroy the handle.
+    order: ManuallyDrop<StreamOrder>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
@@ -80,6 +92,7 @@ impl Blas {
 
     /// A handle for `ctx` in the given library.
     pub fn with_library(ctx: &Context, library: &'static Cublas) -> Result<Blas> {
+        let order = StreamOrder::new(ctx)?;
         ctx.make_current()?;
         let api = library.api();
         let mut handle: sys::Handle = ptr::null_mut();
@@ -91,6 +104,7 @@ impl Blas {
             handle,
             ctx: ctx.clone(),
             bound: Cell::new(0),
+            order: ManuallyDrop::new(order),
         };
         // SAFETY: a live handle; host pointer mode is what every call below relies on (its
         // scalars are host locals).
@@ -140,7 +154,6 @@ impl Blas {
         owned_by(stream, a, "a")?;
         owned_by(stream, b, "b")?;
         owned_by(stream, c, "c")?;
-        self.enter(stream)?;
         let (alpha, beta) = gemm.scalars();
         let (a, b) = (a.as_device_ptr(), b.as_device_ptr());
         // Marks a mirror written: from here on its `sync` copies back (conservative if the
@@ -157,9 +170,10 @@ impl Blas {
             Kind::F32 => (api.sgemm, "cublasSgemm_v2"),
             Kind::F64 => (api.dgemm, "cublasDgemm_v2"),
         };
-        // SAFETY: the handle is live, made for this stream's context (checked in `enter`, which
-        // made it current) and bound to this stream; pointer mode is host, and `alpha` and
-        // `beta` are locals of type T that live across the call (cuBLAS reads them before it
+        // SAFETY: (`run` makes the call after `enter`) the handle is live, made for this
+        // stream's context (checked in `enter`, which made it current) and bound to this
+        // stream, ordered after the handle's earlier calls on any other stream (`enter`);
+        // pointer mode is host, and `alpha` and `beta` are locals of type T that live across the call (cuBLAS reads them before it
         // returns). The routine is the one for T (`T::KIND`). Each pointer is the device
         // address of a buffer owned by `stream` (brand and id), so only work on this stream
         // touches it, and it stays allocated until that work is done (a stream-owned buffer's
@@ -167,7 +181,7 @@ impl Blas {
         // buffers' lengths: A and B are read within `ld * (cols - 1) + rows` elements, C
         // read and written within its own. C is a different allocation from A and B (`&mut`
         // against `&`), so nothing cuBLAS reads is written by the call.
-        let status = unsafe {
+        self.run(stream, name, || unsafe {
             f(
                 self.handle,
                 call.transa,
@@ -184,8 +198,7 @@ impl Blas {
                 c.as_mut_ptr().cast(),
                 call.ldc,
             )
-        };
-        Error::status(api, name, status)
+        })
     }
 
     /// `y = alpha op(A) x + beta y` on `stream` (`cublasSgemv_v2` for `f32`, `cublasDgemv_v2`
@@ -203,7 +216,6 @@ impl Blas {
         owned_by(stream, a, "a")?;
         owned_by(stream, x, "x")?;
         owned_by(stream, y, "y")?;
-        self.enter(stream)?;
         let (alpha, beta) = gemv.scalars();
         let (a, x) = (a.as_device_ptr(), x.as_device_ptr());
         let mut y = y.as_device_ptr_mut();
@@ -216,7 +228,7 @@ impl Blas {
         // scalars of type T living across the call, the routine for T, buffers owned by the
         // stream, every extent checked by `resolve` (A within `ld * (cols - 1) + rows`, x and y
         // within their lengths at stride 1), and y a different allocation from A and x.
-        let status = unsafe {
+        self.run(stream, name, || unsafe {
             f(
                 self.handle,
                 call.trans,
@@ -231,13 +243,35 @@ impl Blas {
                 y.as_mut_ptr().cast(),
                 1,
             )
-        };
-        Error::status(api, name, status)
+        })
+    }
+
+    /// Binds the handle to `stream` ([`enter`](Blas::enter)), makes the call `routine`, and
+    /// records it in the handle's order, all with the thread's capture mode relaxed inside a
+    /// capture closure ([`um_core::relaxed_while_capturing`]: cuBLAS's first use of a kernel
+    /// loads its module). `routine` must be a call with this handle (the caller's `unsafe`).
+    fn run<K: BlasStream>(
+        &self,
+        stream: &Stream<'_, K>,
+        name: &'static str,
+        routine: impl FnOnce() -> i32,
+    ) -> Result<()> {
+        um_core::relaxed_while_capturing(|| {
+            self.enter(stream)?;
+            let status = routine();
+            // Recorded whatever the status: a failed call may have enqueued part of its work.
+            // Where the record fails, the next move cannot order itself after this call, so it
+            // waits for the whole context instead (`UNORDERED`).
+            if self.order.record(stream).is_err() {
+                self.bound.set(UNORDERED);
+            }
+            Error::status(self.library.api(), name, status)
+        })?
     }
 
     /// Checks the stream's context, makes it current, and binds the handle to the stream
     /// unless it already is.
-    fn enter<K: StreamKind>(&self, stream: &Stream<'_, K>) -> Result<()> {
+    fn enter<K: BlasStream>(&self, stream: &Stream<'_, K>) -> Result<()> {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
@@ -257,30 +291,36 @@ impl Blas {
             // destroyed stream's successor), and drop unbinds before it destroys the handle.
             unsafe { (api.set_stream)(handle, raw) }
         };
-        let status = if self.bound.get() == 0 {
-            // Never bound: no work of the handle can be in flight. No section: a first bind must
-            // also go through while another thread captures (one `Blas` per stream, made beside
+        let previous = self.bound.get();
+        let status = if previous == 0 {
+            // Never bound: no work of the handle can be in flight. A first bind must also go
+            // through while another thread captures (one `Blas` per stream, made beside
             // captures), so um relies here on `cublasSetStream_v2` neither waiting for the
             // device nor freeing memory in use (docs/interop.md, "What the types cannot see").
             self.ctx.make_current()?;
             bind()
-        } else {
-            // The handle's workspace may still be in use by work it enqueued on the stream it
-            // was bound to, and cuBLAS does not promise that its default workspace pool is per
-            // stream. That stream may be gone (its handle reused), so the barrier is the whole
-            // context: wait for it before the workspace serves another stream. One `Blas` per
-            // stream never pays it. Not while a capture of um is in progress on the device or
-            // this thread, or waits to begin: the wait would fail it (refused there, then),
-            // before any CUDA call, so that a thread retrying a refused move makes none (under
-            // initcheck, 4 threads retrying, each with a driver call per refusal, kept a
-            // capture from ending within 90 s: red team 7's Blas test). The bind is made
-            // inside the section, where it costs nothing, so that no capture can begin between
-            // the wait and it (red team 10, hardening): a defence in depth, since a first bind
-            // relies on the bind not waiting anyway (above).
+        } else if previous == UNORDERED {
+            // The handle's last call was not recorded: its workspace may still be in use on a
+            // stream that may be gone (its handle reused), so the barrier is the whole context,
+            // as before `StreamOrder`. Not while a capture of um is in progress on the device or
+            // this thread, or waits to begin: the wait would fail it (refused there, before any
+            // CUDA call). The bind is made inside the section, so that no capture can begin
+            // between the wait and it (red team 10, hardening).
             match self.ctx.with_idle_unless_capturing(bind)? {
                 Some(status) => status,
                 None => return Err(Error::CaptureInProgress),
             }
+        } else {
+            // A move (or a bind after one that failed): the handle's workspace may still serve
+            // its calls on the stream it was bound to, and cuBLAS does not promise that its
+            // default workspace pool is per stream. So the new stream waits, on the device, for
+            // the handle's last call, recorded after it on that stream (`run`), even if that
+            // stream is gone now: every cuBLAS call enqueued here after the wait runs after
+            // every earlier one of the handle. The calling thread does not wait, so no capture
+            // can be disturbed, and none needs to wait for this move (red team 7's Blas test).
+            self.order.wait(stream)?;
+            self.ctx.make_current()?;
+            bind()
         };
         // Until the bind is known to have succeeded, the handle's stream is unknown: a failed
         // bind may have switched it (or its workspace) anyway, so the next call waits and
@@ -293,8 +333,12 @@ impl Blas {
 }
 
 /// [`Blas::bound`] after a bind that failed: no stream's id (ids count up from 1 and are never
-/// reused), and not 0 (never bound, which skips the wait).
+/// reused), and not 0 (never bound, which skips the order).
 const UNKNOWN_STREAM: u64 = u64::MAX;
+
+/// [`Blas::bound`] after a call whose record failed: no stream's id either; the next call waits
+/// for the whole context before it binds.
+const UNORDERED: u64 = u64::MAX - 1;
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
 /// except between the streams of one stream set).
@@ -328,7 +372,7 @@ impl Drop for Blas {
         // still run: it is being dropped, so nothing enqueues more.
         let api = self.library.api();
         let handle = self.handle;
-        let _ = self.ctx.with_idle_unless_capturing(|| {
+        let destroyed = self.ctx.with_idle_unless_capturing(|| {
             // SAFETY: the handle is live and destroyed only here. It is first unbound from the
             // last stream, which may be gone. Every call made with it has completed (the wait
             // before this closure), so no kernel of ours still uses its workspace when
@@ -338,6 +382,12 @@ impl Drop for Blas {
                 let _ = (api.destroy)(handle);
             }
         });
+        // The order's event goes with the handle: where the handle is leaked (a capture in
+        // progress, where even an event's destruction is best not tried), so is the event.
+        if matches!(destroyed, Ok(Some(()))) {
+            // SAFETY: `order` is dropped only here, once, and never used after (this is drop).
+            unsafe { ManuallyDrop::drop(&mut self.order) };
+        }
     }
 }
 

@@ -81,18 +81,19 @@ pub enum Error {
         /// The buffer: `a`, `b`, `c`, `x` or `y`.
         buffer: &'static str,
     },
-    /// The handle was to move to another stream while a graph capture of `um` was in progress
-    /// on its device or on this thread: the whole-context wait that must come first (its
-    /// workspace may still serve the old stream) would fail that capture, and is refused on a
-    /// capturing thread. Also wherever `um` does not wait for the device
+    /// The handle was to move to another stream after a call whose record in the handle's
+    /// [`StreamOrder`](um_core::StreamOrder) failed (`cuEventRecord` returned an error, which
+    /// no run has seen), while a graph capture of `um` was in progress on its device or on this
+    /// thread. Without the record, the move must wait for the whole context (the handle's
+    /// workspace may still serve the old stream), and that wait would fail the capture.
+    /// Also wherever `um` does not wait for the device then
     /// ([`Context::wait_idle_unless_capturing`](um_core::Context::wait_idle_unless_capturing)
     /// returns `Ok(false)`): while a capture of `um` waits to begin on the device (try again
     /// later), inside a driver callback, or 16 idle sections deep. Nothing was enqueued.
-    /// During a capture the move is refused until the capture has ended: a capture closure
-    /// that waits without a bound for a thread retrying such a move waits for ever (red team
-    /// 10, attempt 4).
+    /// A move after recorded calls (every other case) is ordered on the device and never
+    /// returns this.
     #[error(
-        "a cuBLAS handle cannot move to another stream where um may not wait for the device (a graph capture in progress or about to begin on its device or thread, a driver callback, or 16 nested idle sections): use one `Blas` per stream"
+        "a cuBLAS handle whose last call could not be recorded cannot move to another stream where um may not wait for the device (a graph capture in progress or about to begin on its device or thread, a driver callback, or 16 nested idle sections)"
     )]
     CaptureInProgress,
     /// A cuBLAS call returned an error status.

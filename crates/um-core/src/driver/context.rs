@@ -220,6 +220,33 @@ pub(crate) fn thread_is_capturing() -> bool {
     THREAD_CAPTURES.with(std::cell::Cell::get) > 0
 }
 
+/// Runs `f` with the calling thread's stream-capture mode relaxed while a capture of `um` is in
+/// progress on this thread (inside the closure of [`Stream::capture`](crate::Stream::capture)),
+/// and restores the mode afterwards, also when `f` panics; elsewhere it runs `f` as it is,
+/// with no driver call. `Err` only where the driver refuses to change the mode (then `f` did
+/// not run).
+///
+/// For a call of another library on an eager stream inside a capture closure that may load a
+/// module (cuBLAS's first use of one of its kernels, which it loads lazily): a module load in
+/// the thread-local mode `um` captures in invalidates the capture, and with the mode relaxed
+/// it does not (rule 182; `um`'s own launches relax it the same way). `um-cublas` wraps its
+/// calls in it.
+///
+/// Relaxed mode lets through, on this thread, the other calls that thread-local mode refuses
+/// during a capture: allocations, frees, and waits on eager streams. Inside `f` they do what
+/// they do outside a capture, or fail as the driver decides (a wait on the device as a whole
+/// still fails, and fails the capture). Nothing of `um` relies on those refusals: a buffer
+/// dropped on a capturing thread is never freed or waited for there (rule 181 and
+/// `Managed`'s drop ask `um`'s own record of captures), and `um`'s whole-context waits refuse
+/// on a capturing thread before any driver call. So this function is safe.
+pub fn relaxed_while_capturing<R>(f: impl FnOnce() -> R) -> Result<R> {
+    if !thread_is_capturing() {
+        return Ok(f());
+    }
+    let _relaxed = driver::RelaxedCapture::enter()?;
+    Ok(f())
+}
+
 thread_local! {
     /// Set while this thread runs code inside one of um's driver callbacks (the user's waker,
     /// on the driver's callback thread): no CUDA call is allowed there, and a wait for the
@@ -623,9 +650,9 @@ impl Context {
     /// this thread inside `f` carries the mark too. So **`f` must not wait for a thread that
     /// begins a capture of `um` on this device**, directly or through a lock, a pool or a chain
     /// of threads: that thread waits for `f`, a deadlock. Nor should `f` wait for a thread that
-    /// retries a refused call of `um` on this device until it succeeds (a `Blas` moving to
-    /// another stream, say) while a capture waits to begin: the capture waits for `f`, and
-    /// the call is refused until the capture has begun.
+    /// retries a refused call of `um` on this device until it succeeds (a nested
+    /// `wait_idle_unless_capturing` on another thread, say) while a capture waits to begin:
+    /// the capture waits for `f`, and the call is refused until the capture has begun.
     pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
         if in_driver_callback() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is

@@ -70,6 +70,30 @@ impl Event {
     }
 }
 
+impl Event {
+    /// Records the work queued on `from` so far, with the event's context current.
+    ///
+    /// # Safety
+    /// `from` is a live stream (or special handle) of this event's context.
+    pub(crate) unsafe fn record(&self, from: sys::CUstream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the event is alive (we own it); `from` is of its context (the caller's
+        // guarantee), which is current.
+        unsafe { driver::event_record(self.raw, from) }
+    }
+
+    /// Makes the work queued on `to` from now on wait for the work recorded last.
+    ///
+    /// # Safety
+    /// `to` is a live stream (or special handle) of this event's context.
+    pub(crate) unsafe fn wait_on(&self, to: sys::CUstream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the event is alive; `to` is a live stream of the current context (the
+        // caller's guarantee).
+        unsafe { driver::stream_wait_event(to, self.raw) }
+    }
+}
+
 impl Drop for Event {
     fn drop(&mut self) {
         // Without the context the event cannot be destroyed safely: leak it.

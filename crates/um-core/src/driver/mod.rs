@@ -17,6 +17,7 @@ pub(crate) mod event;
 pub(crate) mod foreign;
 pub(crate) mod module;
 pub(crate) mod options;
+pub(crate) mod order;
 pub(crate) mod poison;
 pub(crate) mod stream;
 pub(crate) mod sys;

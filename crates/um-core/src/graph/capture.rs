@@ -69,10 +69,15 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// dropped (freed once this stream is done with them).
     ///
     /// While `f` runs, other threads' calls that would wait for the whole device are refused
-    /// (an idle section returns `Ok(None)`; a `um_cublas::Blas` moving to another stream is
-    /// `CaptureInProgress`) until the capture has ended: so **`f` must not wait without a bound
-    /// for another thread's such call**, nor for a thread that retries one until it succeeds.
-    /// It would wait for ever (red team 10, attempt 4).
+    /// (an idle section returns `Ok(None)`; a `um_cublas::Blas` dropped is leaked) until the
+    /// capture has ended: so **`f` must not wait without a bound for another thread's such
+    /// call**, nor for a thread that retries one until it succeeds. It would wait for ever (red
+    /// team 10, attempt 4). A `Blas` moving to another stream waits for nothing (its order is
+    /// kept on the device) and goes through.
+    ///
+    /// Calls of other libraries on eager streams inside `f` that may load a module (cuBLAS's
+    /// first use of a kernel) belong inside [`relaxed_while_capturing`](crate::relaxed_while_capturing),
+    /// as `um-cublas` does for its own: a module load in thread-local mode fails the capture.
     ///
     /// ```no_run
     /// # fn main() -> um_core::Result<()> {
