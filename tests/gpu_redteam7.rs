@@ -134,6 +134,14 @@ fn blas_handles_moving_between_streams_on_busy_workers_do_not_starve_a_capture()
                                 Err(e) => panic!("gemm: {e}"),
                             }
                         }
+                        // Each pair's results are waited for, as a worker that uses them would:
+                        // without the wait, 4 workers queue GEMMs without bound, and under
+                        // memcheck, which runs kernels one at a time, a capture's replay waits
+                        // behind that backlog (2x H200, bundle 7d5d32f: the first capture ended
+                        // in 175 ms, the second not within 180 s). Before moves were ordered on
+                        // the device, each move's whole-context wait bounded the queue.
+                        s[0].wait_idle()?;
+                        s[1].wait_idle()?;
                     }
                     s[0].sync_all((a0, c0))?;
                     s[1].sync_all((a1, c1)).map(drop)
