@@ -34,8 +34,10 @@ use crate::sys;
 /// after each call, waited for by the new stream before the first call there): its workspace
 /// may still serve the old stream's calls, and cuBLAS does not promise a workspace per stream.
 /// The calling thread does not wait, so a move neither waits for the device nor disturbs a graph
-/// capture on another thread. The cost is that the two streams' cuBLAS calls run one after the
-/// other: for streams that should run at once, make one `Blas` per stream.
+/// capture on another thread. The cost is order: the new stream waits for everything queued on
+/// the old one before the handle's last call there (a long kernel, or a collective, included),
+/// and the two streams' cuBLAS calls run one after the other. For streams that should run at
+/// once, make one `Blas` per stream.
 ///
 /// **Inside a capture closure**, a `Blas` on an eager stream works as anywhere else: its calls
 /// run with the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]), because
@@ -96,8 +98,15 @@ impl Blas {
         ctx.make_current()?;
         let api = library.api();
         let mut handle: sys::Handle = ptr::null_mut();
-        // SAFETY: a valid out-pointer; the context is current, so the handle is made for it.
-        Error::status(api, "cublasCreate_v2", unsafe { (api.create)(&mut handle) })?;
+        // Relaxed inside a capture closure: `cublasCreate_v2` allocates its workspace, which
+        // the driver refuses on a capturing thread in thread-local mode, failing the capture
+        // (red team 12, attempt 5).
+        let status = um_core::relaxed_while_capturing(|| {
+            // SAFETY: a valid out-pointer; the context is current, so the handle is made for
+            // it.
+            unsafe { (api.create)(&mut handle) }
+        })?;
+        Error::status(api, "cublasCreate_v2", status)?;
         // From here on, drop destroys the handle.
         let blas = Blas {
             library,
@@ -106,9 +115,11 @@ impl Blas {
             bound: Cell::new(0),
             order: ManuallyDrop::new(order),
         };
-        // SAFETY: a live handle; host pointer mode is what every call below relies on (its
-        // scalars are host locals).
-        let status = unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_HOST) };
+        let status = um_core::relaxed_while_capturing(|| {
+            // SAFETY: a live handle; host pointer mode is what every call below relies on (its
+            // scalars are host locals).
+            unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_HOST) }
+        })?;
         Error::status(api, "cublasSetPointerMode_v2", status)?;
         Ok(blas)
     }

@@ -233,12 +233,18 @@ pub(crate) fn thread_is_capturing() -> bool {
 /// calls in it.
 ///
 /// Relaxed mode lets through, on this thread, the other calls that thread-local mode refuses
-/// during a capture: allocations, frees, and waits on eager streams. Inside `f` they do what
-/// they do outside a capture, or fail as the driver decides (a wait on the device as a whole
-/// still fails, and fails the capture). Nothing of `um` relies on those refusals: a buffer
-/// dropped on a capturing thread is never freed or waited for there (rule 181 and
-/// `Managed`'s drop ask `um`'s own record of captures), and `um`'s whole-context waits refuse
-/// on a capturing thread before any driver call. So this function is safe.
+/// during a capture: allocations, frees, and waits. Inside `f` they do what any other thread may
+/// do during the capture anyway (`um` captures in thread-local mode, which restricts the
+/// capturing thread only), or fail as the driver decides. `um` never relies on those refusals:
+/// what a capturing thread frees or waits for, `um` decides from its own record of captures, not
+/// from the driver's answer. A stream-owned buffer dropped there is never freed or waited for
+/// (rule 187; one in the capture is freed after it, rule 181); a host-owned one is freed at
+/// once, which is safe because no GPU work uses host-owned memory; a `Blas` or `Context` handle
+/// dropped there waits for nothing (rules 146, 187). What does wait for the whole device,
+/// [`Context::wait_idle`], fails a capture in progress on any thread with an `Err`, relaxed or
+/// not (rule 187); whether the driver refuses it before or after waiting is its own affair.
+/// The capture streams are not [`Eager`](crate::Eager), so no wait or `sync` of one compiles.
+/// So this function is safe (red team 12).
 pub fn relaxed_while_capturing<R>(f: impl FnOnce() -> R) -> Result<R> {
     if !thread_is_capturing() {
         return Ok(f());
@@ -255,7 +261,7 @@ thread_local! {
 }
 
 /// Whether the calling thread is inside one of um's driver callbacks.
-fn in_driver_callback() -> bool {
+pub(crate) fn in_driver_callback() -> bool {
     IN_DRIVER_CALLBACK.with(std::cell::Cell::get)
 }
 

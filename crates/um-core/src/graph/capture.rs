@@ -73,7 +73,8 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// capture has ended: so **`f` must not wait without a bound for another thread's such
     /// call**, nor for a thread that retries one until it succeeds. It would wait for ever (red
     /// team 10, attempt 4). A `Blas` moving to another stream waits for nothing (its order is
-    /// kept on the device) and goes through.
+    /// kept on the device) and goes through, unless a record of its order failed before
+    /// (`CaptureInProgress` then).
     ///
     /// Calls of other libraries on eager streams inside `f` that may load a module (cuBLAS's
     /// first use of a kernel) belong inside [`relaxed_while_capturing`](crate::relaxed_while_capturing),

@@ -1,0 +1,377 @@
+//! Red team 12 (docs/redteam12.md): `StreamOrder`, `relaxed_while_capturing`, and a `Blas` whose
+//! moves between streams are ordered on the device (commit 7d5d32f). A fresh helper wrote these
+//! from the source and docs; what each expects is in its comment. Attempt 2 (a collective before
+//! a move, two GPUs) became documentation (`docs/interop.md`): attempt 1 shows the same order on
+//! one GPU. Fixed after the report: `Blas::with_library` creates the handle with the mode
+//! relaxed (attempt 5), and an event dropped inside a driver callback is leaked (attempt 6).
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use um::kernels::testing::{add_scalar, spin_then_add};
+use um::{Context, Managed, StreamOptions, StreamOrder, relaxed_while_capturing};
+use um_cublas::{Blas, Gemm};
+
+mod common;
+use common::{device_for_captures, gpu, serial, watchdog};
+
+const SPIN_NS: u64 = 3_000_000_000; // 3 s
+
+/// Attempt 1. The record a `Blas` move waits for is made after the handle's last call on the
+/// old stream, so it covers every earlier piece of work there, not only cuBLAS's; the new stream
+/// then waits for all of it, and so does everything later on the new stream (um's own kernels
+/// included) and its `sync` (`docs/interop.md` said otherwise of a stuck collective; corrected).
+/// Expected: the new stream's sync takes >= SPIN_NS (the non-cuBLAS spin on the old stream).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_move_orders_the_new_stream_after_all_earlier_work_of_the_old_stream() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 1");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
+    let (a, c) = (
+        Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+    );
+    let (a2, c2, y) = (
+        Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+    );
+    let waited = ctx
+        .with_stream_set(2, StreamOptions::new().non_blocking(), |s| {
+            let (mut busy, a, mut c) = (busy.attach(&s[0])?, a.attach(&s[0])?, c.attach(&s[0])?);
+            // Unrelated work on s[0] first (a stand-in for a stuck collective), then a GEMM.
+            spin_then_add(&s[0], &mut busy, 1.0, SPIN_NS)?;
+            blas.gemm(&s[0], &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+            let (a2, mut c2, mut y) = (a2.attach(&s[1])?, c2.attach(&s[1])?, y.attach(&s[1])?);
+            blas.gemm(&s[1], &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?; // the move
+            add_scalar(&s[1], &mut y, 1.0)?; // um's own kernel on the new stream
+            let t = Instant::now();
+            let _ = s[1].sync_all((a2, c2, y))?;
+            let waited = t.elapsed();
+            let _ = s[0].sync_all((busy, a, c))?;
+            Ok(waited)
+        })
+        .expect("stream work");
+    eprintln!("the new stream's sync waited {waited:?}");
+    assert!(
+        waited >= Duration::from_nanos(SPIN_NS) - Duration::from_millis(200),
+        "the new stream did not wait for the old stream's unrelated work ({waited:?})"
+    );
+}
+
+/// Attempt 3 (relaxed_while_capturing's doc): "a wait on the device as a whole still fails, and
+/// fails the capture". `Context::wait_idle` does not refuse on a capturing thread before the
+/// driver call (rule 187 says so), so inside `relaxed_while_capturing` it is a `cuCtxSynchronize`
+/// on the capturing thread with the mode relaxed. Expected (doc): `Err`, and the capture `Err`.
+/// Not UB either way; a hang or an `Ok` would contradict the doc.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn wait_idle_inside_relaxed_inside_a_capture_fails_the_capture() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 3");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let mut inner = None;
+    let r = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            inner = Some(relaxed_while_capturing(|| ctx.wait_idle()));
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        Ok(x[0])
+    });
+    eprintln!("wait_idle inside relaxed: {inner:?}; the capture: {r:?}");
+    assert!(matches!(inner, Some(Ok(Err(_)))), "{inner:?}");
+    assert!(
+        r.is_err(),
+        "the capture survived a whole-context wait: {r:?}"
+    );
+    common::assert_context_usable(&ctx);
+}
+
+/// Attempt 4 (relaxed_while_capturing's doc): "a buffer dropped on a capturing thread is never
+/// freed ... there". A host-owned buffer is freed by its drop wherever it is (no `capturing()`
+/// test on that path): in thread-local mode the driver refuses the free (a leak, the capture
+/// failed); inside `relaxed_while_capturing` the free goes through on the capturing thread.
+/// Nothing on the GPU uses a host-owned buffer, so expected: no UB, the capture `Ok`, the
+/// graph's result right, and the memory given back (free memory back to where it was).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_owned_buffer_made_and_dropped_inside_relaxed_in_a_capture() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 4");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let mut seen = None;
+    let r = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            seen = Some(relaxed_while_capturing(|| {
+                let before = ctx.mem_info().map(|m| m.0);
+                let big = Managed::<[f32]>::zeroed_slice(&ctx, 64 << 20); // 256 MiB
+                let during = ctx.mem_info().map(|m| m.0);
+                drop(big); // cuMemFree on the capturing thread, mode relaxed
+                let after = ctx.mem_info().map(|m| m.0);
+                (before, during, after)
+            }));
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        Ok(x[0])
+    });
+    eprintln!("free memory before/during/after: {seen:?}; the capture: {r:?}");
+    assert_eq!(r.ok(), Some(1.0), "the capture or its replay");
+}
+
+/// Attempt 5 (Err for a correct program). `Blas`'s doc: "Inside a capture closure, a `Blas`
+/// on an eager stream works as anywhere else". Its calls are relaxed, but `Blas::new` is not:
+/// `cublasCreate_v2` (and cuBLAS's lazy first-time setup) may allocate, which the driver refuses
+/// on the capturing thread in thread-local mode, failing the capture. Expected: either
+/// `Blas::new` is `Ok` and the capture `Ok` (held), or an `Err` (documentation gap: make
+/// `with_library` relax too, or say so). The second half shows the user's workaround.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_made_inside_a_capture_closure() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 5");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    for relaxed in [false, true] {
+        let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+        let (a, c) = (
+            Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+            Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+        );
+        let mut made = None;
+        let r = ctx.with_stream(StreamOptions::new(), |s| {
+            let (x, a, mut c) = (x.attach(s)?, a.attach(s)?, c.attach(s)?);
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                let blas = if relaxed {
+                    relaxed_while_capturing(|| Blas::new(&ctx))?
+                } else {
+                    Blas::new(&ctx)
+                };
+                made = Some(blas.and_then(|b| b.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)));
+                Ok(((x,), ())) // the Blas is dropped here: leaked (capture in progress)
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            let (_, c) = s.sync_all((a, c))?;
+            Ok((x[0], c[0]))
+        });
+        eprintln!("relaxed = {relaxed}: Blas::new + gemm: {made:?}; capture: {r:?}");
+        assert!(
+            matches!(made, Some(Ok(()))),
+            "relaxed = {relaxed}: {made:?}"
+        );
+        assert_eq!(r.ok(), Some((1.0, 2.0)), "relaxed = {relaxed}");
+    }
+}
+
+/// A waker that drops what it holds when woken: here a `StreamOrder` (public, `Send`,
+/// `'static`), whose drop is `cuCtxSetCurrent` + `cuEventDestroy`.
+struct DroppingWaker {
+    held: Mutex<Option<StreamOrder>>,
+    woke: AtomicBool,
+}
+
+impl Wake for DroppingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let order = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(order); // inside um's stream callback (`DriverCallback`): CUDA calls here
+        self.woke.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Attempt 6 (rule 189). A `StreamOrder` dropped by a waker: `Event::drop` makes two CUDA
+/// calls inside the driver's stream callback, where CUDA says host functions "must not make any
+/// CUDA API calls" (may fail with CUDA_ERROR_NOT_PERMITTED, "but this is not required"). Unlike
+/// `Context`'s drop and `Blas`'s drop (both leak there), `Event::drop` does not ask
+/// `in_driver_callback`. Expected: no hang (watchdog), the context usable afterwards. A hang or
+/// a fault here is the finding; success is "held, by the driver's grace".
+#[test]
+#[ignore = "needs a CUDA device"]
+fn stream_order_dropped_by_a_waker_inside_the_stream_callback() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 6");
+    let ctx = gpu();
+    let waker_state = Arc::new(DroppingWaker {
+        held: Mutex::new(Some(StreamOrder::new(&ctx).expect("order"))),
+        woke: AtomicBool::new(false),
+    });
+    // The order recorded once, so that its event has work (the drop then defers the release).
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let order = waker_state.held.lock().expect("lock");
+        order.as_ref().expect("held").record(s)
+    })
+    .expect("record");
+    let waker = Waker::from(Arc::clone(&waker_state));
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
+    let got = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut busy = busy.attach(s)?;
+            spin_then_add(s, &mut busy, 1.0, 500_000_000)?;
+            let mut fut = std::pin::pin!(busy.sync_async());
+            let mut cx = TaskContext::from_waker(&waker);
+            assert!(
+                fut.as_mut().poll(&mut cx).is_pending(),
+                "the spin holds the stream"
+            );
+            let t = Instant::now();
+            while !waker_state.woke.load(Ordering::SeqCst) {
+                assert!(t.elapsed() < Duration::from_secs(30), "the waker never ran");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(r) => r.map(|b| b[0]),
+                Poll::Pending => panic!("woken but pending"),
+            }
+        })
+        .expect("the future");
+    assert_eq!(got, 1.0);
+    common::assert_context_usable(&ctx);
+}
+
+/// Attempt 7 (held expected). A `Blas` whose last call ran on thread X's per-thread stream,
+/// behind a 3 s spin there, sent to thread Y and used on Y's per-thread stream: the handle is
+/// bound by the special handle `CU_STREAM_PER_THREAD` both times, so only the ids (per thread)
+/// tell the move. Expected: Y's GEMM is ordered after X's (Y's sync waits for the spin) and
+/// right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_sent_between_threads_on_per_thread_streams_is_ordered() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 7");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let ctx_ref = &ctx;
+    let blas = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let ctx = ctx_ref;
+                let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
+                let a = Managed::from_slice(ctx, &[1.0f32; 4]).expect("alloc");
+                let c = Managed::from_slice(ctx, &[0.0f32; 4]).expect("alloc");
+                // X: a spin, then a GEMM, on X's per-thread stream; X's buffers stay on X
+                // (PerThread is !Send) and are synced there. The GEMM on Y below must come
+                // after X's (it does here trivially, X synced); the point is that the bind on
+                // Y is seen as a move (another id for the same special handle) and that the
+                // result is right. A 3 s wait on Y would show the order where X does not sync:
+                // that variant needs a buffer X can leave in flight (see attempt 8's hand_off).
+                ctx.with_per_thread_stream(|s| {
+                    let (mut busy, a, mut c) = (busy.attach(s)?, a.attach(s)?, c.attach(s)?);
+                    spin_then_add(s, &mut busy, 1.0, SPIN_NS / 10)?;
+                    blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                    let (_, _, c) = s.sync_all((busy, a, c))?;
+                    assert!(c.iter().all(|v| *v == 2.0));
+                    Ok(())
+                })
+                .expect("thread X");
+                blas
+            })
+            .join()
+            .expect("X")
+    });
+    // Y: this thread's per-thread stream; the handle moves here (another id).
+    let (a, c) = (
+        Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+    );
+    let c = ctx
+        .with_per_thread_stream(|s| {
+            let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+            blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+            let (_, c) = s.sync_all((a, c))?;
+            Ok(c)
+        })
+        .expect("thread Y");
+    assert!(c.iter().all(|v| *v == 2.0), "{:?}", &c[..]);
+}
+
+/// Attempt 8 (held expected). `StreamOrder` recorded on a created stream whose scope then ends
+/// (the stream destroyed with a 3 s spin still running: its buffer was handed off to an outer
+/// stream, so nothing waits at the inner scope's end), waited for on a stream created next (the
+/// driver may give it the same handle). Expected: the new stream's sync waits for the spin.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn stream_order_outlives_the_stream_it_recorded() {
+    let _serial = serial();
+    let _dog = watchdog("red team 12, attempt 8");
+    let ctx = gpu();
+    let order = StreamOrder::new(&ctx).expect("order");
+    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
+    let y = Managed::<[f32]>::zeroed_slice(&ctx, 4).expect("alloc");
+    let (waited, busy) = ctx
+        .with_stream(StreamOptions::new().non_blocking(), |outer| {
+            let t = Instant::now();
+            let busy = ctx.with_stream(StreamOptions::new().non_blocking(), |inner| {
+                let mut busy = busy.attach(inner)?;
+                spin_then_add(inner, &mut busy, 1.0, SPIN_NS)?;
+                order.record(inner)?;
+                busy.hand_off(outer) // no host wait; `inner` is destroyed with the spin running
+            })?;
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "the inner scope waited"
+            );
+            let waited = ctx.with_stream(StreamOptions::new().non_blocking(), |next| {
+                order.wait(next)?;
+                let mut y = y.attach(next)?;
+                add_scalar(next, &mut y, 1.0)?;
+                let _ = y.sync()?;
+                Ok(t.elapsed())
+            })?;
+            Ok((waited, busy.sync()?))
+        })
+        .expect("streams");
+    assert_eq!(busy[0], 1.0);
+    assert!(
+        waited >= Duration::from_nanos(SPIN_NS) - Duration::from_millis(200),
+        "the wait on a destroyed stream's record did not hold ({waited:?})"
+    );
+}
+
+/// Attempt 9 (held expected). Two `Context` handles of one device are `same_as`: an order of
+/// one accepts the other's streams (the per-thread stream has two ids then, which only costs a
+/// redundant wait); an order of device 0 refuses a stream of device 1 (`ContextMismatch`), where
+/// the driver would have accepted a cross-device wait: an `Err`, never UB.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn stream_order_across_context_handles() {
+    let ctx1 = gpu();
+    let ctx2 = Context::new(0).expect("device 0 again");
+    let order = StreamOrder::new(&ctx1).expect("order");
+    ctx2.with_per_thread_stream(|s| {
+        order.record(s)?;
+        ctx1.with_per_thread_stream(|t| order.wait(t))
+    })
+    .expect("one primary context, two handles");
+    if let Ok(other) = Context::new(1) {
+        let r = other.with_stream(StreamOptions::new(), |s| order.record(s));
+        assert!(matches!(r, Err(um::Error::ContextMismatch)), "{r:?}");
+    }
+}
