@@ -371,11 +371,18 @@ fn stream_order_outlives_the_stream_it_recorded() {
                 order.record(inner)?;
                 busy.hand_off(outer) // no host wait; `inner` is destroyed with the spin running
             })?;
-            assert!(
-                t.elapsed() < Duration::from_nanos(spin_ns() / 2),
-                "the inner scope waited ({:?})",
-                t.elapsed()
-            );
+            // Without a tool the inner scope returns at once (2x H200: the test passed), so the
+            // wait below is what holds the new stream. Under every compute-sanitizer tool the
+            // inner scope's end waited for the spin (10 s, 2x H200, bundle b6a63e5), so there
+            // the order below is seen but not told apart from that wait: said, not failed.
+            let inner = t.elapsed();
+            if inner >= Duration::from_nanos(spin_ns() / 2) {
+                assert!(
+                    std::env::var_os("UM_SANITIZE").is_some(),
+                    "the inner scope waited ({inner:?})"
+                );
+                eprintln!("inconclusive under the tool: the inner scope waited {inner:?}");
+            }
             let waited = ctx.with_stream(StreamOptions::new().non_blocking(), |next| {
                 order.wait(next)?;
                 let mut y = y.attach(next)?;
