@@ -421,6 +421,18 @@ pub enum Error {
         /// What was asked for.
         what: &'static str,
     },
+    /// Called from code that runs inside one of um's stream callbacks (a user's waker, woken by
+    /// a stream reaching a point): CUDA allows no API call there, and a call that waited for
+    /// the device would wait for the callback itself. `um` refuses before any driver call or
+    /// lock (red team 13). Wake a task there, and do the work in the task.
+    #[error(
+        "{what} is not available inside a stream callback (a waker run by um): CUDA allows no \
+         API call there; do the work in the woken task"
+    )]
+    InsideDriverCallback {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

@@ -269,12 +269,14 @@ impl Blas {
     ) -> Result<()> {
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
+            // Until the call is recorded, a later move cannot order itself after it, and must
+            // wait for the whole context instead (`UNORDERED`): so also if anything between
+            // here and the record unwound (nothing can today; red team 13, hardening).
+            self.bound.set(UNORDERED);
             let status = routine();
             // Recorded whatever the status: a failed call may have enqueued part of its work.
-            // Where the record fails, the next move cannot order itself after this call, so it
-            // waits for the whole context instead (`UNORDERED`).
-            if self.order.record(stream).is_err() {
-                self.bound.set(UNORDERED);
+            if self.order.record(stream).is_ok() {
+                self.bound.set(stream.id());
             }
             Error::status(self.library.api(), name, status)
         })?

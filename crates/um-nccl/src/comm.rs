@@ -797,7 +797,14 @@ impl Drop for Comm {
         if self.is_aborted() {
             return;
         }
-        let _ = self.ctx.make_current();
+        // Without its context (inside um's stream callback, a waker that drops the
+        // communicator, where CUDA and NCCL calls are not allowed; or a context that cannot be
+        // made current) nothing here may run: the flush polls for up to the timeout, and a
+        // blocking destroy waits for the stream, which waits for the callback. Leak it (red team
+        // 13, attempt 1c); its peers see a rank that stopped, as when a process dies.
+        if self.ctx.make_current().is_err() {
+            return;
+        }
         let fns = &self.nccl.fns;
         let flushed = if self.options.blocking {
             true

@@ -295,6 +295,19 @@ fn in_any_idle_section() -> bool {
     IDLE_DEPTH.with(std::cell::Cell::get) > 0
 }
 
+/// `Err(InsideDriverCallback)` inside one of um's stream callbacks (a user's waker), where CUDA
+/// allows no API call: every call of `um` that reaches the driver makes its context current
+/// first ([`Context::bind`]), and the lookups that take a context's module lock check before
+/// they take it (red team 13: a waker that dropped a host-owned buffer, loaded a module or
+/// called cuBLAS there reached the driver, or a lock held by a thread waiting for the
+/// callback). What `um` drops there is leaked, or handed to the reaper thread.
+pub(crate) fn refuse_inside_driver_callback(what: &'static str) -> Result<()> {
+    if in_driver_callback() {
+        return Err(Error::InsideDriverCallback { what });
+    }
+    Ok(())
+}
+
 /// Whether a capture of `um` may begin on the calling thread on `ctx`'s device: not inside a
 /// driver callback (no CUDA call is allowed there, and the capture lock may be held by a thread
 /// waiting for the callback), nor on um's event thread (it runs wakers, which a closure of an
@@ -542,6 +555,7 @@ impl Context {
 
     /// Makes this context current on the calling thread (a no-op when it already is).
     pub(crate) fn bind(&self) -> Result<()> {
+        refuse_inside_driver_callback("a CUDA call of um")?;
         self.inner.bind()
     }
 
@@ -775,6 +789,31 @@ fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Opti
 
 #[cfg(test)]
 mod tests {
+    /// Red team 13: inside um's stream callback (a user's waker) every call of `um` that would
+    /// reach the driver is refused before any driver call or lock, and only there.
+    #[test]
+    fn calls_inside_a_driver_callback_are_refused_and_only_there() {
+        use super::{DriverCallback, refuse_inside_driver_callback};
+        use crate::error::Error;
+        assert_eq!(refuse_inside_driver_callback("x"), Ok(()));
+        {
+            let _inside = DriverCallback::enter();
+            assert_eq!(
+                refuse_inside_driver_callback("x"),
+                Err(Error::InsideDriverCallback { what: "x" })
+            );
+            {
+                let _nested = DriverCallback::enter();
+            }
+            assert!(refuse_inside_driver_callback("x").is_err(), "still inside");
+        }
+        assert_eq!(
+            refuse_inside_driver_callback("x"),
+            Ok(()),
+            "the mark is gone"
+        );
+    }
+
     use super::first_lacking;
     use crate::error::Error;
 

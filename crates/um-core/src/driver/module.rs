@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::sync::{Arc, PoisonError};
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, refuse_inside_driver_callback};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 
@@ -119,6 +119,7 @@ impl Context {
     ///
     /// A driver too old for the PTX gives [`Error::PtxUnsupported`], naming both versions.
     pub fn load_ptx(&self, ptx: &'static str) -> Result<Module> {
+        refuse_inside_driver_callback("loading a module")?;
         let key = ptx.as_ptr() as usize;
         let mut cache = self
             .modules()
@@ -157,6 +158,7 @@ impl Context {
     /// The kernel `name` of the PTX module `ptx`, loading the module if needed. Both lookups
     /// happen once per context; later calls return the cached handle.
     pub fn kernel(&self, ptx: &'static str, name: &'static str) -> Result<Kernel> {
+        refuse_inside_driver_callback("loading a kernel")?;
         {
             let mut cache = self
                 .modules()
@@ -240,6 +242,7 @@ impl Context {
         ptx: &'static str,
         name: &'static str,
     ) -> Result<Function> {
+        refuse_inside_driver_callback("a launch")?;
         let key = function_key(self.id(), ptx, name);
         // `try_with`: in a thread-local destructor that runs after `FUNCTIONS` was destroyed (a
         // launch from a `thread_local!` value's `Drop`, red team 10, finding 1), the lookup

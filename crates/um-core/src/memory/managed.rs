@@ -23,7 +23,7 @@ use cust::memory::DeviceCopy;
 use cust::memory::bytemuck::Zeroable;
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, in_driver_callback};
 use crate::driver::poison::PoisonFlag;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
@@ -32,7 +32,7 @@ use crate::memory::marker::{HostAccess, HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
 use crate::reclaim::defer::{bury, capturing, defer_free, dropping_scope};
-use crate::reclaim::reaper::Orphan;
+use crate::reclaim::reaper::{self, Orphan};
 use crate::sealed::PRIVATE;
 
 /// A managed (unified) allocation holding a `T` (or a `[T]`), in ownership state `S`.
@@ -469,6 +469,18 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             {
                 return;
             }
+        }
+        // Inside um's stream callback (a waker that drops a host-owned buffer) CUDA allows no
+        // call: the reaper thread frees it instead. Only host-owned memory gets here (a
+        // stream-owned drop there returned above: its context cannot be made current), and no
+        // GPU work uses host-owned memory, so it may be freed at any time (red team 13).
+        if in_driver_callback() {
+            // SAFETY: the orphan takes the allocation over; the reaper frees it once (`ok`), and
+            // this drop returns without freeing.
+            let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
+            reaper::expect(1);
+            reaper::hand_over(vec![orphan], true);
+            return;
         }
         // Without the context nothing can be freed safely: leak.
         if self.alloc.ctx.bind().is_err() {
