@@ -89,6 +89,8 @@ impl Blas {
     /// naming what was tried and what to install, and with [`Error::Status`] where
     /// `cublasCreate_v2` fails (no GPU, say).
     pub fn new(ctx: &Context) -> Result<Blas> {
+        // Before the library is loaded (its initialisers and a query): red team 14, attempt 6.
+        um_core::refuse_inside_stream_callback("making a cuBLAS handle")?;
         Blas::with_library(ctx, Cublas::load()?)
     }
 
@@ -267,6 +269,9 @@ impl Blas {
         name: &'static str,
         routine: impl FnOnce() -> i32,
     ) -> Result<()> {
+        // Inside um's stream callback: `InsideDriverCallback`, also where the whole-context
+        // path would have said `CaptureInProgress` (red team 14, attempt 8).
+        um_core::refuse_inside_stream_callback("a cuBLAS call")?;
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
             // Until the call is recorded, a later move cannot order itself after it, and must

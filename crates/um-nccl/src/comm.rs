@@ -276,6 +276,7 @@ impl Comm {
     /// The communicators may then go to one thread each, or stay on one thread that drives them
     /// all through [`Group`](crate::Group)s.
     pub fn init_all(contexts: &[Context], options: CommOptions) -> Result<Vec<Comm>> {
+        um_core::refuse_inside_stream_callback("making communicators")?;
         let nccl = sys::nccl()?;
         let n = contexts.len();
         let world = check_world(0, n)?;
@@ -536,13 +537,21 @@ impl Comm {
         for stream in &st.streams {
             stream.poison();
         }
-        let _ = self.ctx.make_current();
-        // SAFETY: a live communicator, aborted once; the handle is never used after this (the
-        // state below says so before any other call can look).
-        let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        // Without its context (inside um's stream callback, a waker that aborts: no NCCL or
+        // CUDA call is allowed there, and NCCL's abort may wait for its streams, which wait for
+        // the callback) the communicator is marked aborted and leaked, and its ledger left as
+        // it is (red team 14, attempt 1).
+        let current = self.ctx.make_current().is_ok();
+        if current {
+            // SAFETY: a live communicator, aborted once; the handle is never used after this
+            // (the state below says so before any other call can look).
+            let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        }
         st.aborted = Some(reason);
         drop(st);
-        self.ledger.leave(self.rank);
+        if current {
+            self.ledger.leave(self.rank);
+        }
     }
 
     /// After a call on this communicator alone: `Ok` once NCCL enqueued it, else the
@@ -563,6 +572,7 @@ impl Comm {
 
     /// Records, remembers the stream, issues one call and settles it.
     fn run(&self, call: Result<Call>, stream: Poisoner) -> Result<()> {
+        um_core::refuse_inside_stream_callback("a collective")?;
         let call = call?;
         self.live()?;
         ledger::record_all(&[(self.ledger(), self.rank, call.channel, call.sig)])?;

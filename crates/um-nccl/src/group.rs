@@ -234,6 +234,7 @@ impl<'b> Group<'b> {
     /// refuses a mix). If NCCL fails or times out, every communicator of the group is aborted
     /// (their streams poisoned) and the error returned.
     pub fn launch(self) -> Result<Launched<'b>> {
+        um_core::refuse_inside_stream_callback("a group of collectives")?;
         let Some(first) = self.calls.first() else {
             return Ok(Launched { pairs: Vec::new() });
         };

@@ -295,13 +295,17 @@ fn in_any_idle_section() -> bool {
     IDLE_DEPTH.with(std::cell::Cell::get) > 0
 }
 
-/// `Err(InsideDriverCallback)` inside one of um's stream callbacks (a user's waker), where CUDA
-/// allows no API call: every call of `um` that reaches the driver makes its context current
-/// first ([`Context::bind`]), and the lookups that take a context's module lock check before
-/// they take it (red team 13: a waker that dropped a host-owned buffer, loaded a module or
-/// called cuBLAS there reached the driver, or a lock held by a thread waiting for the
-/// callback). What `um` drops there is leaked, or handed to the reaper thread.
-pub(crate) fn refuse_inside_driver_callback(what: &'static str) -> Result<()> {
+/// `Err(`[`Error::InsideDriverCallback`]`)` where the calling thread runs inside one of um's
+/// stream callbacks (a user's waker, woken by a stream), where CUDA allows no API call; `Ok`
+/// everywhere else. `um` asks it before its own first driver call or lock of every path that
+/// reaches the driver ([`Context::make_current`] and every call of `um` that makes its context
+/// current first; making a context; counting devices; allocating; the module lookups before
+/// their lock), and so do `um-cublas` and `um-nccl`. A library of your own that calls CUDA
+/// without going through `um` first can ask it too (red teams 13 and 14).
+///
+/// What `um` drops there is leaked (streams, stream-owned buffers, graphs, a `Blas`, a `Comm`,
+/// events) or, for host-owned memory, freed by the reaper thread.
+pub fn refuse_inside_stream_callback(what: &'static str) -> Result<()> {
     if in_driver_callback() {
         return Err(Error::InsideDriverCallback { what });
     }
@@ -466,6 +470,7 @@ impl Context {
 
     /// As [`Context::new`], with explicit `options`; the environment is not read.
     pub fn with_options(ordinal: usize, options: ContextOptions) -> Result<Context> {
+        refuse_inside_stream_callback("making a context")?;
         driver::init()?;
         let count = driver::device_count()?;
         if count == 0 {
@@ -555,7 +560,7 @@ impl Context {
 
     /// Makes this context current on the calling thread (a no-op when it already is).
     pub(crate) fn bind(&self) -> Result<()> {
-        refuse_inside_driver_callback("a CUDA call of um")?;
+        refuse_inside_stream_callback("a CUDA call of um")?;
         self.inner.bind()
     }
 
@@ -729,6 +734,7 @@ impl Context {
 /// How many CUDA devices the driver sees (`cuDeviceGetCount`), after initialising it. On a
 /// machine without a GPU this is [`Error::NoDevice`] (from `cuInit`), or `Ok(0)`.
 pub fn device_count() -> Result<usize> {
+    refuse_inside_stream_callback("counting the devices")?;
     driver::init()?;
     driver::device_count()
 }
@@ -793,22 +799,22 @@ mod tests {
     /// reach the driver is refused before any driver call or lock, and only there.
     #[test]
     fn calls_inside_a_driver_callback_are_refused_and_only_there() {
-        use super::{DriverCallback, refuse_inside_driver_callback};
+        use super::{DriverCallback, refuse_inside_stream_callback};
         use crate::error::Error;
-        assert_eq!(refuse_inside_driver_callback("x"), Ok(()));
+        assert_eq!(refuse_inside_stream_callback("x"), Ok(()));
         {
             let _inside = DriverCallback::enter();
             assert_eq!(
-                refuse_inside_driver_callback("x"),
+                refuse_inside_stream_callback("x"),
                 Err(Error::InsideDriverCallback { what: "x" })
             );
             {
                 let _nested = DriverCallback::enter();
             }
-            assert!(refuse_inside_driver_callback("x").is_err(), "still inside");
+            assert!(refuse_inside_stream_callback("x").is_err(), "still inside");
         }
         assert_eq!(
-            refuse_inside_driver_callback("x"),
+            refuse_inside_stream_callback("x"),
             Ok(()),
             "the mark is gone"
         );

@@ -17,7 +17,7 @@ use std::mem;
 use std::ptr::NonNull;
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, refuse_inside_stream_callback};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -244,6 +244,8 @@ pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<(
 /// whose addresses (host and device) must be aligned for the element type. A failure leaks
 /// nothing.
 pub(crate) fn allocate<M: HasParts>(ctx: &Context, size: Size) -> Result<(NonNull<u8>, M::Parts)> {
+    // Before `admit`, whose first call asks every device (red team 14, attempt 3).
+    refuse_inside_stream_callback("an allocation")?;
     M::admit(ctx)?;
     ctx.bind()?;
     let (free, _) = driver::mem_info()?;
