@@ -152,7 +152,7 @@ fn a_mirrored_buffer_dropped_by_a_waker_is_freed_by_the_reaper() {
     let _serial = serial();
     let _dog = watchdog("red team 13, attempt 1b");
     let ctx = gpu();
-    let m = Managed::from_slice_mirrored(&ctx, &[1.0f32; 1 << 20]).expect("alloc");
+    let m = Managed::from_slice_mirrored(&ctx, &vec![1.0f32; 1 << 20]).expect("alloc");
     let held = Mutex::new(Some(m));
     let out = run_in_callback(&ctx, move || {
         drop(held.lock().expect("lock").take());

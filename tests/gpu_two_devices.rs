@@ -382,7 +382,7 @@ fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
     assert!(ctx0.info().concurrent_managed_access);
     let ctx1 = Context::with_options(1, um::ContextOptions::new()).expect("device 1");
     // A module in device 1's handle, and work that finished.
-    let y = Managed::from_slice(&ctx1, &[0.0f32; 1 << 20]).expect("alloc");
+    let y = Managed::from_slice(&ctx1, &vec![0.0f32; 1 << 20]).expect("alloc");
     ctx1.with_stream(StreamOptions::new(), |s| {
         let mut y = y.attach(s)?;
         testing::add_scalar(s, &mut y, 1.0)?;
