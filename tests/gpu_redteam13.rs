@@ -19,85 +19,8 @@ use um::{Context, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};
 
 mod common;
+use common::waker::{ActingWaker, run_in_callback};
 use common::{assert_context_usable, device_for_captures, gpu, serial, watchdog};
-
-/// A waker that runs one action of the test's when first woken, on the thread that wakes it:
-/// um's stream callback (`DriverCallback` set), where CUDA says no API call may be made.
-struct ActingWaker {
-    act: Mutex<Option<Box<dyn FnOnce() -> String + Send>>>,
-    out: Mutex<Option<String>>,
-    woke: AtomicBool,
-}
-
-impl ActingWaker {
-    fn new(act: impl FnOnce() -> String + Send + 'static) -> Arc<ActingWaker> {
-        Arc::new(ActingWaker {
-            act: Mutex::new(Some(Box::new(act))),
-            out: Mutex::new(None),
-            woke: AtomicBool::new(false),
-        })
-    }
-}
-
-impl Wake for ActingWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        let act = self
-            .act
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(act) = act {
-            let out = act(); // inside um's stream callback
-            *self
-                .out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
-        }
-        self.woke.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Runs `act` inside um's stream callback: a 0.3 s spin on a fresh stream, a `sync_async`
-/// polled once with the acting waker, then a wait (bounded) for the waker. Returns what `act`
-/// said. The future's own result must be right.
-fn run_in_callback(ctx: &Context, act: impl FnOnce() -> String + Send + 'static) -> String {
-    let waker_state = ActingWaker::new(act);
-    let waker = Waker::from(Arc::clone(&waker_state));
-    let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
-    let got = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut busy = busy.attach(s)?;
-            spin_then_add(s, &mut busy, 1.0, 300_000_000)?;
-            let mut fut = std::pin::pin!(busy.sync_async());
-            let mut cx = TaskContext::from_waker(&waker);
-            assert!(
-                fut.as_mut().poll(&mut cx).is_pending(),
-                "the spin holds the stream"
-            );
-            let t = Instant::now();
-            while !waker_state.woke.load(Ordering::SeqCst) {
-                assert!(t.elapsed() < Duration::from_secs(30), "the waker never ran");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0]),
-                Poll::Pending => panic!("woken but pending"),
-            }
-        })
-        .expect("the future");
-    assert_eq!(got, 1.0);
-    let out = waker_state
-        .out
-        .lock()
-        .expect("out")
-        .take()
-        .expect("the action ran");
-    eprintln!("in the callback: {out}");
-    out
-}
 
 /// Attempt 1a (rules 71, 189). A host-owned buffer (unified, 256 MiB) held by a waker and
 /// dropped there: `Managed::drop` asks nothing about the callback and makes

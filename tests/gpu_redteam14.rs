@@ -8,9 +8,9 @@
 //! 3 and 5 depend on what happens once per process.
 #![allow(clippy::expect_used)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use um::kernels::testing::spin_then_add;
@@ -18,81 +18,8 @@ use um::nccl::{Comm, CommOptions, ReduceOp};
 use um::{Context, Error, Managed, StreamOptions};
 
 mod common;
+use common::waker::{ActingWaker, run_in_callback};
 use common::{gpu, serial, watchdog};
-
-struct ActingWaker {
-    act: Mutex<Option<Box<dyn FnOnce() -> String + Send>>>,
-    out: Mutex<Option<String>>,
-    woke: AtomicBool,
-}
-
-impl ActingWaker {
-    fn new(act: impl FnOnce() -> String + Send + 'static) -> Arc<ActingWaker> {
-        Arc::new(ActingWaker {
-            act: Mutex::new(Some(Box::new(act))),
-            out: Mutex::new(None),
-            woke: AtomicBool::new(false),
-        })
-    }
-    fn out(&self) -> String {
-        self.out
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            .expect("the action ran")
-    }
-}
-
-impl Wake for ActingWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        let act = self
-            .act
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(act) = act {
-            let out = act(); // inside um's stream callback
-            *self
-                .out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
-        }
-        self.woke.store(true, Ordering::SeqCst);
-    }
-}
-
-/// As `gpu_redteam13::run_in_callback`: `act` runs inside um's stream callback, behind a 0.3 s
-/// spin; returns what it said, and how long the callback took.
-fn run_in_callback(ctx: &Context, act: impl FnOnce() -> String + Send + 'static) -> String {
-    let state = ActingWaker::new(act);
-    let waker = Waker::from(Arc::clone(&state));
-    let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
-    let got = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut busy = busy.attach(s)?;
-            spin_then_add(s, &mut busy, 1.0, 300_000_000)?;
-            let mut fut = std::pin::pin!(busy.sync_async());
-            let mut cx = TaskContext::from_waker(&waker);
-            assert!(fut.as_mut().poll(&mut cx).is_pending());
-            let t = Instant::now();
-            while !state.woke.load(Ordering::SeqCst) {
-                assert!(t.elapsed() < Duration::from_secs(50), "the waker never ran");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0]),
-                Poll::Pending => panic!("woken but pending"),
-            }
-        })
-        .expect("the future");
-    assert_eq!(got, 1.0);
-    let out = state.out();
-    eprintln!("in the callback: {out}");
-    out
-}
 
 fn refused<T: std::fmt::Debug>(r: um::Result<T>) -> String {
     match r {

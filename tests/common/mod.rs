@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+pub mod waker;
+
 use um::Context;
 
 /// The context of device 0. GPU tests are `#[ignore = "needs a CUDA device"]`; run without a

@@ -1,0 +1,94 @@
+//! A waker that acts inside um's stream callback, for the tests of what code run there may do
+//! (red teams 13 and 14).
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use um::kernels::testing::spin_then_add;
+use um::{Context, Managed, StreamOptions};
+
+/// A waker that runs one action of the test's when first woken, on the thread that wakes it:
+/// um's stream callback (`DriverCallback` set), where CUDA says no API call may be made.
+pub struct ActingWaker {
+    act: Mutex<Option<Box<dyn FnOnce() -> String + Send>>>,
+    out: Mutex<Option<String>>,
+    /// Set once the action has run (or the waker was woken without one).
+    pub woke: AtomicBool,
+}
+
+impl ActingWaker {
+    pub fn new(act: impl FnOnce() -> String + Send + 'static) -> Arc<ActingWaker> {
+        Arc::new(ActingWaker {
+            act: Mutex::new(Some(Box::new(act))),
+            out: Mutex::new(None),
+            woke: AtomicBool::new(false),
+        })
+    }
+
+    /// What the action said; panics if it has not run.
+    pub fn out(&self) -> String {
+        self.out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .expect("the action ran")
+    }
+}
+
+impl Wake for ActingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let act = self
+            .act
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(act) = act {
+            let out = act(); // inside um's stream callback
+            *self
+                .out
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
+        }
+        self.woke.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Runs `act` inside um's stream callback: a 0.3 s spin on a fresh stream, a `sync_async`
+/// polled once with the acting waker, then a wait (at most 50 s) for the waker. Returns what
+/// `act` said. The future's own result must be right.
+pub fn run_in_callback(ctx: &Context, act: impl FnOnce() -> String + Send + 'static) -> String {
+    let state = ActingWaker::new(act);
+    let waker = Waker::from(Arc::clone(&state));
+    let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
+    let got = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut busy = busy.attach(s)?;
+            spin_then_add(s, &mut busy, 1.0, 300_000_000)?;
+            let mut fut = std::pin::pin!(busy.sync_async());
+            let mut cx = TaskContext::from_waker(&waker);
+            assert!(
+                fut.as_mut().poll(&mut cx).is_pending(),
+                "the spin holds the stream"
+            );
+            let t = Instant::now();
+            while !state.woke.load(Ordering::SeqCst) {
+                assert!(t.elapsed() < Duration::from_secs(50), "the waker never ran");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(r) => r.map(|b| b[0]),
+                Poll::Pending => panic!("woken but pending"),
+            }
+        })
+        .expect("the future");
+    assert_eq!(got, 1.0);
+    let out = state.out();
+    eprintln!("in the callback: {out}");
+    out
+}
