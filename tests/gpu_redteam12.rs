@@ -6,9 +6,6 @@
 //! relaxed (attempt 5), and an event dropped inside a driver callback is leaked (attempt 6).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use um::kernels::testing::{add_scalar, spin_then_add};
@@ -16,6 +13,7 @@ use um::{Context, Managed, StreamOptions, StreamOrder, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};
 
 mod common;
+use common::waker::run_in_callback;
 use common::{device_for_captures, gpu, serial, watchdog};
 
 /// How long the spin kernels hold their stream: 3 s, 10 s under a sanitizer (whose slowdown of
@@ -226,74 +224,26 @@ fn blas_made_inside_a_capture_closure_works_and_leaks_when_dropped_there() {
     }
 }
 
-/// A waker that drops what it holds when woken: here a `StreamOrder` (public, `Send`,
-/// `'static`), whose drop is `cuCtxSetCurrent` + `cuEventDestroy`.
-struct DroppingWaker {
-    held: Mutex<Option<StreamOrder>>,
-    woke: AtomicBool,
-}
-
-impl Wake for DroppingWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        let order = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        drop(order); // inside um's stream callback (`DriverCallback`): CUDA calls here
-        self.woke.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Attempt 6 (rule 189). A `StreamOrder` dropped by a waker: `Event::drop` makes two CUDA
-/// calls inside the driver's stream callback, where CUDA says host functions "must not make any
-/// CUDA API calls" (may fail with CUDA_ERROR_NOT_PERMITTED, "but this is not required"). Unlike
-/// `Context`'s drop and `Blas`'s drop (both leak there), `Event::drop` does not ask
-/// `in_driver_callback`. Expected: no hang (watchdog), the context usable afterwards. A hang or
-/// a fault here is the finding; success is "held, by the driver's grace".
+/// Attempt 6 (rule 189). A `StreamOrder` (public, `Send`, `'static`) dropped by a waker:
+/// `Event::drop` made `cuCtxSetCurrent` and `cuEventDestroy` inside the driver's stream
+/// callback, where CUDA says host functions "must not make any CUDA API calls" (may fail with
+/// CUDA_ERROR_NOT_PERMITTED, "but this is not required"). Fixed: an event dropped there is
+/// leaked. Expected: no hang (watchdog), the context usable afterwards.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn stream_order_dropped_by_a_waker_inside_the_stream_callback() {
     let _serial = serial();
     let _dog = watchdog("red team 12, attempt 6");
     let ctx = gpu();
-    let waker_state = Arc::new(DroppingWaker {
-        held: Mutex::new(Some(StreamOrder::new(&ctx).expect("order"))),
-        woke: AtomicBool::new(false),
+    let order = StreamOrder::new(&ctx).expect("order");
+    // Recorded once, so that its event has work (a destroy would then defer the release).
+    ctx.with_stream(StreamOptions::new(), |s| order.record(s))
+        .expect("record");
+    let out = run_in_callback(&ctx, move || {
+        drop(order); // inside um's stream callback (`DriverCallback`)
+        "dropped".to_owned()
     });
-    // The order recorded once, so that its event has work (the drop then defers the release).
-    ctx.with_stream(StreamOptions::new(), |s| {
-        let order = waker_state.held.lock().expect("lock");
-        order.as_ref().expect("held").record(s)
-    })
-    .expect("record");
-    let waker = Waker::from(Arc::clone(&waker_state));
-    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
-    let got = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut busy = busy.attach(s)?;
-            spin_then_add(s, &mut busy, 1.0, 500_000_000)?;
-            let mut fut = std::pin::pin!(busy.sync_async());
-            let mut cx = TaskContext::from_waker(&waker);
-            assert!(
-                fut.as_mut().poll(&mut cx).is_pending(),
-                "the spin holds the stream"
-            );
-            let t = Instant::now();
-            while !waker_state.woke.load(Ordering::SeqCst) {
-                assert!(t.elapsed() < Duration::from_secs(30), "the waker never ran");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0]),
-                Poll::Pending => panic!("woken but pending"),
-            }
-        })
-        .expect("the future");
-    assert_eq!(got, 1.0);
+    assert_eq!(out, "dropped");
     common::assert_context_usable(&ctx);
 }
 
