@@ -14,7 +14,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use um::kernels::testing::{add_scalar, spin_then_add};
-use um::nccl::{Comm, CommOptions, ReduceOp};
+use um::nccl::{CommOptions, ReduceOp};
 use um::{Context, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};
 
@@ -107,14 +107,9 @@ fn a_comm_dropped_by_a_waker_leaks_and_the_collective_behind_the_callback_comple
     // (the all-reduce it waits for is queued behind that callback), then aborts there and
     // poisons the stream. `.blocking(true)` would make it `ncclCommDestroy` with no limit.
     let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let mut comms = match Comm::init_all(std::slice::from_ref(&ctx), options) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: no one-rank communicator ({e})");
-            return;
-        }
+    let Some(comm) = common::one_rank_comm(&ctx, options) else {
+        return;
     };
-    let comm = comms.pop().expect("one rank");
     let shared = Arc::new(Mutex::new(Some(comm)));
     let in_waker = Arc::clone(&shared);
     let waker_state = ActingWaker::new(move || {

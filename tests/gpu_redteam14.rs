@@ -43,14 +43,10 @@ fn a_comm_aborted_by_a_waker_makes_no_nccl_call_in_the_callback_and_leaks_it() {
     let _dog = watchdog("red team 14, attempt 1 (Comm::abort in a waker)");
     let ctx = gpu();
     let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let mut comms = match Comm::init_all(std::slice::from_ref(&ctx), options) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: no one-rank communicator ({e})");
-            return;
-        }
+    let Some(comm) = common::one_rank_comm(&ctx, options) else {
+        return;
     };
-    let shared = Arc::new(Mutex::new(comms.pop()));
+    let shared = Arc::new(Mutex::new(Some(comm)));
     let in_waker = Arc::clone(&shared);
     let state = ActingWaker::new(move || {
         let t = Instant::now();

@@ -302,3 +302,15 @@ pub fn device_for_captures() -> Option<Context> {
     }
     Some(ctx)
 }
+
+/// A communicator of one rank on `ctx` (NCCL is loaded at run time), or `None`, said, where
+/// NCCL is missing or refuses: the tests of a communicator's drop and abort need one rank only.
+pub fn one_rank_comm(ctx: &Context, options: um::nccl::CommOptions) -> Option<um::nccl::Comm> {
+    match um::nccl::Comm::init_all(std::slice::from_ref(ctx), options) {
+        Ok(mut comms) => comms.pop(),
+        Err(e) => {
+            eprintln!("skipped: no one-rank communicator ({e})");
+            None
+        }
+    }
+}
