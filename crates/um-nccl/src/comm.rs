@@ -537,19 +537,20 @@ impl Comm {
         for stream in &st.streams {
             stream.poison();
         }
-        // Without its context (inside um's stream callback, a waker that aborts: no NCCL or
-        // CUDA call is allowed there, and NCCL's abort may wait for its streams, which wait for
-        // the callback) the communicator is marked aborted and leaked, and its ledger left as
-        // it is (red team 14, attempt 1).
-        let current = self.ctx.make_current().is_ok();
-        if current {
+        // Inside um's stream callback (a waker that aborts) no NCCL or CUDA call is allowed,
+        // and NCCL's abort may wait for its streams, which wait for the callback: there the
+        // communicator is marked aborted and leaked, and its ledger left as it is (red team 14,
+        // attempt 1). Everywhere else it is aborted, as before.
+        let here = um_core::refuse_inside_stream_callback("aborting a communicator").is_ok();
+        if here {
+            let _ = self.ctx.make_current();
             // SAFETY: a live communicator, aborted once; the handle is never used after this
             // (the state below says so before any other call can look).
             let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
         }
         st.aborted = Some(reason);
         drop(st);
-        if current {
+        if here {
             self.ledger.leave(self.rank);
         }
     }
