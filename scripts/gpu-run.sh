@@ -41,7 +41,8 @@
 #                       tables, then bench/reliability-notes.md), rewritten after every part, so a
 #                       run cut short keeps what it did. --parts runs only those parts;
 #                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
-#                       split across calls) and runs the others; a sanitizer part that an earlier
+#                       split across calls; VERDICT may be OUT/verdict.txt itself, to go on in
+#                       the same folder) and runs the others; a sanitizer part that an earlier
 #                       call left unfinished goes on from the partial-PART.txt beside VERDICT (one
 #                       line per program done; the part's line says how many came from there).
 #                       UM_SANITIZE_ONLY="tests/x
@@ -596,6 +597,13 @@ if [ "${1:-}" = "--all" ]; then
   mkdir -p "$out/docs"
   out=$(cd "$out" && pwd)
   verdict="$out/verdict.txt"
+  # The parts an earlier run did, read before OUT's verdict is written again: --resume may name
+  # OUT's own verdict.txt (one run continued in one folder, call after call, on a machine that
+  # keeps it).
+  kept=$(mktemp)
+  if [ -n "$resume" ] && [ -f "$resume" ]; then
+    awk '/^== part /{keep=1} keep' "$resume" >"$kept"
+  fi
   {
     echo "# um GPU verdict (run.sh --all)"
     echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
@@ -606,9 +614,8 @@ if [ "${1:-}" = "--all" ]; then
     echo "commit: $(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)"
   } >"$verdict"
   # Parts an earlier run did: kept as they are.
-  if [ -n "$resume" ] && [ -f "$resume" ]; then
-    awk '/^== part /{keep=1} keep' "$resume" >>"$verdict"
-  fi
+  cat "$kept" >>"$verdict"
+  rm -f "$kept"
   render() {
     python3 "$bundle/reliability_doc.py" "$verdict" "$bundle/reliability-notes.md" \
       >"$out/docs/reliability.md" 2>/dev/null || echo "run.sh --all: could not render reliability.md" >&2
@@ -625,13 +632,15 @@ if [ "${1:-}" = "--all" ]; then
     # call cut short leaves them, and --resume with that call's verdict.txt continues a
     # sanitizer part from them (the programs they name are not run again).
     body="$out/partial-$part.txt"
-    : >"$body"
     continued=""
-    if [ -n "$resume" ] && [[ "$part" == *check ]] && [ -s "$(dirname "$resume")/partial-$part.txt" ] &&
-      ! [ "$(dirname "$resume")/partial-$part.txt" -ef "$body" ]; then
-      cp "$(dirname "$resume")/partial-$part.txt" "$body"
+    earlier="${resume:+$(dirname "$resume")/partial-$part.txt}"
+    if [ -n "$resume" ] && [[ "$part" == *check ]] && [ -s "$earlier" ]; then
+      # From another folder it is copied; in OUT itself (the same folder resumed) it is kept.
+      [ "$earlier" -ef "$body" ] || cp "$earlier" "$body"
       continued=", $(wc -l <"$body") programs from an earlier call"
-      echo "=== part $part: continued; $(wc -l <"$body") programs kept from $(dirname "$resume")/partial-$part.txt"
+      echo "=== part $part: continued; $(wc -l <"$body") programs kept from $earlier"
+    else
+      : >"$body"
     fi
     case "$part" in
       normal)

@@ -280,3 +280,51 @@ fn resume_keeps_the_programs_an_earlier_call_finished() {
         "{verdict}"
     );
 }
+
+/// `--resume OUT/verdict.txt`: one run continued in one folder, call after call. The parts the
+/// folder's verdict holds are kept (it is read before it is written again), and a sanitizer
+/// part that a call left unfinished goes on from the folder's own `partial-PART.txt`.
+#[test]
+fn resume_in_the_same_folder_keeps_its_parts_and_goes_on_with_its_partial() {
+    let m = Machine::new("resume-same", 1, &["gpu_a", "gpu_b"], &["ex1"]);
+    let out = m.dir.join("out");
+    fs::create_dir_all(&out).expect("mkdir");
+    fs::write(
+        out.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\n== part normal: 3 passed, 0 failed (1s)\n\
+         test gpu_a: 1 passed, 0 failed\n",
+    )
+    .expect("write");
+    fs::write(
+        out.join("partial-synccheck.txt"),
+        "synccheck gpu_a: clean\n",
+    )
+    .expect("write");
+    let resume = out.join("verdict.txt").display().to_string();
+    let (status, text, verdict, log) = m.run(
+        "out",
+        &["--parts", "normal,synccheck", "--resume", &resume],
+        &[],
+    );
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("== part normal: 3 passed, 0 failed (1s)")
+            && verdict.contains("test gpu_a: 1 passed, 0 failed"),
+        "the folder's own part is kept: {verdict}"
+    );
+    assert!(
+        !log.contains("gpu_a synccheck"),
+        "gpu_a not run again: {log}"
+    );
+    assert!(log.contains("gpu_b synccheck"), "gpu_b run: {log}");
+    assert!(
+        verdict.contains(
+            "== part synccheck: 3 programs clean, 0 with errors, 1 programs from an earlier call"
+        ),
+        "{verdict}"
+    );
+    assert!(
+        !out.join("partial-synccheck.txt").exists(),
+        "the finished part's partial file is gone"
+    );
+}
