@@ -42,7 +42,8 @@
 #                       run cut short keeps what it did. --parts runs only those parts;
 #                       --resume VERDICT keeps the parts an earlier verdict.txt holds (for a run
 #                       split across calls; VERDICT may be OUT/verdict.txt itself, to go on in
-#                       the same folder) and runs the others; a sanitizer part that an earlier
+#                       the same folder; only parts of this bundle's commit are kept unless
+#                       UM_RESUME_ANY_COMMIT=1) and runs the others; a sanitizer part that an earlier
 #                       call left unfinished goes on from the partial-PART.txt beside VERDICT (one
 #                       line per program done; the part's line says how many came from there).
 #                       UM_SANITIZE_ONLY="tests/x
@@ -601,8 +602,22 @@ if [ "${1:-}" = "--all" ]; then
   # OUT's own verdict.txt (one run continued in one folder, call after call, on a machine that
   # keeps it).
   kept=$(mktemp)
+  commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
+  commit_line="$commit"
   if [ -n "$resume" ] && [ -f "$resume" ]; then
-    awk '/^== part /{keep=1} keep' "$resume" >"$kept"
+    # Only parts of this bundle's commit are kept, unless UM_RESUME_ANY_COMMIT=1 says to keep
+    # another's too (then the commit line names both): a verdict of one run is of one bundle.
+    earlier_commit=$(sed -n 's/^commit: //p' "$resume" | head -n 1)
+    if [ -z "$earlier_commit" ] || [ "$earlier_commit" = "$commit" ]; then
+      awk '/^== part /{keep=1} keep' "$resume" >"$kept"
+    elif [ -n "${UM_RESUME_ANY_COMMIT:-}" ]; then
+      awk '/^== part /{keep=1} keep' "$resume" >"$kept"
+      commit_line="$commit (parts kept from $earlier_commit)"
+      echo "run.sh --all: keeping the parts of $earlier_commit under $commit (UM_RESUME_ANY_COMMIT)" >&2
+    else
+      echo "run.sh --all: $resume is of commit $earlier_commit, this bundle of $commit: nothing of it kept (UM_RESUME_ANY_COMMIT=1 keeps it)" >&2
+      resume=""
+    fi
   fi
   {
     echo "# um GPU verdict (run.sh --all)"
@@ -611,7 +626,7 @@ if [ "${1:-}" = "--all" ]; then
     echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
     echo "sanitizer: $("$cs" --version 2>/dev/null | grep -i version | head -n 1)"
     echo "date: $(date -u +%F)"
-    echo "commit: $(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)"
+    echo "commit: $commit_line"
   } >"$verdict"
   # Parts an earlier run did: kept as they are.
   cat "$kept" >>"$verdict"
@@ -652,16 +667,21 @@ if [ "${1:-}" = "--all" ]; then
       *) echo "run.sh --all: unknown part $part" >&2; rm -f "$body"; continue ;;
     esac
     secs=$(($(date +%s) - t0))
+    # The part's line and its programs' lines reach the verdict in one rename: a call stopped
+    # meanwhile leaves either the part whole or the part not there (then its partial file).
+    next_verdict="$verdict.next"
+    cp "$verdict" "$next_verdict"
     if [[ "$part" == *check ]]; then
       ok=$(grep -c ': clean' "$body")
       bad=$(grep -c ': ERRORS' "$body")
-      echo "== part $part: $ok programs clean, $bad with errors${UM_SANITIZE_ONLY:+, only $UM_SANITIZE_ONLY}$continued (${secs}s)" >>"$verdict"
+      echo "== part $part: $ok programs clean, $bad with errors${UM_SANITIZE_ONLY:+, only $UM_SANITIZE_ONLY}$continued (${secs}s)" >>"$next_verdict"
     else
       ok=$(awk '/^test .*passed/ {p += $3} /^example .* runs passed/ {p += $3} END {print p + 0}' "$body")
       bad=$(awk '/^test .*failed/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i} /^example .* runs passed/ {f += $5 - $3} END {print f + 0}' "$body")
-      echo "== part $part: $ok passed, $bad failed (${secs}s)" >>"$verdict"
+      echo "== part $part: $ok passed, $bad failed (${secs}s)" >>"$next_verdict"
     fi
-    cat "$body" >>"$verdict"
+    cat "$body" >>"$next_verdict"
+    mv "$next_verdict" "$verdict"
     rm -f "$body"
     render
   done

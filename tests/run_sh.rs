@@ -328,3 +328,38 @@ fn resume_in_the_same_folder_keeps_its_parts_and_goes_on_with_its_partial() {
         "the finished part's partial file is gone"
     );
 }
+
+/// `--resume` keeps only the parts of this bundle's commit (the stand-in bundle's is `test`):
+/// a verdict of one run is of one bundle. `UM_RESUME_ANY_COMMIT=1` keeps another's too, and the
+/// commit line then names both (red team 15).
+#[test]
+fn resume_keeps_parts_of_another_commit_only_when_told_and_says_so() {
+    let m = Machine::new("resume-commit", 1, &["gpu_a"], &["ex1"]);
+    let earlier = m.dir.join("earlier");
+    fs::create_dir_all(&earlier).expect("mkdir");
+    fs::write(
+        earlier.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\ncommit: older\n== part normal: 9 passed, 0 failed (1s)\n\
+         test gpu_a: 9 passed, 0 failed\n",
+    )
+    .expect("write");
+    let resume = earlier.join("verdict.txt").display().to_string();
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal", "--resume", &resume], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        !verdict.contains("9 passed") && verdict.contains("commit: test\n"),
+        "another commit's part is not kept: {verdict}"
+    );
+    assert!(text.contains("nothing of it kept"), "{text}");
+    let (status, text, verdict, _) = m.run(
+        "out2",
+        &["--parts", "normal", "--resume", &resume],
+        &[("UM_RESUME_ANY_COMMIT", "1")],
+    );
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("== part normal: 9 passed, 0 failed (1s)")
+            && verdict.contains("commit: test (parts kept from older)"),
+        "kept when told, and said: {verdict}"
+    );
+}

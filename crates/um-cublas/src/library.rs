@@ -54,6 +54,9 @@ impl Cublas {
     /// The library found is trusted to be cuBLAS, as the dynamic loader trusts
     /// `LD_LIBRARY_PATH`: `UM_CUBLAS_LIB` is configuration of the same kind.
     pub fn load() -> Result<&'static Cublas> {
+        // Loading runs the library's initialisers and asks its version: not inside um's stream
+        // callback (red team 15, attempt 1b).
+        um_core::refuse_inside_stream_callback("loading cuBLAS")?;
         let mut loaded = LOADED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

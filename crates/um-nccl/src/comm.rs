@@ -114,6 +114,11 @@ pub struct Comm {
 struct State {
     /// Why the communicator was aborted (its handle is then dangling, never used again).
     aborted: Option<String>,
+    /// Aborted inside um's stream callback, where no NCCL call may be made: `ncclCommAbort`
+    /// (and leaving the ledger) is still owed, and is made by the next `abort`, `wait`, call or
+    /// drop on an ordinary thread, so that the communicator's kernels do not run for ever
+    /// (red team 15).
+    abort_owed: bool,
     /// The streams the communicator enqueued work on, to poison at an abort.
     streams: Vec<Poisoner>,
 }
@@ -221,6 +226,8 @@ impl Comm {
         world_size: usize,
         options: CommOptions,
     ) -> Result<Comm> {
+        // Before the ledger is joined: a refused join would leave it (red team 15, attempt 1a).
+        um_core::refuse_inside_stream_callback("making a communicator")?;
         let nccl = sys::nccl()?;
         let world = check_world(rank, world_size)?;
         let ledger = Ledger::join(id.as_bytes(), rank, world_size)?;
@@ -435,6 +442,7 @@ impl Comm {
     }
 
     pub(crate) fn live(&self) -> Result<()> {
+        self.pay_owed_abort();
         match &self.state.borrow().aborted {
             None => Ok(()),
             Some(reason) => Err(Error::CommunicatorAborted {
@@ -522,7 +530,29 @@ impl Comm {
     /// `um-nccl` aborts by itself on a timeout or an error; call this to give up on your own
     /// terms (a signal, a deadline of your own).
     pub fn abort(&self) {
+        self.pay_owed_abort();
         self.abort_because("aborted by the program".to_owned());
+    }
+
+    /// Makes the `ncclCommAbort` that an abort inside um's stream callback owes, once, where
+    /// NCCL may be called (not inside a callback).
+    fn pay_owed_abort(&self) {
+        if um_core::refuse_inside_stream_callback("aborting a communicator").is_err() {
+            return;
+        }
+        let Ok(mut st) = self.state.try_borrow_mut() else {
+            return;
+        };
+        if !st.abort_owed {
+            return;
+        }
+        st.abort_owed = false;
+        let _ = self.ctx.make_current();
+        // SAFETY: a live communicator that was marked aborted inside a callback and never
+        // aborted since (`abort_owed`); aborted once here, never used after.
+        let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        drop(st);
+        self.ledger.leave(self.rank);
     }
 
     pub(crate) fn abort_because(&self, reason: String) {
@@ -539,14 +569,17 @@ impl Comm {
         }
         // Inside um's stream callback (a waker that aborts) no NCCL or CUDA call is allowed,
         // and NCCL's abort may wait for its streams, which wait for the callback: there the
-        // communicator is marked aborted and leaked, and its ledger left as it is (red team 14,
-        // attempt 1). Everywhere else it is aborted, as before.
+        // communicator is marked aborted, and the abort is owed to the next call, `wait`,
+        // `abort` or drop on an ordinary thread (red teams 14 and 15). Everywhere else it is
+        // aborted now, as before.
         let here = um_core::refuse_inside_stream_callback("aborting a communicator").is_ok();
         if here {
             let _ = self.ctx.make_current();
             // SAFETY: a live communicator, aborted once; the handle is never used after this
             // (the state below says so before any other call can look).
             let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        } else {
+            st.abort_owed = true;
         }
         st.aborted = Some(reason);
         drop(st);
@@ -806,6 +839,9 @@ pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Res
 impl Drop for Comm {
     fn drop(&mut self) {
         if self.is_aborted() {
+            // An abort owed by a callback is made here, outside one (inside one it stays owed,
+            // and the communicator is leaked with its kernels: documented).
+            self.pay_owed_abort();
             return;
         }
         // Without its context (inside um's stream callback, a waker that drops the

@@ -167,18 +167,24 @@ impl Ledger {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `rank` is gone (its communicator was destroyed or aborted, or never made): what was
-    /// pending can no longer complete, and is forgotten.
+    /// `rank` is gone (its communicator was destroyed or aborted, or never made). It stops being
+    /// a party: its own numbers and the pairs it is in are forgotten, and it no longer counts as
+    /// having reached any entry, so an entry is complete once every remaining local rank has
+    /// reached it. The other ranks' pending calls are kept, and theirs still have to match
+    /// them: a `leave` wiped every pending entry once, so that a receive of 20 could meet a
+    /// pending send of 10 between two other local ranks (red team 15; with direct pointers
+    /// between local ranks, an access past a buffer). An entry only the departed rank wrote
+    /// stays too: the remaining ranks are checked against it (conservative: the departed rank's
+    /// kernel may have used it).
     pub(crate) fn leave(&self, rank: usize) {
         let mut st = self.lock();
         st.members.retain(|r| *r != rank);
-        st.collectives.entries.clear();
-        st.pairs.clear();
-        let next_max = st.next.values().copied().max().unwrap_or(0);
-        st.collectives.base = next_max;
-        for n in st.next.values_mut() {
-            *n = next_max;
+        st.next.remove(&rank);
+        st.pairs.retain(|&(src, dst), _| src != rank && dst != rank);
+        for entry in &mut st.collectives.entries {
+            entry.seen.retain(|r| *r != rank);
         }
+        st.compact();
         self.members.store(st.members.len(), Ordering::Release);
     }
 
@@ -504,5 +510,68 @@ mod tests {
         let _a = Ledger::join(&key, 0, 2).expect("0");
         assert!(Ledger::join(&key, 0, 2).is_err());
         assert!(Ledger::join(&key, 1, 3).is_err());
+    }
+
+    // Red team 15, attempts 1a and 2c. `Comm::init_rank` joins the ledger before it asks
+    // `refuse_inside_stream_callback` (through `make_current`); refused in a waker (or failing
+    // for any reason after the join), its `Member` guard calls `leave`, which clears every
+    // pending entry of the id's ledger, also those of two live local ranks that do not involve
+    // the rank that left. A send of 10 from rank 0 to rank 1 is then met by a receive of 20 (or
+    // the reverse), which P2P/direct pointers between local ranks turn into an out-of-bounds
+    // access. The same wipe follows a real leave (a third local rank's `Comm` dropped or
+    // aborted): pairs of other ranks are cleared too. Expected: the receive is refused.
+    #[test]
+    fn a_transient_join_and_leave_of_a_remote_rank_keeps_the_pending_entries_of_live_ranks() {
+        let key = id(15);
+        let (a, _b) = (
+            Ledger::join(&key, 0, 3).expect("0"),
+            Ledger::join(&key, 1, 3).expect("1"),
+        );
+        let p2p = |count| sig("send/recv", count);
+        a.record(&[(0, Channel::Send { src: 0, dst: 1 }, p2p(10))])
+            .expect("send #0 of 10, enqueued, pending");
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
+            .expect("collective #0 of 10, pending");
+        // What a refused `Comm::init_rank(ctx, id, 2, 3, ..)` does (join, then `Member::drop`).
+        let c = Ledger::join(&key, 2, 3).expect("rank 2 is not in this process: joins");
+        c.leave(2);
+        assert!(
+            a.record(&[(1, Channel::Recv { src: 0, dst: 1 }, p2p(20))])
+                .is_err(),
+            "recv #0 of 20 against a pending send of 10 was accepted after the wipe"
+        );
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 20))])
+                .is_err(),
+            "collective #0 of 20 against a pending one of 10 was accepted after the wipe"
+        );
+    }
+
+    /// Red team 15, with `leave` fixed: an entry the departed rank had reached is not complete
+    /// until every remaining local rank has reached it (it is no longer counted as a party).
+    #[test]
+    fn a_rank_that_leaves_is_no_party_to_the_entries_it_reached() {
+        let key = id(16);
+        let (a, _b, c) = (
+            Ledger::join(&key, 0, 3).expect("0"),
+            Ledger::join(&key, 1, 3).expect("1"),
+            Ledger::join(&key, 2, 3).expect("2"),
+        );
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
+            .expect("rank 0's collective #0");
+        a.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("rank 2's collective #0");
+        c.leave(2);
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 20))])
+                .is_err(),
+            "rank 1's collective #0 of 20 against ranks 0's and 2's of 10"
+        );
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
+            .expect("the matching one");
+        assert!(
+            a.lock().collectives.entries.is_empty(),
+            "complete once both remaining ranks reached it"
+        );
     }
 }
