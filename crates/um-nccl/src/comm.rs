@@ -434,9 +434,11 @@ impl Comm {
     /// The NCCL handle (`ncclComm_t`), for a call `um-nccl` does not make. Getting it is safe;
     /// using it is a foreign call, with the contract of `docs/interop.md` for the buffers and
     /// streams it touches, and NCCL's: not from two threads at once, not after this `Comm` is
-    /// dropped or aborted, never destroyed or aborted by the caller, and on a nonblocking
-    /// communicator polled (`ncclCommGetAsyncError`) until it is no longer `ncclInProgress`
-    /// before this `Comm` is used again.
+    /// dropped or aborted (once [`is_aborted`](Comm::is_aborted) is true: an abort made inside
+    /// um's stream callback is marked at once, and `ncclCommAbort` made by the next call,
+    /// `wait`, `abort` or drop of this `Comm`), never destroyed or aborted by the caller, and on
+    /// a nonblocking communicator polled (`ncclCommGetAsyncError`) until it is no longer
+    /// `ncclInProgress` before any call of this `Comm`, its drop included.
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.raw
     }
@@ -751,6 +753,9 @@ impl Comm {
     /// aborted, its streams poisoned (their buffers are leaked, never freed), and the error
     /// returned. On `Ok` the buffers' `sync` no longer waits.
     pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
+        // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
+        // communicator (red team 16, attempt 2e).
+        um_core::refuse_inside_stream_callback("waiting for a communicator")?;
         self.live()?;
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::WrongDevice {

@@ -330,6 +330,12 @@ impl Launched<'_> {
     /// [`Comm::wait`] for every stream of the group at once, with one time limit: on a
     /// timeout or an error every communicator of the group is aborted (their streams poisoned).
     pub fn wait(self, timeout: Duration) -> Result<()> {
+        // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
+        // communicators (red team 16, attempt 2e); an abort owed or done is reported (2c).
+        um_core::refuse_inside_stream_callback("waiting for collectives")?;
+        for (comm, _) in &self.pairs {
+            comm.live()?;
+        }
         wait_pairs(&self.pairs, timeout)
     }
 }

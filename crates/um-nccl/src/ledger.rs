@@ -276,6 +276,9 @@ impl State {
                 return Ok(Undo::Nothing);
             }
         }
+        // Only a member records: `Comm` checks that it is live (not left) before every call, and
+        // a rank that left would mark entries as a party it no longer is (red team 16, 1g).
+        debug_assert!(self.is_member(rank), "rank {rank} records after it left");
         let (seq, n) = self.advance(rank, channel);
         let at = usize::try_from(n.saturating_sub(seq.base)).unwrap_or(usize::MAX);
         match seq.entries.get_mut(at) {
@@ -350,8 +353,12 @@ impl State {
             }
             Undo::Seen(channel, rank, at) => {
                 self.retreat(rank, channel);
+                // One mark: a rank's send and receive to itself both mark one pair's entry, and
+                // taking back one of them must keep the other (red team 16, attempt 1h).
                 if let Some(entry) = self.sequence(channel).and_then(|s| s.entries.get_mut(at)) {
-                    entry.seen.retain(|r| *r != rank);
+                    if let Some(i) = entry.seen.iter().rposition(|r| *r == rank) {
+                        entry.seen.remove(i);
+                    }
                 }
             }
         }
@@ -573,5 +580,425 @@ mod tests {
             a.lock().collectives.entries.is_empty(),
             "complete once both remaining ranks reached it"
         );
+    }
+
+    // ---- Red team 16 (docs/redteam15.md): `leave`, re-joins, groups, a model check ----
+
+    fn rt16_invariants(l: &Ledger) {
+        let st = l.lock();
+        for e in &st.collectives.entries {
+            for r in &e.seen {
+                assert!(
+                    st.members.contains(r),
+                    "seen {r} is no member: {:?}",
+                    st.members
+                );
+            }
+            let mut s = e.seen.clone();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), e.seen.len(), "duplicate in seen");
+        }
+        for (r, n) in &st.next {
+            assert!(st.members.contains(r), "next of non-member {r}");
+            assert!(
+                *n >= st.collectives.base,
+                "rank {r}: next {n} < base {}",
+                st.collectives.base
+            );
+            let end = st.collectives.base + st.collectives.entries.len() as u64;
+            assert!(*n <= end, "rank {r}: next {n} past the last entry {end}");
+        }
+        for (&(src, dst), (s, r, seq)) in &st.pairs {
+            assert!(
+                st.members.contains(&src) && st.members.contains(&dst),
+                "stale pair"
+            );
+            assert!(
+                *s >= seq.base && *r >= seq.base,
+                "pair ({src},{dst}) counter behind base"
+            );
+        }
+        assert_eq!(l.members.load(Ordering::Acquire), st.members.len());
+    }
+
+    /// leave of a rank that never joined, and leave twice: the live pair keeps its entries.
+    #[test]
+    fn rt16_leave_of_a_stranger_and_twice_keeps_live_entries() {
+        let key = id(160);
+        let (a, _b) = (
+            Ledger::join(&key, 0, 4).expect("0"),
+            Ledger::join(&key, 1, 4).expect("1"),
+        );
+        let p2p = |count| sig("send/recv", count);
+        a.record(&[(0, Channel::Send { src: 0, dst: 1 }, p2p(10))])
+            .expect("send");
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
+            .expect("coll");
+        a.leave(3); // never joined
+        let c = Ledger::join(&key, 2, 4).expect("2");
+        c.leave(2);
+        c.leave(2); // twice
+        a.leave(3);
+        rt16_invariants(&a);
+        assert!(a.shared(), "0 and 1 still share");
+        assert!(
+            a.record(&[(1, Channel::Recv { src: 0, dst: 1 }, p2p(20))])
+                .is_err()
+        );
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 20))])
+                .is_err()
+        );
+        a.record(&[(1, Channel::Recv { src: 0, dst: 1 }, p2p(10))])
+            .expect("recv 10");
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
+            .expect("coll 10");
+        rt16_invariants(&a);
+        let st = a.lock();
+        assert!(st.collectives.entries.is_empty());
+        assert!(st.pairs.values().all(|p| p.2.entries.is_empty()));
+    }
+
+    /// A departed rank's entries (seen emptied) stay: both remaining ranks are held to them,
+    /// then they compact; base ends equal to every rank's next.
+    #[test]
+    fn rt16_entries_with_empty_seen_are_checked_and_compacted() {
+        let key = id(161);
+        let (a, _b, c) = (
+            Ledger::join(&key, 0, 3).expect("0"),
+            Ledger::join(&key, 1, 3).expect("1"),
+            Ledger::join(&key, 2, 3).expect("2"),
+        );
+        for n in [10, 11, 12] {
+            a.record(&[(2, Channel::Collective, sig("all_reduce", n))])
+                .expect("2 ahead");
+        }
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
+            .expect("0 #0");
+        c.leave(2);
+        rt16_invariants(&a);
+        assert_eq!(a.lock().collectives.entries.len(), 3);
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 99))])
+                .is_err()
+        );
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
+            .expect("1 #0");
+        rt16_invariants(&a);
+        // In one group, both ranks, #1 and #2; then one mismatch at #3 (past the old entries).
+        a.record(&[
+            (0, Channel::Collective, sig("all_reduce", 11)),
+            (1, Channel::Collective, sig("all_reduce", 11)),
+            (1, Channel::Collective, sig("all_reduce", 12)),
+            (0, Channel::Collective, sig("all_reduce", 12)),
+        ])
+        .expect("#1, #2");
+        rt16_invariants(&a);
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 13))])
+            .expect("0 #3");
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 14))])
+                .is_err()
+        );
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 13))])
+            .expect("1 #3");
+        let st = a.lock();
+        assert!(st.collectives.entries.is_empty());
+        assert_eq!(st.collectives.base, 4);
+        assert_eq!(st.next.get(&0), Some(&4));
+        assert_eq!(st.next.get(&1), Some(&4));
+    }
+
+    /// A rank re-joining with its old number starts at base (its old `next` is gone): it is held
+    /// to the pending entries, and its pairs start afresh; the live ranks stay checked.
+    #[test]
+    fn rt16_rejoin_with_the_same_number() {
+        let key = id(162);
+        let (a, _b, c) = (
+            Ledger::join(&key, 0, 3).expect("0"),
+            Ledger::join(&key, 1, 3).expect("1"),
+            Ledger::join(&key, 2, 3).expect("2"),
+        );
+        let p2p = |count| sig("send/recv", count);
+        a.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("2 #0");
+        a.record(&[(2, Channel::Collective, sig("all_reduce", 11))])
+            .expect("2 #1");
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
+            .expect("0 #0");
+        a.record(&[(2, Channel::Send { src: 2, dst: 0 }, p2p(7))])
+            .expect("2->0 pending");
+        a.record(&[(0, Channel::Send { src: 0, dst: 1 }, p2p(5))])
+            .expect("0->1 pending");
+        c.leave(2);
+        assert!(Ledger::join(&key, 2, 3).is_ok(), "re-join as 2");
+        rt16_invariants(&a);
+        // The new 2's pair with 0 starts afresh (the old send of 7 is gone with the old 2).
+        a.record(&[(0, Channel::Recv { src: 2, dst: 0 }, p2p(9))])
+            .expect("fresh pair");
+        assert!(
+            a.record(&[(2, Channel::Send { src: 2, dst: 0 }, p2p(8))])
+                .is_err()
+        );
+        // The new 2 is held to collective #0 (10) and #1 (11) from base 0.
+        assert!(
+            a.record(&[(2, Channel::Collective, sig("all_reduce", 99))])
+                .is_err()
+        );
+        a.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("new 2 #0");
+        // 0 and 1 still checked.
+        assert!(
+            a.record(&[(1, Channel::Recv { src: 0, dst: 1 }, p2p(6))])
+                .is_err()
+        );
+        assert!(
+            a.record(&[(1, Channel::Collective, sig("all_reduce", 20))])
+                .is_err()
+        );
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
+            .expect("1 #0");
+        rt16_invariants(&a);
+        assert_eq!(a.lock().collectives.base, 1, "#0 complete for 0, 1, new 2");
+        c.leave(2);
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 11))])
+            .expect("0 #1");
+        a.record(&[(1, Channel::Collective, sig("all_reduce", 11))])
+            .expect("1 #1");
+        rt16_invariants(&a);
+        assert!(a.lock().collectives.entries.is_empty());
+    }
+
+    /// Leaves down to one member (unchecked), then a transient join: the survivor's stale
+    /// `next` and the departed rank's entry are compared with its later calls.
+    #[test]
+    fn rt16_down_to_one_member_then_a_transient_join() {
+        let key = id(163);
+        let (a, b, c) = (
+            Ledger::join(&key, 0, 4).expect("0"),
+            Ledger::join(&key, 1, 4).expect("1"),
+            Ledger::join(&key, 2, 4).expect("2"),
+        );
+        a.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("2 #0");
+        c.leave(2);
+        b.leave(1);
+        assert!(!a.shared());
+        // Unchecked now: rank 0 makes collectives of 20 that are not recorded.
+        a.record(&[(0, Channel::Collective, sig("all_reduce", 20))])
+            .expect("unchecked");
+        // Entry #0 (10, seen by nobody) survives with one party left.
+        assert_eq!(
+            a.lock().collectives.entries.len(),
+            1,
+            "seen-empty entry kept"
+        );
+        let t = Ledger::join(&key, 3, 4).expect("transient 3");
+        rt16_invariants(&a);
+        let r = a.record(&[(0, Channel::Collective, sig("all_reduce", 20))]);
+        t.leave(3);
+        rt16_invariants(&a);
+        // Documented as conservative; with ranks 1 and 2 destroyed the collective cannot
+        // complete in NCCL anyway, so the refusal costs a correct program nothing.
+        assert!(
+            r.is_err(),
+            "rank 0's 20 is compared with departed rank 2's 10"
+        );
+    }
+
+    /// Model check: ranks 0 and 1 stay, 2 and 3 come and go. Every accepted call of 0 and 1
+    /// must agree with the other's accepted call of the same number (collective, and sends of
+    /// 0->1 against receives of 1->... i.e. pair (0,1)); the invariants hold after each step.
+    #[test]
+    fn rt16_model_stayers_never_disagree() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..200u8 {
+            let mut key = id(0);
+            key[2] = round;
+            key[3] = 0x16;
+            let l = Ledger::join(&key, 0, 4).expect("0");
+            let _l1 = Ledger::join(&key, 1, 4).expect("1");
+            let mut joined = [true, true, false, false];
+            let mut coll: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            for _ in 0..300 {
+                let count = 10 + rnd(3) as usize;
+                match rnd(10) {
+                    0 | 1 => {
+                        let r = rnd(2) as usize;
+                        if l.record(&[(r, Channel::Collective, sig("all_reduce", count))])
+                            .is_ok()
+                        {
+                            coll[r].push(count);
+                        }
+                    }
+                    2 => {
+                        if l.record(&[(0, Channel::Send { src: 0, dst: 1 }, sig("p", count))])
+                            .is_ok()
+                        {
+                            sends.push(count);
+                        }
+                    }
+                    3 => {
+                        if l.record(&[(1, Channel::Recv { src: 0, dst: 1 }, sig("p", count))])
+                            .is_ok()
+                        {
+                            recvs.push(count);
+                        }
+                    }
+                    4 => {
+                        // A group of both stayers and a churner.
+                        let ch = 2 + rnd(2) as usize;
+                        let mut calls = vec![
+                            (0, Channel::Collective, sig("all_reduce", count)),
+                            (
+                                1,
+                                Channel::Collective,
+                                sig("all_reduce", 10 + rnd(3) as usize),
+                            ),
+                        ];
+                        if joined[ch] {
+                            calls.push((
+                                ch,
+                                Channel::Collective,
+                                sig("all_reduce", 10 + rnd(3) as usize),
+                            ));
+                        }
+                        if l.record(&calls).is_ok() {
+                            coll[0].push(calls[0].2.count);
+                            coll[1].push(calls[1].2.count);
+                        }
+                    }
+                    5 | 6 => {
+                        let ch = 2 + rnd(2) as usize;
+                        if joined[ch] {
+                            let c = match rnd(3) {
+                                0 => Channel::Collective,
+                                1 => Channel::Send {
+                                    src: ch,
+                                    dst: rnd(2) as usize,
+                                },
+                                _ => Channel::Recv {
+                                    src: rnd(2) as usize,
+                                    dst: ch,
+                                },
+                            };
+                            let _ = l.record(&[(ch, c, sig("all_reduce", count))]);
+                        }
+                    }
+                    7 | 8 => {
+                        let ch = 2 + rnd(2) as usize;
+                        if joined[ch] {
+                            l.leave(ch);
+                            joined[ch] = false;
+                        } else {
+                            Ledger::join(&key, ch, 4).expect("re-join");
+                            joined[ch] = true;
+                        }
+                    }
+                    _ => l.leave(2 + rnd(3) as usize), // may be a stranger, or twice
+                }
+                // The `_` arm above may have made 2 or 3 leave behind the model's back.
+                {
+                    let st = l.lock();
+                    for (ch, j) in joined.iter_mut().enumerate().skip(2).take(2) {
+                        *j = st.members.contains(&ch);
+                    }
+                }
+                rt16_invariants(&l);
+                let k = coll[0].len().min(coll[1].len());
+                assert_eq!(
+                    coll[0][..k],
+                    coll[1][..k],
+                    "round {round}: collectives disagree"
+                );
+                let k = sends.len().min(recvs.len());
+                assert_eq!(
+                    sends[..k],
+                    recvs[..k],
+                    "round {round}: pair (0,1) disagrees"
+                );
+            }
+        }
+    }
+
+    /// Liveness: a correct program (every rank the same script), a third rank leaving at any
+    /// point: the two remaining ranks are never refused.
+    #[test]
+    fn rt16_correct_program_never_refused_after_a_leave() {
+        let script: Vec<usize> = (0..40).map(|i| 10 + (i * 7) % 5).collect();
+        for leave_at in 0..40 {
+            for lead in 0..3usize {
+                let mut key = id(0);
+                key[2] = leave_at as u8;
+                key[3] = 0x17 + lead as u8;
+                let l = Ledger::join(&key, 0, 3).expect("0");
+                let _b = Ledger::join(&key, 1, 3).expect("1");
+                let _c = Ledger::join(&key, 2, 3).expect("2");
+                let mut pos = [0usize; 3];
+                let mut step = 0;
+                let mut two_left = true;
+                while pos[0] < 40 || pos[1] < 40 {
+                    step += 1;
+                    // The leader runs ahead by a few calls.
+                    let r = if step % 3 == 0 { (lead + 1) % 3 } else { lead };
+                    let r = if r == 2 && !two_left { step % 2 } else { r };
+                    if r == 2 && pos[2] == leave_at {
+                        l.leave(2);
+                        two_left = false;
+                        continue;
+                    }
+                    let r = if pos[r] >= 40 {
+                        (0..2).find(|&x| pos[x] < 40).unwrap()
+                    } else {
+                        r
+                    };
+                    l.record(&[(r, Channel::Collective, sig("all_reduce", script[pos[r]]))])
+                        .unwrap_or_else(|e| panic!("leave_at {leave_at} lead {lead}: {e}"));
+                    pos[r] += 1;
+                    rt16_invariants(&l);
+                }
+            }
+        }
+    }
+
+    /// Self pair (send and receive of rank 0 to itself): a group whose receive is taken back
+    /// (`Undo::Seen`) removes *both* of rank 0's marks from the entry (`retain`), so an entry
+    /// sent in an earlier group is never complete again: pair entries pile up (leak only).
+    #[test]
+    fn rt16_self_pair_revert_strips_both_marks() {
+        let key = id(165);
+        let (a, _b) = (
+            Ledger::join(&key, 0, 2).expect("0"),
+            Ledger::join(&key, 1, 2).expect("1"),
+        );
+        let p2p = |count| sig("send/recv", count);
+        let (s, r) = (
+            Channel::Send { src: 0, dst: 0 },
+            Channel::Recv { src: 0, dst: 0 },
+        );
+        a.record(&[(0, s, p2p(4))]).expect("send to self (group 1)");
+        assert!(
+            a.record(&[
+                (0, r, p2p(4)),
+                (0, Channel::Collective, sig("x", 1)),
+                (1, Channel::Collective, sig("x", 2))
+            ])
+            .is_err()
+        );
+        a.record(&[(0, r, p2p(4))]).expect("recv to self (group 3)");
+        for _ in 0..5 {
+            a.record(&[(0, s, p2p(4)), (0, r, p2p(4))])
+                .expect("self pairs");
+        }
+        let left = a.lock().pairs.get(&(0, 0)).map_or(0, |p| p.2.entries.len());
+        assert_eq!(left, 0, "self-pair entries never compacted: {left}");
     }
 }
