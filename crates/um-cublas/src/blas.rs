@@ -89,8 +89,8 @@ impl Blas {
     /// naming what was tried and what to install, and with [`Error::Status`] where
     /// `cublasCreate_v2` fails (no GPU, say).
     pub fn new(ctx: &Context) -> Result<Blas> {
-        // Before the library is loaded (its initialisers and a query): red team 14, attempt 6.
-        um_core::refuse_inside_stream_callback("making a cuBLAS handle")?;
+        // `load` refuses inside um's stream callback, before the library's initialisers and
+        // query run (red team 14, attempt 6).
         Blas::with_library(ctx, Cublas::load()?)
     }
 

@@ -114,10 +114,10 @@ pub struct Comm {
 struct State {
     /// Why the communicator was aborted (its handle is then dangling, never used again).
     aborted: Option<String>,
-    /// Aborted inside um's stream callback, where no NCCL call may be made: `ncclCommAbort`
-    /// (and leaving the ledger) is still owed, and is made by the next `abort`, `wait`, call or
-    /// drop on an ordinary thread, so that the communicator's kernels do not run for ever
-    /// (red team 15).
+    /// An abort's `ncclCommAbort` (and leaving the ledger) not made yet: set by every abort,
+    /// cleared when it is made, at once outside um's stream callback; inside one (no NCCL call
+    /// may be made there) by the next call, `wait`, `abort` or drop on an ordinary thread, so
+    /// that the communicator's kernels do not run for ever (red team 15).
     abort_owed: bool,
     /// The streams the communicator enqueued work on, to poison at an abort.
     streams: Vec<Poisoner>,
@@ -226,8 +226,8 @@ impl Comm {
         world_size: usize,
         options: CommOptions,
     ) -> Result<Comm> {
-        // Before the ledger is joined: a refused join would leave it (red team 15, attempt 1a).
-        um_core::refuse_inside_stream_callback("making a communicator")?;
+        // `nccl()` refuses inside um's stream callback, before the ledger is joined: a refused
+        // join would leave it (red team 15, attempt 1a).
         let nccl = sys::nccl()?;
         let world = check_world(rank, world_size)?;
         let ledger = Ledger::join(id.as_bytes(), rank, world_size)?;
@@ -283,8 +283,7 @@ impl Comm {
     /// The communicators may then go to one thread each, or stay on one thread that drives them
     /// all through [`Group`](crate::Group)s.
     pub fn init_all(contexts: &[Context], options: CommOptions) -> Result<Vec<Comm>> {
-        um_core::refuse_inside_stream_callback("making communicators")?;
-        let nccl = sys::nccl()?;
+        let nccl = sys::nccl()?; // refuses inside um's stream callback, before any NCCL call
         let n = contexts.len();
         let world = check_world(0, n)?;
         for (i, a) in contexts.iter().enumerate() {
@@ -536,8 +535,8 @@ impl Comm {
         self.abort_because("aborted by the program".to_owned());
     }
 
-    /// Makes the `ncclCommAbort` that an abort inside um's stream callback owes, once, where
-    /// NCCL may be called (not inside a callback).
+    /// Makes the `ncclCommAbort` (and leaves the ledger) that an abort owes, once, where NCCL
+    /// may be called: at once for an abort outside um's stream callback, later for one inside.
     fn pay_owed_abort(&self) {
         if um_core::refuse_inside_stream_callback("aborting a communicator").is_err() {
             return;
@@ -550,8 +549,9 @@ impl Comm {
         }
         st.abort_owed = false;
         let _ = self.ctx.make_current();
-        // SAFETY: a live communicator that was marked aborted inside a callback and never
-        // aborted since (`abort_owed`); aborted once here, never used after.
+        // SAFETY: a live communicator that was marked aborted and not aborted since
+        // (`abort_owed`, cleared above): aborted once here, and never used after (`aborted` is
+        // set, so every call refuses it).
         let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
         drop(st);
         self.ledger.leave(self.rank);
@@ -569,25 +569,14 @@ impl Comm {
         for stream in &st.streams {
             stream.poison();
         }
-        // Inside um's stream callback (a waker that aborts) no NCCL or CUDA call is allowed,
-        // and NCCL's abort may wait for its streams, which wait for the callback: there the
-        // communicator is marked aborted, and the abort is owed to the next call, `wait`,
-        // `abort` or drop on an ordinary thread (red teams 14 and 15). Everywhere else it is
-        // aborted now, as before.
-        let here = um_core::refuse_inside_stream_callback("aborting a communicator").is_ok();
-        if here {
-            let _ = self.ctx.make_current();
-            // SAFETY: a live communicator, aborted once; the handle is never used after this
-            // (the state below says so before any other call can look).
-            let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
-        } else {
-            st.abort_owed = true;
-        }
+        // The abort is owed, then paid at once where NCCL may be called. Inside um's stream
+        // callback (a waker that aborts) no NCCL or CUDA call is allowed, and NCCL's abort may
+        // wait for its streams, which wait for the callback: there it stays owed to the next
+        // call, `wait`, `abort` or drop on an ordinary thread (red teams 14 and 15).
+        st.abort_owed = true;
         st.aborted = Some(reason);
         drop(st);
-        if here {
-            self.ledger.leave(self.rank);
-        }
+        self.pay_owed_abort();
     }
 
     /// After a call on this communicator alone: `Ok` once NCCL enqueued it, else the

@@ -101,8 +101,7 @@ impl UniqueId {
     /// A fresh id from NCCL (`ncclGetUniqueId`). It names a bootstrap endpoint in this process:
     /// make it on the rank that should host it (rank 0), once per communicator.
     pub fn new() -> Result<UniqueId> {
-        um_core::refuse_inside_stream_callback("a unique id")?;
-        let nccl = sys::nccl()?;
+        let nccl = sys::nccl()?; // refuses inside um's stream callback, before any NCCL call
         let mut raw = RawUniqueId {
             internal: [0; UNIQUE_ID_BYTES],
         };

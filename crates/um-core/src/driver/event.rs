@@ -17,7 +17,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::driver;
-use crate::driver::context::{Context, in_driver_callback};
+use crate::driver::context::Context;
 use crate::driver::poison::PoisonFlag;
 use crate::driver::sys;
 use crate::error::Result;
@@ -96,13 +96,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // Inside um's stream callback (a waker dropping a `StreamOrder`), CUDA calls are not
-        // allowed: leak it, as `Context` and `Blas` leak what they hold there (rule 189; red
-        // team 12, attempt 6).
-        if in_driver_callback() {
-            return;
-        }
-        // Without the context the event cannot be destroyed safely: leak it.
+        // Without the context the event cannot be destroyed safely: leak it. That includes
+        // um's stream callback (a waker dropping a `StreamOrder`), where `bind` refuses, since
+        // no CUDA call is allowed there (rule 189; red team 12, attempt 6).
         if self.ctx.bind().is_ok() {
             // SAFETY: created by `event_create`, destroyed only here, context current. Work
             // that recorded it or waits for it still completes (the driver releases the event
