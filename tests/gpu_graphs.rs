@@ -556,16 +556,45 @@ fn a_buffer_dropped_inside_a_capture_fails_it_and_is_freed_later() {
 /// frees the buffers, the driver lets the replay finish, nothing faults, and the memory comes
 /// back. `into_buffers` with a replay in flight destroys the graph and leaves the buffers on the
 /// stream, after the replay.
+///
+/// Free memory is not compared round by round: it does not follow each free. Run alone in a
+/// fresh process (H200, 2026-11-23), it fell by 66 MiB at round 0's replay and stayed down
+/// after every buffer was dropped, rose by 64 MiB at round 1's, fell by 66 MiB at round 2's;
+/// after other tests it rose first. memcheck's leak check, which tracks every free, found none
+/// missing. So after a first round that pays what the driver allocates once, four rounds may
+/// together hold back at most one round's buffers: losing a 64 MiB buffer in each round fails
+/// by the second.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
     let _serial = serial();
     let ctx = gpu_as_is();
-    let spin_ns = 200_000_000;
+    let one_round = (common::workload(16 << 20, 1 << 12) + (1 << 20)) * size_of::<f32>();
+    let (_, _) = graph_dropped_in_flight(&ctx, 0);
+    let mut first = None;
+    for round in 1..=4 {
+        let (before, after) = graph_dropped_in_flight(&ctx, round);
+        let start = *first.get_or_insert(before);
+        if common::counts_free_memory() {
+            assert!(
+                after + one_round + (2 << 20) >= start,
+                "after round {round}: memory lost: {start} free before round 1, {after} now"
+            );
+        }
+    }
+    common::assert_context_usable(&ctx);
+}
+
+/// One round of the test above; the free memory before and after it, each step printed.
+fn graph_dropped_in_flight(ctx: &Context, round: usize) -> (usize, usize) {
+    let spin_ns = if round == 0 { 1_000_000 } else { 200_000_000 };
     um::reap_pending();
-    let (before, _) = ctx.mem_info().expect("mem info");
-    let x = Managed::<[f32]>::zeroed_slice(&ctx, common::workload(16 << 20, 1 << 12)).expect("x");
-    let y = um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("y");
+    let free = |ctx: &Context| ctx.mem_info().map_or(0, |(f, _)| f);
+    let before = free(ctx);
+    let mut steps = vec![("before", before)];
+    let x = Managed::<[f32]>::zeroed_slice(ctx, common::workload(16 << 20, 1 << 12)).expect("x");
+    let y = um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, 1 << 20).expect("y");
+    steps.push(("x and y allocated", free(ctx)));
     let (waited, y) = ctx
         .with_stream(StreamOptions::new(), |s| {
             let x = x.attach(s)?;
@@ -577,6 +606,7 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
             let t0 = Instant::now();
             drop(graph);
             let waited = t0.elapsed();
+            steps.push(("x's graph dropped", free(ctx)));
             let y = y.attach(s)?;
             let (graph, ()) = s.capture((y,), |cap, (mut y,)| {
                 spin_then_add(cap, &mut y, 1.0, spin_ns)?;
@@ -588,21 +618,30 @@ fn a_graph_dropped_with_a_replay_in_flight_is_safe() {
             Ok((waited, y.sync()?))
         })
         .expect("drops in flight");
-    println!("dropping the graph took {waited:?} (the replay spins {spin_ns} ns)");
+    println!("round {round}: dropping the graph took {waited:?} (the replay spins {spin_ns} ns)");
     assert!(
         y.iter().all(|v| *v == 2.0),
         "the replay ran, then the eager launch"
     );
+    steps.push(("y synced", free(ctx)));
     drop(y);
     um::reap_pending();
-    let (after, _) = ctx.mem_info().expect("mem info");
-    if common::counts_free_memory() {
-        assert!(
-            after + (2 << 20) >= before,
-            "memory lost: {before} before, {after} after"
+    let mut after = free(ctx);
+    steps.push(("y dropped", after));
+    // Memory the driver hands back late is not lost: look again for up to 2 s.
+    let t = Instant::now();
+    while after + (2 << 20) < before && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+        after = free(ctx);
+    }
+    steps.push(("after up to 2 s", after));
+    for (what, f) in &steps {
+        println!(
+            "round {round}: free {:>8.1} MiB: {what}",
+            *f as f64 / f64::from(1 << 20)
         );
     }
-    common::assert_context_usable(&ctx);
+    (before, after)
 }
 
 /// A fault inside a replay (a trapping node) comes back as an `Err` from the wait that returns

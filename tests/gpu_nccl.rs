@@ -332,7 +332,14 @@ fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
 fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() {
     let _serial = serial();
     let ctxs = devices();
-    let options = CommOptions::new().timeout(Duration::from_secs(20));
+    // The limit bounds creation too. This test runs alone under memcheck (its `leaks_` run),
+    // as the process's first NCCL user, and creation there took over 20 s (2x H200).
+    let limit = if std::env::var_os("UM_SANITIZE").is_some() {
+        120
+    } else {
+        20
+    };
+    let options = CommOptions::new().timeout(Duration::from_secs(limit));
     let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
     let mk = |ctx: &Context, len| Managed::from_fn_mirrored(ctx, len, |_| 1.0f32).expect("alloc");
     let (x, warm, y) = (mk(&ctxs[0], 1000), mk(&ctxs[1], 1000), mk(&ctxs[1], 2000));

@@ -119,7 +119,9 @@ fn a_comm_dropped_by_a_waker_leaks_and_the_collective_behind_the_callback_comple
     });
     let waker = Waker::from(Arc::clone(&waker_state));
     let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
-    let x = Managed::from_slice(&ctx, &[2.0f32; 256]).expect("alloc");
+    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
+    // emulated part of run.sh refuses it with `CollectiveStorage`).
+    let x = Managed::from_slice_mirrored(&ctx, &[2.0f32; 256]).expect("alloc");
     let got = ctx
         .with_stream(StreamOptions::new(), |s| {
             let (mut busy, mut x) = (busy.attach(s)?, x.attach(s)?);

@@ -57,7 +57,9 @@ fn a_comm_aborted_by_a_waker_makes_no_nccl_call_in_the_callback_and_leaks_it() {
     });
     let waker = Waker::from(Arc::clone(&state));
     let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
-    let x = Managed::from_slice(&ctx, &[2.0f32; 256]).expect("alloc");
+    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
+    // emulated part of run.sh refuses it with `CollectiveStorage`).
+    let x = Managed::from_slice_mirrored(&ctx, &[2.0f32; 256]).expect("alloc");
     let outcome = ctx.with_stream(StreamOptions::new(), |s| {
         let (mut busy, mut x) = (busy.attach(s)?, x.attach(s)?);
         spin_then_add(s, &mut busy, 1.0, 500_000_000)?;

@@ -55,8 +55,10 @@ fn a_comm_aborted_by_a_waker_has_its_kernels_aborted_later_on_an_ordinary_thread
     });
     let waker = Waker::from(Arc::clone(&state));
     let busy = Managed::<[f32]>::zeroed_slice(&ctxs[0], 1).expect("alloc");
-    let x0 = Managed::from_slice(&ctxs[0], &[1.0f32; 256]).expect("alloc");
-    let x1 = Managed::from_slice(&ctxs[1], &[1.0f32; 256]).expect("alloc");
+    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
+    // emulated part of run.sh refuses it with `CollectiveStorage`).
+    let x0 = Managed::from_slice_mirrored(&ctxs[0], &[1.0f32; 256]).expect("alloc");
+    let x1 = Managed::from_slice_mirrored(&ctxs[1], &[1.0f32; 256]).expect("alloc");
     let went_idle = ctxs[0].with_stream(StreamOptions::new(), |s0| {
         ctxs[1].with_stream(StreamOptions::new(), |s1| {
             let (mut busy, mut x0, mut x1) = (busy.attach(s0)?, x0.attach(s0)?, x1.attach(s1)?);
@@ -104,9 +106,11 @@ fn a_comm_aborted_by_a_waker_has_its_kernels_aborted_later_on_an_ordinary_thread
             Ok(idle)
         })
     });
+    // An early `Err` is named here, before the waker's state (which then never ran).
+    let went_idle = went_idle.expect("the scopes");
     eprintln!("{}", state.out());
     assert!(
-        went_idle.expect("the scopes"),
+        went_idle,
         "finding: the communicator aborted in the callback kept its kernel waiting for a peer; \
          nothing could abort it afterwards"
     );
