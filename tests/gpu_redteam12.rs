@@ -20,7 +20,7 @@ use common::{device_for_captures, gpu, serial, watchdog};
 /// the host's calls must stay well under it: the tests below tell "the host waited for the
 /// spin" from "it did not" by half of it).
 fn spin_ns() -> u64 {
-    if std::env::var_os("UM_SANITIZE").is_some() {
+    if common::under_sanitizer() {
         10_000_000_000
     } else {
         3_000_000_000
@@ -332,7 +332,7 @@ fn stream_order_outlives_the_stream_it_recorded() {
             let inner = t.elapsed();
             if inner >= Duration::from_nanos(spin_ns() / 2) {
                 assert!(
-                    std::env::var_os("UM_SANITIZE").is_some(),
+                    common::under_sanitizer(),
                     "the inner scope waited ({inner:?})"
                 );
                 eprintln!("inconclusive under the tool: the inner scope waited {inner:?}");

@@ -10,8 +10,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::task::{Context as TaskContext, Wake, Waker};
+use std::time::Duration;
 
 use um::kernels::testing::{add_scalar, spin_then_add};
 use um::nccl::{CommOptions, ReduceOp};
@@ -19,7 +19,7 @@ use um::{Context, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};
 
 mod common;
-use common::waker::{ActingWaker, run_in_callback};
+use common::waker::{ActingWaker, poll_woken, run_in_callback, wait_until_woken};
 use common::{assert_context_usable, device_for_captures, gpu, serial, watchdog};
 
 /// Attempt 1a (rules 71, 189). A host-owned buffer (unified, 256 MiB) held by a waker and
@@ -138,23 +138,13 @@ fn a_comm_dropped_by_a_waker_leaks_and_the_collective_behind_the_callback_comple
                         .expect("all-reduce");
                 }
             }
-            let t = Instant::now();
-            while !waker_state.woke.load(Ordering::SeqCst) {
-                assert!(
-                    t.elapsed() < Duration::from_secs(50),
-                    "the waker never returned"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            eprintln!("the waker returned after {:?}", t.elapsed());
+            let took = wait_until_woken(&waker_state.woke);
+            eprintln!("the waker returned after {took:?}");
             assert!(
-                t.elapsed() < Duration::from_secs(3),
+                took < Duration::from_secs(3),
                 "finding: Comm::drop stalled inside the stream callback"
             );
-            let first = match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0])?,
-                Poll::Pending => panic!("woken but pending"),
-            };
+            let first = poll_woken(fut.as_mut(), &mut cx).map(|b| b[0])?;
             let x = x.sync()?;
             Ok((first, x[0]))
         })
@@ -393,14 +383,7 @@ fn a_scope_future_dropped_by_its_waker_inside_its_own_streams_callback_leaks_wha
         guard.as_mut().expect("future").as_mut().poll(&mut cx)
     };
     assert!(first.is_pending(), "the spin holds the stream");
-    let t = Instant::now();
-    while !task.woke.load(Ordering::SeqCst) {
-        assert!(
-            t.elapsed() < Duration::from_secs(50),
-            "the waker never returned"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_woken(&task.woke);
     um::reap_pending();
     assert_context_usable(&ctx);
 }

@@ -8,9 +8,8 @@
 //! 3 and 5 depend on what happens once per process.
 #![allow(clippy::expect_used)]
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::task::{Context as TaskContext, Waker};
 use std::time::{Duration, Instant};
 
 use um::kernels::testing::spin_then_add;
@@ -18,7 +17,7 @@ use um::nccl::{Comm, CommOptions, ReduceOp};
 use um::{Context, Error, Managed, StreamOptions};
 
 mod common;
-use common::waker::{ActingWaker, run_in_callback};
+use common::waker::{ActingWaker, poll_woken, run_in_callback, wait_until_woken};
 use common::{gpu, serial, watchdog};
 
 fn refused<T: std::fmt::Debug>(r: um::Result<T>) -> String {
@@ -70,19 +69,8 @@ fn a_comm_aborted_by_a_waker_makes_no_nccl_call_in_the_callback_and_leaks_it() {
             comm.all_reduce_in_place(s, &mut x, ReduceOp::Sum)
                 .expect("all-reduce");
         }
-        let t = Instant::now();
-        while !state.woke.load(Ordering::SeqCst) {
-            assert!(
-                t.elapsed() < Duration::from_secs(50),
-                "the waker never returned"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let took = t.elapsed();
-        let first = match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(r) => r.map(|b| b[0]),
-            Poll::Pending => panic!("woken but pending"),
-        };
+        let took = wait_until_woken(&state.woke);
+        let first = poll_woken(fut.as_mut(), &mut cx).map(|b| b[0]);
         // Aborted: the stream is poisoned, so both come back as `Err` (and leak), never `Ok`
         // with a wrong value.
         Ok((took, first.is_err(), x.sync().is_err()))
@@ -221,18 +209,8 @@ fn reap_pending_called_by_a_waker_returns() {
             // A second point behind the first, its future dropped: one orphan pending until
             // the second callback runs.
             drop(later.sync_async());
-            let t = Instant::now();
-            while !state.woke.load(Ordering::SeqCst) {
-                assert!(
-                    t.elapsed() < Duration::from_secs(50),
-                    "the waker never returned"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0]),
-                Poll::Pending => panic!("woken but pending"),
-            }
+            wait_until_woken(&state.woke);
+            poll_woken(fut.as_mut(), &mut cx).map(|b| b[0])
         })
         .expect("the stream");
     assert_eq!(got, 1.0);

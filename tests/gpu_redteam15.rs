@@ -4,7 +4,6 @@
 //! local ranks. Written by a fresh helper; not yet run on a GPU. Run each alone (`--exact`).
 #![allow(clippy::expect_used)]
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use um::nccl::{Comm, CommOptions, Group, ReduceOp};
 use um::{Context, Error, Managed, StreamOptions};
 
 mod common;
-use common::waker::ActingWaker;
+use common::waker::{ActingWaker, wait_until_woken};
 use common::{serial, watchdog};
 
 fn contexts(n: usize) -> Option<Vec<Context>> {
@@ -78,11 +77,7 @@ fn a_comm_aborted_by_a_waker_has_its_kernels_aborted_later_on_an_ordinary_thread
                 .lock()
                 .expect("lock")
                 .all_reduce_in_place(s0, &mut x0, ReduceOp::Sum)?; // behind the callback
-            let t = Instant::now();
-            while !state.woke.load(Ordering::SeqCst) {
-                assert!(t.elapsed() < Duration::from_secs(50), "the waker never ran");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_until_woken(&state.woke);
             let _ = matches!(fut.as_mut().poll(&mut cx), Poll::Ready(_));
             let waited = shared
                 .lock()

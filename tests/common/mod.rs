@@ -17,14 +17,15 @@ pub fn gpu() -> Context {
     }
 }
 
-/// `full`, or `small` when `UM_SANITIZE` is set (the GPU run script's sanitizer mode, under
-/// which every kernel runs orders of magnitude slower).
+/// Whether `UM_SANITIZE` is set: the GPU run script's sanitizer mode, under which every kernel
+/// runs orders of magnitude slower.
+pub fn under_sanitizer() -> bool {
+    std::env::var_os("UM_SANITIZE").is_some()
+}
+
+/// `full`, or `small` under a sanitizer ([`under_sanitizer`]).
 pub fn workload(full: usize, small: usize) -> usize {
-    if std::env::var_os("UM_SANITIZE").is_some() {
-        small
-    } else {
-        full
-    }
+    if under_sanitizer() { small } else { full }
 }
 
 /// Whether free device memory can show a leak: not under a sanitizer (`UM_SANITIZE`), where the
@@ -32,7 +33,7 @@ pub fn workload(full: usize, small: usize) -> usize {
 /// checks' controls (a held buffer must show in free memory) failed under memcheck, in
 /// `gpu_coherent` and in `gpu_async`. Says so when it cannot.
 pub fn counts_free_memory() -> bool {
-    let counts = std::env::var_os("UM_SANITIZE").is_none();
+    let counts = !under_sanitizer();
     if !counts {
         println!("UM_SANITIZE: free memory not compared");
     }
@@ -247,11 +248,7 @@ pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
     use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        let limit = if std::env::var_os("UM_SANITIZE").is_some() {
-            240
-        } else {
-            60
-        };
+        let limit = if under_sanitizer() { 240 } else { 60 };
         if let Err(RecvTimeoutError::Timeout) =
             rx.recv_timeout(std::time::Duration::from_secs(limit))
         {

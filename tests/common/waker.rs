@@ -2,6 +2,8 @@
 //! (red teams 13 and 14).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
@@ -76,19 +78,31 @@ pub fn run_in_callback(ctx: &Context, act: impl FnOnce() -> String + Send + 'sta
                 fut.as_mut().poll(&mut cx).is_pending(),
                 "the spin holds the stream"
             );
-            let t = Instant::now();
-            while !state.woke.load(Ordering::SeqCst) {
-                assert!(t.elapsed() < Duration::from_secs(50), "the waker never ran");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(r) => r.map(|b| b[0]),
-                Poll::Pending => panic!("woken but pending"),
-            }
+            wait_until_woken(&state.woke);
+            poll_woken(fut.as_mut(), &mut cx).map(|b| b[0])
         })
         .expect("the future");
     assert_eq!(got, 1.0);
     let out = state.out();
     eprintln!("in the callback: {out}");
     out
+}
+
+/// Waits until a waker has set `woke` (every 5 ms, at most 50 s: then it panics, "the waker
+/// never ran"); how long that took.
+pub fn wait_until_woken(woke: &AtomicBool) -> Duration {
+    let t = Instant::now();
+    while !woke.load(Ordering::SeqCst) {
+        assert!(t.elapsed() < Duration::from_secs(50), "the waker never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.elapsed()
+}
+
+/// Polls a future whose waker has run: its output, or a panic ("woken but pending").
+pub fn poll_woken<F: Future + ?Sized>(fut: Pin<&mut F>, cx: &mut TaskContext<'_>) -> F::Output {
+    match fut.poll(cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("woken but pending"),
+    }
 }
