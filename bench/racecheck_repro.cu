@@ -15,9 +15,16 @@
 //                        does) and cuLaunchKernel; runtime: the same kernel compiled into this
 //                        file, launched with <<<>>> [driver]
 //   --ptx FILE           PTX holding `extern "C" kernel(float *x, int n)` (um's streams.ptx)
-//   --stream owned|per-thread|legacy
+//   --stream owned|per-thread|legacy|per-iter
 //                        a stream created per thread (cuStreamCreate), the per-thread default
-//                        stream, or the legacy NULL stream [owned]
+//                        stream, the legacy NULL stream, or (driver) a non-blocking stream
+//                        created and destroyed in every round, the memory attached to it each
+//                        time, as a request of examples/async_requests.rs does through um
+//                        (with_stream per request) [owned]
+//   --wait sync|callback (driver) how a thread waits for its round: cuStreamSynchronize, or a
+//                        stream callback (cuStreamAddCallback) that signals a condition
+//                        variable, as um's sync_async does [sync]
+//   --launches K         kernels per round [1]
 //   --memory attach|global|device
 //                        managed memory allocated host-attached then attached to the thread's
 //                        stream (um's path; GLOBAL on the legacy stream, which refuses SINGLE),
@@ -30,10 +37,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -75,6 +84,8 @@ struct Options {
     std::string ptx;
     std::string stream = "owned";
     std::string memory = "attach";
+    std::string wait = "sync";
+    int launches = 1;
     bool module_per_thread = false;
 };
 
@@ -112,6 +123,35 @@ static void start_together() {
     while (arrived.load() < opt.threads) std::this_thread::yield();
 }
 
+// What a stream callback signals: the round's stream has run everything before it.
+struct Signal {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    CUresult status = CUDA_SUCCESS;
+};
+
+static void CUDA_CB on_point(CUstream, CUresult status, void *data) {
+    auto *sig = static_cast<Signal *>(data);
+    std::lock_guard<std::mutex> g(sig->m);
+    sig->status = status;
+    sig->done = true;
+    sig->cv.notify_one();
+}
+
+// Waits for everything enqueued on s so far, the way --wait says.
+static void wait_for(CUstream s) {
+    if (opt.wait == "sync") {
+        CK(cuStreamSynchronize(s));
+        return;
+    }
+    Signal sig;
+    CK(cuStreamAddCallback(s, on_point, &sig, 0));
+    std::unique_lock<std::mutex> g(sig.m);
+    sig.cv.wait(g, [&] { return sig.done; });
+    CK(sig.status);
+}
+
 static bool driver_thread() {
     CK(cuCtxSetCurrent(ctx));
     CUmodule own_module = nullptr;
@@ -123,11 +163,12 @@ static bool driver_thread() {
     }
     CUstream s = nullptr;
     bool legacy = opt.stream == "legacy";
+    bool per_iter = opt.stream == "per-iter";
     if (opt.stream == "owned") {
         CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
     } else if (opt.stream == "per-thread") {
         s = CU_STREAM_PER_THREAD;
-    } else {
+    } else if (legacy) {
         s = CU_STREAM_LEGACY;
     }
     size_t bytes = (size_t)opt.n * sizeof(float);
@@ -144,13 +185,25 @@ static bool driver_thread() {
     bool ok = true;
     std::vector<float> host(opt.n);
     for (int it = 0; it < opt.iters; it++) {
-        if (opt.memory == "attach" && it == 0) {
+        if (per_iter) CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        if (opt.memory == "attach" && (it == 0 || per_iter)) {
             CK(cuStreamAttachMemAsync(s, x, 0, legacy ? CU_MEM_ATTACH_GLOBAL : CU_MEM_ATTACH_SINGLE));
         }
         int n = opt.n;
         void *args[] = {&x, &n};
-        CK(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, nullptr));
-        CK(cuStreamSynchronize(s));
+        for (int k = 0; k < opt.launches; k++) {
+            CK(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, nullptr));
+        }
+        wait_for(s);
+        if (per_iter) {
+            // Back to the host before the stream goes, as um's scope does at its end.
+            if (opt.memory == "attach") {
+                CK(cuStreamAttachMemAsync(s, x, 0, CU_MEM_ATTACH_HOST));
+                CK(cuStreamSynchronize(s));
+            }
+            CK(cuStreamDestroy(s));
+            s = nullptr;
+        }
         if (device) {
             CK(cuMemcpyDtoH(host.data(), x, bytes));
             ok &= right(host.data());
@@ -223,12 +276,19 @@ int main(int argc, char **argv) {
         else if (a == "--ptx") opt.ptx = next();
         else if (a == "--stream") opt.stream = next();
         else if (a == "--memory") opt.memory = next();
+        else if (a == "--wait") opt.wait = next();
+        else if (a == "--launches") opt.launches = atoi(next().c_str());
         else if (a == "--module-per-thread") opt.module_per_thread = true;
         else usage();
     }
-    if (opt.threads < 1 || opt.iters < 1 || opt.n < 1) usage();
+    if (opt.threads < 1 || opt.iters < 1 || opt.n < 1 || opt.launches < 1) usage();
     if (opt.api != "driver" && opt.api != "runtime") usage();
-    if (opt.stream != "owned" && opt.stream != "per-thread" && opt.stream != "legacy") usage();
+    if (opt.stream != "owned" && opt.stream != "per-thread" && opt.stream != "legacy" &&
+        opt.stream != "per-iter")
+        usage();
+    if (opt.wait != "sync" && opt.wait != "callback") usage();
+    // Rounds on their own streams and callback waits are the driver path's (um's) only.
+    if (opt.api == "runtime" && (opt.stream == "per-iter" || opt.wait != "sync")) usage();
     if (opt.memory != "attach" && opt.memory != "global" && opt.memory != "device") usage();
 
     CK(cuInit(0));

@@ -297,11 +297,20 @@ fn main() -> ExitCode {
             launches: 1,
             len: w.len,
         });
+        // Under a sanitizer, each run's start goes to stderr: a run that hangs there (racecheck
+        // once did, 2x H200, 2026-11-23) names its mode beside run.sh's stacks.
+        let progress = |phase: &str, mode: Mode| {
+            if std::env::var_os("UM_SANITIZE").is_some() {
+                eprintln!("async_requests: {phase} run of {mode:?} begins");
+            }
+        };
         for mode in MODES {
+            progress("warm-up", mode);
             run(&ctx, mode, &warm).await?;
         }
         let mut rows = Vec::new();
         for mode in MODES {
+            progress("measured", mode);
             rows.push(run(&ctx, mode, &w).await?);
         }
         Ok::<_, um::Error>(rows)

@@ -54,9 +54,12 @@ for line in sys.stdin:
         print(m["executable"])' | while read -r exe; do cp "$exe" "$out/examples/own_kernels"; done
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
-# Symbols stripped too (the bundle travels within 64 MiB), except for the programs named in
-# UM_BUNDLE_SYMBOLS ("tests/gpu_redteam7 ..."), which keep their function names for the stacks
-# of scripts/stall-stacks.sh (debug info is stripped from them all the same).
+# Symbols stripped too (the bundle travels within 64 MiB; every program's symbols made it
+# 70 MB), except for the programs named in UM_BUNDLE_SYMBOLS, which keep their function names
+# for the stacks of scripts/stall-stacks.sh (debug info is stripped from them all the same). By
+# default those whose host threads wait for the GPU in many ways at once: a hang in them is
+# the likeliest, and run.sh takes the stacks of any program that hangs.
+UM_BUNDLE_SYMBOLS=${UM_BUNDLE_SYMBOLS-"tests/gpu_redteam7 tests/gpu_async tests/gpu_stress examples/async_requests examples/per_thread_streams examples/multithreaded_run_task"}
 for exe in "$out"/tests/* "$out"/examples/* "$out"/bench/*; do
   case " ${UM_BUNDLE_SYMBOLS:-} " in
     *" ${exe#"$out"/} "*) strip --strip-debug "$exe" ;;
@@ -69,6 +72,7 @@ cp docs/performance.md "$out/bench/performance.md"
 cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
 cp scripts/gpu-run.sh "$out/run.sh"
+cp scripts/stall-stacks.sh "$out/stall-stacks.sh" # run.sh takes the stacks of a program that hangs
 chmod +x "$out/run.sh"
 # run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
 cp scripts/reliability-doc.py "$out/reliability_doc.py"

@@ -48,7 +48,9 @@
 #                       line per program done; the part's line says how many came from there).
 #                       UM_SANITIZE_ONLY="tests/x
 #                       examples/y" limits the sanitizer parts to those programs (the part's
-#                       line says so).
+#                       line says so). A program still running 120 s before its limit leaves
+#                       every thread's stack in OUT/stacks/PART/ (stall-stacks.sh, cuda-gdb)
+#                       before `timeout` stops it, and its failure's line names the file.
 #
 # The two-GPU programs (tests/gpu_two_devices, tests/gpu_nccl, examples/data_parallel) run only
 # where nvidia-smi lists two or more GPUs ("skipped" elsewhere), under the sanitizers too
@@ -68,6 +70,33 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 two_gpu_only() {
   case "$1" in gpu_two_devices | gpu_nccl | data_parallel) return 0 ;; esac
   return 1
+}
+
+# bounded LIMIT NAME COMMAND [ARG ...]: COMMAND under `timeout -k 10 LIMIT` (a hang is one
+# failure, not a lost call). Where UM_STACKS_DIR is set (run.sh --all sets OUT/stacks/PART) and
+# the bundle has stall-stacks.sh, a COMMAND still running after UM_STALL_STACKS_S seconds
+# (default LIMIT - 120, or LIMIT / 2 for a limit of 240 s or less; the longest clean program
+# took 105 s, memcheck of gpu_nccl on 2x H200) first leaves every thread's stack of it and of
+# its children in UM_STACKS_DIR/NAME.stacks, with cuda-gdb: a hang in a verdict says where it
+# hung (racecheck of async_requests gave only "rc=124 no summary", 2x H200, 2026-11-23).
+bounded() {
+  local limit=$1 name=$2
+  shift 2
+  if [ -n "${UM_STACKS_DIR:-}" ] && [ -f ./stall-stacks.sh ]; then
+    local after=${UM_STALL_STACKS_S:-$((limit > 240 ? limit - 120 : limit / 2))}
+    mkdir -p "$UM_STACKS_DIR"
+    rm -f "$UM_STACKS_DIR/$name.stacks" # an earlier call's, in a folder resumed
+    UM_STALL_GDB_S=${UM_STALL_GDB_S:-30} bash ./stall-stacks.sh "$after" "$UM_STACKS_DIR/$name.stacks" \
+      timeout -k 10 "$limit" "$@"
+  else
+    timeout -k 10 "$limit" "$@"
+  fi
+}
+
+# The note a verdict line gets where bounded left stacks for NAME.
+stacks_note() {
+  [ -n "${UM_STACKS_DIR:-}" ] && [ -s "$UM_STACKS_DIR/$1.stacks" ] &&
+    echo " (stacks: stacks/$(basename "$UM_STACKS_DIR")/$1.stacks)"
 }
 
 # run_all REPEAT VERDICT_FILE: tests once, examples REPEAT times; one line per program to the
@@ -90,7 +119,7 @@ run_all() {
     local log
     log=$(mktemp)
     # Bounded: a hung binary is one failure, not a lost call (UM_PROGRAM_LIMIT_S, default 300).
-    timeout -k 10 "${UM_PROGRAM_LIMIT_S:-300}" "./$t" --include-ignored 2>&1 | tee "$log"
+    bounded "${UM_PROGRAM_LIMIT_S:-300}" "$name" "./$t" --include-ignored 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     local counts
     counts=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | tail -n 1)
@@ -107,7 +136,7 @@ run_all() {
     passed=$((passed + p))
     failed=$((failed + f))
     echo "=== test binary $name: $((SECONDS - t0)) s"
-    echo "test $name: $p passed, $f failed$(grep -E '^test .* FAILED$' "$log" | sed 's/^test /; /; s/ \.\.\. FAILED$//' | tr -d '\n')" >>"$verdict"
+    echo "test $name: $p passed, $f failed$(grep -E '^test .* FAILED$' "$log" | sed 's/^test /; /; s/ \.\.\. FAILED$//' | tr -d '\n')$( [ "$f" = 0 ] || stacks_note "$name")" >>"$verdict"
     rm -f "$log"
   done
   for e in examples/*; do
@@ -129,7 +158,7 @@ run_all() {
         echo "=== example $name"
       fi
       local t0=$SECONDS
-      if timeout -k 10 "${UM_PROGRAM_LIMIT_S:-300}" "./$e"; then
+      if bounded "${UM_PROGRAM_LIMIT_S:-300}" "$name" "./$e"; then
         ok=$((ok + 1))
       else
         echo "!!! example $name failed (run $i)"
@@ -138,7 +167,7 @@ run_all() {
       echo "=== example $name: $((SECONDS - t0)) s"
     done
     [ "$repeat" -gt 1 ] && echo "example $name: $ok of $repeat runs passed"
-    echo "example $name: $ok of $repeat runs passed" >>"$verdict"
+    echo "example $name: $ok of $repeat runs passed$( [ "$bad" = 0 ] || stacks_note "$name")" >>"$verdict"
     passed=$((passed + ok))
     failed=$((failed + bad))
   done
@@ -208,19 +237,19 @@ sanitize_one() {
     # Tests whose name holds "leaks_" leak on purpose (memory a faulted or poisoned stream may
     # still touch, mem::forget): memcheck checks them for everything but leaks, in a second run;
     # every other test also for leaks.
-    env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool memcheck --leak-check full --report-api-errors no \
+    bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")" env "$@" "$cs" --tool memcheck --leak-check full --report-api-errors no \
       --error-exitcode 99 "./$prog" "${args[@]}" --skip leaks_ >"$log" 2>&1
     rc=$?
     # Only where the binary has such tests: a run of none exits with 255 under the tool (every
     # binary without one did, and every binary with one exited 0; 2x H200, 2026-11-22), which
     # hid the first run's status.
     if [ "$rc" = 0 ] && "./$prog" "${args[@]}" --list leaks_ 2>/dev/null | grep -q ': test$'; then
-      env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool memcheck --report-api-errors no \
+      bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")-leaks_" env "$@" "$cs" --tool memcheck --report-api-errors no \
         --error-exitcode 99 "./$prog" "${args[@]}" leaks_ >>"$log" 2>&1
       rc=$?
     fi
   else
-    env "$@" timeout -k 10 "${UM_SANITIZE_LIMIT_S:-300}" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
+    bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")" env "$@" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
       --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
     rc=$?
   fi
@@ -275,7 +304,7 @@ sanitize_one() {
   fi
   if [ "$rc" = 99 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log" ||
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | grep -qvE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards"; then
-    echo "!!! $tool $(basename "$prog"): rc=$rc ${summary:-no summary}"
+    echo "!!! $tool $(basename "$prog"): rc=$rc ${summary:-no summary}$(stacks_note "$tool-$(basename "$prog")")$(stacks_note "$tool-$(basename "$prog")-leaks_")"
     grep -E "^========= (Invalid|Uninitialized|Race|Barrier|Error|Program hit|Internal|Leaked)" "$log" | sort | uniq -c | head -n 5
     [ -z "$summary" ] && tail -n 5 "$log"
     # The whole report, for the verdict's reader (run.sh --all keeps it under OUT/sanitizer/).
@@ -659,11 +688,11 @@ if [ "${1:-}" = "--all" ]; then
     fi
     case "$part" in
       normal)
-        (unset UM_EMULATE_NO_CONCURRENT_ACCESS; run_all 1 "$body") ;;
+        (unset UM_EMULATE_NO_CONCURRENT_ACCESS; export UM_STACKS_DIR="$out/stacks/$part"; run_all 1 "$body") ;;
       emulated)
-        (export UM_EMULATE_NO_CONCURRENT_ACCESS=1; run_all 1 "$body") ;;
+        (export UM_EMULATE_NO_CONCURRENT_ACCESS=1 UM_STACKS_DIR="$out/stacks/$part"; run_all 1 "$body") ;;
       memcheck | racecheck | synccheck | initcheck)
-        (export UM_SANITIZE_LOGS="$out/sanitizer"; sanitize "$part" "$body") ;;
+        (export UM_SANITIZE_LOGS="$out/sanitizer" UM_STACKS_DIR="$out/stacks/$part"; sanitize "$part" "$body") ;;
       *) echo "run.sh --all: unknown part $part" >&2; rm -f "$body"; continue ;;
     esac
     secs=$(($(date +%s) - t0))

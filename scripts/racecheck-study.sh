@@ -6,6 +6,14 @@
 #
 #   bash racecheck/study.sh [OUT_DIR]        # default OUT_DIR: ./racecheck-out
 #
+# STUDY_PARTS="threads async" (the default: both) picks the sections: `threads` is the study of
+# issue 13 below (steps 2 and 3); `async` is the pattern of examples/async_requests.rs, which
+# hung once under racecheck (300 s, no summary) and once reported the same internal error
+# (2x H200, 2026-11-23): 8 host threads, a non-blocking stream created per round, 2 kernels per
+# round, waits by cuStreamSynchronize and by stream callback, each repeated; then
+# async_requests itself, repeated, with every thread's stack taken by stall-stacks.sh if it is
+# still running after STUDY_STACKS_S (default 60) seconds.
+#
 # 1. Builds bench/racecheck_repro.cu with nvcc (driver API + runtime API, no um).
 # 2. Runs it under racecheck for 1, 2, 4, 8 and 16 host threads, on created streams and on the
 #    per-thread default stream (driver API, um's PTX JIT-loaded as um does), then the runtime
@@ -107,6 +115,8 @@ else
   say "repro without sanitizer FAILED: $(tail -n 2 "$out/logs/00-plain.log" | tr '\n' ' ')"
 fi
 
+parts=" ${STUDY_PARTS:-threads async} "
+if [[ "$parts" == *" threads "* ]]; then
 say ""
 say "== reproducer (no um): driver API, um's PTX JIT-loaded, managed memory attached to the stream"
 for stream in per-thread owned; do
@@ -141,6 +151,29 @@ for threads in 16 8; do
   run "repro driver stream=legacy threads=$threads" 20 -- \
     "$repro" --api driver --stream legacy --threads "$threads" --ptx "$ptx"
 done
+fi
+
+if [[ "$parts" == *" async "* ]]; then
+say ""
+say "== async_requests' pattern without um: 8 threads, a stream per round, 2 kernels a round"
+for round in 1 2 3; do
+  for wait in sync callback; do
+    run "repro driver stream=per-iter wait=$wait launches=2 iters=8 threads=8 (#$round)" 30 -- \
+      "$repro" --api driver --stream per-iter --wait "$wait" --launches 2 --iters 8 --threads 8 --ptx "$ptx"
+  done
+  run "repro driver stream=owned wait=callback launches=2 iters=8 threads=8 (#$round)" 30 -- \
+    "$repro" --api driver --stream owned --wait callback --launches 2 --iters 8 --threads 8 --ptx "$ptx"
+done
+say ""
+say "== um's async_requests under racecheck (UM_SANITIZE=1: 64 requests), repeated"
+for round in 1 2 3 4 5 6; do
+  run "um example async_requests (#$round)" 90 UM_SANITIZE=1 -- \
+    bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$out/logs/async_requests-$round.stacks" \
+    "$bundle/examples/async_requests"
+  [ -s "$out/logs/async_requests-$round.stacks" ] &&
+    say "    stacks of the run still going after ${STUDY_STACKS_S:-60} s: logs/async_requests-$round.stacks"
+done
+fi
 
 say ""
 say "total $(($(date +%s) - start))s; logs in $out/logs"

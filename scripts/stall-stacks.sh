@@ -11,6 +11,8 @@
 # COMMAND's output) holds a line matching PATTERN, e.g. the test that stalls beginning
 # ("^test blas_handles@log.txt"; under --test-threads=1 the harness prints a test's name as it
 # begins). An intermittent stall of one test of many is then caught while it lasts.
+# UM_STALL_GDB_S (default 60) bounds each process's cuda-gdb. UM_GDB names another debugger
+# (run.sh's CI test gives a stand-in).
 set -u
 after=${1:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
 out=${2:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
@@ -32,15 +34,17 @@ if [ -n "${UM_STALL_FROM:-}" ]; then
     sleep 1
   done
 fi
-for _ in $(seq "$after"); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
+# Polled every 0.1 s: run.sh runs every program of a verdict through this script, and a
+# second's poll would add up to a second to each.
+deadline=$((SECONDS + after))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
+  sleep 0.1
 done
 if kill -0 "$pid" 2>/dev/null; then
   {
     for p in "$pid" $(descendants "$pid"); do
       echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
-      timeout 60 "$gdb" -p "$p" -batch -ex 'thread apply all bt' 2>&1 | grep -vE '^\[New LWP|^warning:' | head -n 400
+      timeout "${UM_STALL_GDB_S:-60}" "$gdb" -p "$p" -batch -ex 'thread apply all bt' 2>&1 | grep -vE '^\[New LWP|^warning:' | head -n 400
     done
   } >"$out"
   echo "stall-stacks: $pid still ran after ${after} s; stacks in $out"

@@ -11,6 +11,8 @@ use std::process::Command;
 
 /// The script under test, built in: the test runs wherever the binary goes (the GPU bundle).
 const RUN_SH: &str = include_str!("../scripts/gpu-run.sh");
+/// The bundle's `stall-stacks.sh`, which run.sh runs every program through.
+const STALL_STACKS: &str = include_str!("../scripts/stall-stacks.sh");
 
 /// A `compute-sanitizer` that logs each run (`FAKE_LOG`: program, tool, `CUDA_VISIBLE_DEVICES`,
 /// whether NCCL's kernels were left out) and answers by the program's name.
@@ -48,6 +50,8 @@ case "$prog" in
     echo "=========     at my_kernel()"
     echo "========= ERROR SUMMARY: 1 error"
     exit 99 ;;
+  gpu_hang)
+    exec sleep 60 ;;
   gpu_own_test_fails)
     echo "test slow_one ... FAILED"
     echo "---- slow_one stdout ----"
@@ -83,6 +87,12 @@ impl Machine {
         executable(&bin.join("compute-sanitizer"), SANITIZER);
         executable(&bin.join("nvcc"), "#!/usr/bin/env bash\nexit 1\n");
         executable(&bundle.join("run.sh"), RUN_SH);
+        executable(&bundle.join("stall-stacks.sh"), STALL_STACKS);
+        // A debugger that names the process it was pointed at (cuda-gdb on the GPU machines).
+        executable(
+            &bin.join("stand-in-gdb"),
+            "#!/usr/bin/env bash\necho \"Thread 1 (LWP $2): #0 stand_in_frame ()\"\n",
+        );
         fs::write(bundle.join("COMMIT"), "test\n").expect("COMMIT");
         for t in tests {
             executable(
@@ -365,4 +375,62 @@ fn resume_keeps_parts_of_another_commit_only_when_told_and_says_so() {
             && verdict.contains("commit: test (parts kept from older)"),
         "kept when told, and said: {verdict}"
     );
+}
+
+/// A program that hangs is one failure, and leaves every thread's stack of it (and of its
+/// children) under OUT/stacks/PART/ before `timeout` stops it; the verdict line names the file.
+/// Racecheck of `async_requests` once gave only "rc=124 no summary" (2x H200, 2026-11-23).
+#[test]
+fn a_program_that_hangs_fails_and_leaves_its_stacks() {
+    let m = Machine::new("hang", 1, &["gpu_a", "gpu_hang"], &["ex1"]);
+    // In the normal part the test binary itself hangs.
+    executable(
+        &m.dir.join("bundle/tests/gpu_hang"),
+        "#!/usr/bin/env bash\nexec sleep 60\n",
+    );
+    let gdb = m.dir.join("bin/stand-in-gdb").display().to_string();
+    let env = [
+        ("UM_PROGRAM_LIMIT_S", "5"),
+        ("UM_SANITIZE_LIMIT_S", "5"),
+        ("UM_STALL_STACKS_S", "2"),
+        ("UM_STALL_GDB_S", "5"),
+        ("UM_GDB", gdb.as_str()),
+    ];
+    let started = std::time::Instant::now();
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal,racecheck"], &env);
+    assert_ne!(status, 0, "a hang fails the run:\n{text}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(45),
+        "each hang bounded by its limit: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        verdict
+            .contains("test gpu_hang: 0 passed, 1 failed (stacks: stacks/normal/gpu_hang.stacks)"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu_a: 0 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert_eq!(
+        line(&verdict, "racecheck", "gpu_hang"),
+        "racecheck gpu_hang: ERRORS: racecheck gpu_hang: rc=124 no summary \
+         (stacks: stacks/racecheck/racecheck-gpu_hang.stacks)"
+    );
+    assert!(
+        line(&verdict, "racecheck", "gpu_a").ends_with(": clean"),
+        "{verdict}"
+    );
+    for file in [
+        "normal/gpu_hang.stacks",
+        "racecheck/racecheck-gpu_hang.stacks",
+    ] {
+        let stacks = fs::read_to_string(m.dir.join("out/stacks").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}\n{text}"));
+        assert!(
+            stacks.contains("=== pid") && stacks.contains("stand_in_frame"),
+            "{file}: {stacks}"
+        );
+    }
 }
