@@ -44,6 +44,12 @@ if kill -0 "$pid" 2>/dev/null; then
   {
     for p in "$pid" $(descendants "$pid"); do
       echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+      # Each thread's name, state and kernel wait channel first, from /proc: they need no
+      # debugger, so they are there even where cuda-gdb cannot attach.
+      for t in /proc/"$p"/task/*; do
+        [ -r "$t/stat" ] || continue
+        echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null) state=$(cut -d' ' -f3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+      done
       timeout "${UM_STALL_GDB_S:-60}" "$gdb" -p "$p" -batch -ex 'thread apply all bt' 2>&1 | grep -vE '^\[New LWP|^warning:' | head -n 400
     done
   } >"$out"

@@ -429,7 +429,9 @@ fn a_program_that_hangs_fails_and_leaves_its_stacks() {
         let stacks = fs::read_to_string(m.dir.join("out/stacks").join(file))
             .unwrap_or_else(|e| panic!("{file}: {e}\n{text}"));
         assert!(
-            stacks.contains("=== pid") && stacks.contains("stand_in_frame"),
+            stacks.contains("=== pid")
+                && stacks.contains(" state=")
+                && stacks.contains("stand_in_frame"),
             "{file}: {stacks}"
         );
     }
