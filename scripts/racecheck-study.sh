@@ -80,7 +80,11 @@ run() {
   log="$out/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9=_.-' '_').log"
   local t0
   t0=$(date +%s)
-  env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
+  # With STACKS_TO=FILE, every thread's stack of a run still going after STUDY_STACKS_S
+  # (default 60) seconds goes to FILE first (stall-stacks.sh, cuda-gdb).
+  local wrap=()
+  [ -n "${STACKS_TO:-}" ] && wrap=(bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$STACKS_TO")
+  "${wrap[@]}" env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
     --error-exitcode 99 "$@" >"$log" 2>&1
   local rc=$?
   local secs=$(($(date +%s) - t0))
@@ -167,9 +171,8 @@ done
 say ""
 say "== um's async_requests under racecheck (UM_SANITIZE=1: 64 requests), repeated"
 for round in 1 2 3 4 5 6; do
-  run "um example async_requests (#$round)" 90 UM_SANITIZE=1 -- \
-    bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$out/logs/async_requests-$round.stacks" \
-    "$bundle/examples/async_requests"
+  STACKS_TO="$out/logs/async_requests-$round.stacks" run "um example async_requests (#$round)" 90 \
+    UM_SANITIZE=1 -- "$bundle/examples/async_requests"
   [ -s "$out/logs/async_requests-$round.stacks" ] &&
     say "    stacks of the run still going after ${STUDY_STACKS_S:-60} s: logs/async_requests-$round.stacks"
 done
