@@ -12,7 +12,7 @@
 # (2x H200, 2026-11-23): 8 host threads, a non-blocking stream created per round, 2 kernels per
 # round, waits by cuStreamSynchronize and by stream callback, each repeated; then
 # async_requests itself, repeated, with every thread's stack taken by stall-stacks.sh if it is
-# still running after STUDY_STACKS_S (default 60) seconds.
+# still running after STUDY_STACKS_S (default 60) seconds; then both three at once on the GPU.
 #
 # 1. Builds bench/racecheck_repro.cu with nvcc (driver API + runtime API, no um).
 # 2. Runs it under racecheck for 1, 2, 4, 8 and 16 host threads, on created streams and on the
@@ -60,8 +60,35 @@ if [ ! -f "$ptx" ]; then
     { say "PTX build FAILED"; exit 1; }
 fi
 
+# verdict_of LOG RC LIMIT: one run's verdict from its log and exit status.
+verdict_of() {
+  local log=$1 rc=$2 limit=$3 last
+  last=$(grep -v '^=========' "$log" | grep -v '^\s*$' | tail -n 1 | cut -c1-70)
+  if grep -q "Internal Sanitizer Error" "$log"; then
+    echo "INTERNAL-ERROR ($(grep -m1 -o 'Internal Sanitizer Error:.*' "$log" | cut -c1-80))"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "TIMEOUT (limit ${limit}s)"
+  elif [ "$rc" = 99 ] || { grep -q "RACECHECK SUMMARY" "$log" && ! grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; }; then
+    echo "HAZARDS ($(grep -m1 -o 'RACECHECK SUMMARY.*' "$log"), rc=$rc)"
+  elif grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; then
+    if [ "$rc" = 0 ]; then
+      echo "clean"
+    else
+      # Examples check timing shapes that an instrumented run may not meet: the tool's verdict
+      # is what counts here, the program's own is reported.
+      echo "clean (racecheck); the program itself exited $rc: $last"
+    fi
+  else
+    echo "FAILED (no racecheck summary, rc=$rc: $last)"
+  fi
+}
+
 n=0
 # run LABEL LIMIT_S ENV... -- PROGRAM ARGS...
+# With STACKS_TO=FILE, every thread's stack of a run still going after STUDY_STACKS_S (default
+# 60) seconds goes to FILE first (stall-stacks.sh, cuda-gdb). With SIDE_BY_SIDE=K, K copies run
+# at once on the same GPU (as run.sh's sanitizer parts run programs beside each other), each
+# with its own log, stacks file (FILE.1 .. FILE.K) and verdict line.
 run() {
   local label=$1 limit=$2
   shift 2
@@ -76,39 +103,30 @@ run() {
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  local log
-  log="$out/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9=_.-' '_').log"
+  local copies=${SIDE_BY_SIDE:-1} c
+  local base
+  base="$out/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9=_.-' '_')"
   local t0
   t0=$(date +%s)
-  # With STACKS_TO=FILE, every thread's stack of a run still going after STUDY_STACKS_S
-  # (default 60) seconds goes to FILE first (stall-stacks.sh, cuda-gdb).
-  local wrap=()
-  [ -n "${STACKS_TO:-}" ] && wrap=(bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$STACKS_TO")
-  "${wrap[@]}" env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
-    --error-exitcode 99 "$@" >"$log" 2>&1
-  local rc=$?
+  for c in $(seq "$copies"); do
+    (
+      local log=$base.log stacks=${STACKS_TO:-}
+      [ "$copies" -gt 1 ] && log=$base.$c.log && stacks=${stacks:+$stacks.$c}
+      local wrap=()
+      [ -n "$stacks" ] && wrap=(bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$stacks")
+      "${wrap[@]}" env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
+        --error-exitcode 99 "$@" >"$log" 2>&1
+      echo $? >"$log.rc"
+    ) &
+  done
+  wait
   local secs=$(($(date +%s) - t0))
-  local verdict
-  local last
-  last=$(grep -v '^=========' "$log" | grep -v '^\s*$' | tail -n 1 | cut -c1-70)
-  if grep -q "Internal Sanitizer Error" "$log"; then
-    verdict="INTERNAL-ERROR ($(grep -m1 -o 'Internal Sanitizer Error:.*' "$log" | cut -c1-80))"
-  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    verdict="TIMEOUT (limit ${limit}s)"
-  elif [ "$rc" = 99 ] || { grep -q "RACECHECK SUMMARY" "$log" && ! grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; }; then
-    verdict="HAZARDS ($(grep -m1 -o 'RACECHECK SUMMARY.*' "$log"), rc=$rc)"
-  elif grep -q "RACECHECK SUMMARY: 0 hazards" "$log"; then
-    if [ "$rc" = 0 ]; then
-      verdict="clean"
-    else
-      # Examples check timing shapes that an instrumented run may not meet: the tool's verdict
-      # is what counts here, the program's own is reported.
-      verdict="clean (racecheck); the program itself exited $rc: $last"
-    fi
-  else
-    verdict="FAILED (no racecheck summary, rc=$rc: $last)"
-  fi
-  say "$(printf '%-72s %-8s %s' "$label" "${secs}s" "$verdict")"
+  for c in $(seq "$copies"); do
+    local log=$base.log tag=""
+    [ "$copies" -gt 1 ] && log=$base.$c.log && tag=" [$c of $copies at once]"
+    say "$(printf '%-72s %-8s %s' "$label$tag" "${secs}s" "$(verdict_of "$log" "$(cat "$log.rc")" "$limit")")"
+    rm -f "$log.rc"
+  done
 }
 
 # The reproducer without a sanitizer first: it must be right on its own.
@@ -175,6 +193,18 @@ for round in 1 2 3 4 5 6; do
     UM_SANITIZE=1 -- "$bundle/examples/async_requests"
   [ -s "$out/logs/async_requests-$round.stacks" ] &&
     say "    stacks of the run still going after ${STUDY_STACKS_S:-60} s: logs/async_requests-$round.stacks"
+done
+say ""
+say "== the same, three at once on the GPU (the internal error came so, 2x H200, 2026-11-23)"
+for round in 1 2; do
+  SIDE_BY_SIDE=3 run "repro driver stream=per-iter wait=callback launches=2 iters=8 threads=8 (#$round)" 30 -- \
+    "$repro" --api driver --stream per-iter --wait callback --launches 2 --iters 8 --threads 8 --ptx "$ptx"
+  SIDE_BY_SIDE=3 STACKS_TO="$out/logs/async_requests-3x-$round.stacks" run "um example async_requests (#$round)" 90 \
+    UM_SANITIZE=1 -- "$bundle/examples/async_requests"
+  for c in 1 2 3; do
+    [ -s "$out/logs/async_requests-3x-$round.stacks.$c" ] &&
+      say "    stacks of a run still going after ${STUDY_STACKS_S:-60} s: logs/async_requests-3x-$round.stacks.$c"
+  done
 done
 fi
 
