@@ -14,12 +14,11 @@ use std::task::{Context as TaskContext, Wake, Waker};
 use std::time::Duration;
 
 use um::kernels::testing::{add_scalar, spin_then_add};
-use um::nccl::{CommOptions, ReduceOp};
 use um::{Context, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};
 
 mod common;
-use common::waker::{ActingWaker, poll_woken, run_in_callback, wait_until_woken};
+use common::waker::{comm_action_in_callback, run_in_callback, wait_until_woken};
 use common::{assert_context_usable, device_for_captures, gpu, serial, watchdog};
 
 /// Attempt 1a (rules 71, 189). A host-owned buffer (unified, 256 MiB) held by a waker and
@@ -102,53 +101,25 @@ fn a_comm_dropped_by_a_waker_leaks_and_the_collective_behind_the_callback_comple
     let _serial = serial();
     let _dog = watchdog("red team 13, attempt 1c");
     let ctx = gpu();
-    // Nonblocking (the default), with a 5 s limit instead of 120 s so that the watchdog (60 s)
-    // sees the stall end: today the drop's flush polls inside the callback until the limit
-    // (the all-reduce it waits for is queued behind that callback), then aborts there and
-    // poisons the stream. `.blocking(true)` would make it `ncclCommDestroy` with no limit.
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let Some(comm) = common::one_rank_comm(&ctx, options) else {
-        return;
-    };
-    let shared = Arc::new(Mutex::new(Some(comm)));
-    let in_waker = Arc::clone(&shared);
-    let waker_state = ActingWaker::new(move || {
-        let c = in_waker.lock().expect("lock").take();
+    // Today the drop's flush polls inside the callback until the 5 s limit (the all-reduce it
+    // waits for is queued behind that callback), then aborts there and poisons the stream.
+    // `.blocking(true)` would make it `ncclCommDestroy` with no limit.
+    let Some(seen) = comm_action_in_callback(&ctx, |shared| {
+        let c = shared.lock().expect("lock").take();
         drop(c); // `Comm::drop` inside the stream callback
         "comm dropped".to_owned()
-    });
-    let waker = Waker::from(Arc::clone(&waker_state));
-    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
-    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
-    // emulated part of run.sh refuses it with `CollectiveStorage`).
-    let x = Managed::from_slice_mirrored(&ctx, &[2.0f32; 256]).expect("alloc");
-    let got = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let (mut busy, mut x) = (busy.attach(s)?, x.attach(s)?);
-            spin_then_add(s, &mut busy, 1.0, 500_000_000)?;
-            let mut fut = std::pin::pin!(busy.sync_async());
-            let mut cx = TaskContext::from_waker(&waker);
-            assert!(fut.as_mut().poll(&mut cx).is_pending());
-            // Behind the callback on the same stream: the communicator's work now waits for
-            // the callback, in which the communicator will be destroyed.
-            {
-                let guard = shared.lock().expect("lock");
-                if let Some(comm) = guard.as_ref() {
-                    comm.all_reduce_in_place(s, &mut x, ReduceOp::Sum)
-                        .expect("all-reduce");
-                }
-            }
-            let took = wait_until_woken(&waker_state.woke);
-            eprintln!("the waker returned after {took:?}");
-            assert!(
-                took < Duration::from_secs(3),
-                "finding: Comm::drop stalled inside the stream callback"
-            );
-            let first = poll_woken(fut.as_mut(), &mut cx).map(|b| b[0])?;
-            let x = x.sync()?;
-            Ok((first, x[0]))
-        })
-        .expect("the stream");
+    }) else {
+        return;
+    };
+    eprintln!("{}; the waker returned after {:?}", seen.said, seen.took);
+    assert!(
+        seen.took < Duration::from_secs(3),
+        "finding: Comm::drop stalled inside the stream callback"
+    );
+    let got = (
+        seen.first.expect("the spun buffer"),
+        seen.reduced.expect("the all-reduced buffer"),
+    );
     assert_eq!(got, (1.0, 2.0), "one rank: the sum is the value");
     assert_context_usable(&ctx);
 }

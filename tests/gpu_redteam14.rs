@@ -8,16 +8,18 @@
 //! 3 and 5 depend on what happens once per process.
 #![allow(clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Waker};
 use std::time::{Duration, Instant};
 
 use um::kernels::testing::spin_then_add;
-use um::nccl::{Comm, CommOptions, ReduceOp};
+use um::nccl::{Comm, CommOptions};
 use um::{Context, Error, Managed, StreamOptions};
 
 mod common;
-use common::waker::{ActingWaker, poll_woken, run_in_callback, wait_until_woken};
+use common::waker::{
+    ActingWaker, comm_action_in_callback, poll_woken, run_in_callback, wait_until_woken,
+};
 use common::{gpu, serial, watchdog};
 
 fn refused<T: std::fmt::Debug>(r: um::Result<T>) -> String {
@@ -41,47 +43,24 @@ fn a_comm_aborted_by_a_waker_makes_no_nccl_call_in_the_callback_and_leaks_it() {
     let _serial = serial();
     let _dog = watchdog("red team 14, attempt 1 (Comm::abort in a waker)");
     let ctx = gpu();
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let Some(comm) = common::one_rank_comm(&ctx, options) else {
-        return;
-    };
-    let shared = Arc::new(Mutex::new(Some(comm)));
-    let in_waker = Arc::clone(&shared);
-    let state = ActingWaker::new(move || {
+    let Some(seen) = comm_action_in_callback(&ctx, |shared| {
         let t = Instant::now();
-        if let Some(c) = in_waker.lock().expect("lock").as_ref() {
+        if let Some(c) = shared.lock().expect("lock").as_ref() {
             c.abort(); // `ncclCommAbort` inside the stream callback today
         }
         format!("aborted in {:?}", t.elapsed())
-    });
-    let waker = Waker::from(Arc::clone(&state));
-    let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
-    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
-    // emulated part of run.sh refuses it with `CollectiveStorage`).
-    let x = Managed::from_slice_mirrored(&ctx, &[2.0f32; 256]).expect("alloc");
-    let outcome = ctx.with_stream(StreamOptions::new(), |s| {
-        let (mut busy, mut x) = (busy.attach(s)?, x.attach(s)?);
-        spin_then_add(s, &mut busy, 1.0, 500_000_000)?;
-        let mut fut = std::pin::pin!(busy.sync_async());
-        let mut cx = TaskContext::from_waker(&waker);
-        assert!(fut.as_mut().poll(&mut cx).is_pending());
-        if let Some(comm) = shared.lock().expect("lock").as_ref() {
-            comm.all_reduce_in_place(s, &mut x, ReduceOp::Sum)
-                .expect("all-reduce");
-        }
-        let took = wait_until_woken(&state.woke);
-        let first = poll_woken(fut.as_mut(), &mut cx).map(|b| b[0]);
-        // Aborted: the stream is poisoned, so both come back as `Err` (and leak), never `Ok`
-        // with a wrong value.
-        Ok((took, first.is_err(), x.sync().is_err()))
-    });
-    let (took, first_err, x_err) = outcome.expect("the stream scope");
+    }) else {
+        return;
+    };
+    // Aborted: the stream is poisoned, so both come back as `Err` (and leak), never `Ok` with
+    // a wrong value.
+    let (first_err, x_err) = (seen.first.is_err(), seen.reduced.is_err());
     eprintln!(
-        "{}; took {took:?}; first err {first_err}, x err {x_err}",
-        state.out()
+        "{}; took {:?}; first err {first_err}, x err {x_err}",
+        seen.said, seen.took
     );
     assert!(
-        took < Duration::from_secs(3),
+        seen.took < Duration::from_secs(3),
         "finding: Comm::abort stalled inside the stream callback"
     );
     assert!(x_err, "an aborted communicator's stream is poisoned");

@@ -88,6 +88,66 @@ pub fn run_in_callback(ctx: &Context, act: impl FnOnce() -> String + Send + 'sta
     out
 }
 
+/// What [`comm_action_in_callback`] saw.
+pub struct CommInCallback {
+    /// How long the waker (the action inside the callback) took to run.
+    pub took: Duration,
+    /// What the action said.
+    pub said: String,
+    /// The spun buffer's first element, from the woken `sync_async` (1.0 when right).
+    pub first: um::Result<f32>,
+    /// The all-reduced buffer's first element after `sync` (2.0 when right: one rank).
+    pub reduced: um::Result<f32>,
+}
+
+/// Runs `act` inside um's stream callback with a one-rank communicator (5 s limit) that it may
+/// drop, abort or leave, while an in-place all-reduce on that communicator waits behind the
+/// callback on the same stream: a 0.5 s spin holds the stream, its `sync_async` is polled once
+/// with the acting waker, the all-reduce (256 mirrored 2.0s) is enqueued, then the waker is
+/// waited for (at most 50 s). `None`, said, where no communicator could be made. Red teams 13
+/// (a communicator dropped there) and 14 (aborted there).
+pub fn comm_action_in_callback(
+    ctx: &Context,
+    act: impl FnOnce(&Mutex<Option<um::nccl::Comm>>) -> String + Send + 'static,
+) -> Option<CommInCallback> {
+    // Nonblocking (the default), with a 5 s limit instead of 120 s, so that a stall inside the
+    // callback ends within the tests' watchdog (60 s).
+    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(5));
+    let comm = super::one_rank_comm(ctx, options)?;
+    let shared = Arc::new(Mutex::new(Some(comm)));
+    let in_waker = Arc::clone(&shared);
+    let state = ActingWaker::new(move || act(&in_waker));
+    let waker = Waker::from(Arc::clone(&state));
+    let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
+    // Mirrored: NCCL takes no unified memory without concurrent managed access (the
+    // emulated part of run.sh refuses it with `CollectiveStorage`).
+    let x = Managed::from_slice_mirrored(ctx, &[2.0f32; 256]).expect("alloc");
+    let (took, first, reduced) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut busy, mut x) = (busy.attach(s)?, x.attach(s)?);
+            spin_then_add(s, &mut busy, 1.0, 500_000_000)?;
+            let mut fut = std::pin::pin!(busy.sync_async());
+            let mut cx = TaskContext::from_waker(&waker);
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+            // Behind the callback on the same stream: the communicator's work now waits for
+            // the callback, in which the action runs.
+            if let Some(comm) = shared.lock().expect("lock").as_ref() {
+                comm.all_reduce_in_place(s, &mut x, um::nccl::ReduceOp::Sum)
+                    .expect("all-reduce");
+            }
+            let took = wait_until_woken(&state.woke);
+            let first = poll_woken(fut.as_mut(), &mut cx).map(|b| b[0]);
+            Ok((took, first, x.sync().map(|x| x[0])))
+        })
+        .expect("the stream scope");
+    Some(CommInCallback {
+        took,
+        said: state.out(),
+        first,
+        reduced,
+    })
+}
+
 /// Waits until a waker has set `woke` (every 5 ms, at most 50 s: then it panics, "the waker
 /// never ran"); how long that took.
 pub fn wait_until_woken(woke: &AtomicBool) -> Duration {
