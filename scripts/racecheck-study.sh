@@ -103,15 +103,18 @@ run() {
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  local copies=${SIDE_BY_SIDE:-1} c
+  local copies=${SIDE_BY_SIDE:-1}
   local base
   base="$out/logs/$(printf '%02d' "$n")-$(printf '%s' "$label" | tr -c 'A-Za-z0-9=_.-' '_')"
   local t0
   t0=$(date +%s)
+  # Each copy's log (and its stacks file): one copy keeps the plain names.
+  local logs=("$base.log") c
+  [ "$copies" -gt 1 ] && logs=() && for c in $(seq "$copies"); do logs+=("$base.$c.log"); done
   for c in $(seq "$copies"); do
     (
-      local log=$base.log stacks=${STACKS_TO:-}
-      [ "$copies" -gt 1 ] && log=$base.$c.log && stacks=${stacks:+$stacks.$c}
+      local log=${logs[c - 1]} stacks=${STACKS_TO:-}
+      [ "$copies" -gt 1 ] && stacks=${stacks:+$stacks.$c}
       local wrap=()
       [ -n "$stacks" ] && wrap=(bash "$bundle/stall-stacks.sh" "${STUDY_STACKS_S:-60}" "$stacks")
       "${wrap[@]}" env "${envs[@]}" timeout -k 5 "$limit" "$cs" --tool racecheck --report-api-errors no \
@@ -122,8 +125,8 @@ run() {
   wait
   local secs=$(($(date +%s) - t0))
   for c in $(seq "$copies"); do
-    local log=$base.log tag=""
-    [ "$copies" -gt 1 ] && log=$base.$c.log && tag=" [$c of $copies at once]"
+    local log=${logs[c - 1]} tag=""
+    [ "$copies" -gt 1 ] && tag=" [$c of $copies at once]"
     say "$(printf '%-72s %-8s %s' "$label$tag" "${secs}s" "$(verdict_of "$log" "$(cat "$log.rc")" "$limit")")"
     rm -f "$log.rc"
   done
