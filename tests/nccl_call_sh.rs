@@ -8,6 +8,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "common/stand_in.rs"]
+mod stand_in;
+use stand_in::{Scratch, executable, nvidia_smi, path_with};
+
 const NCCL_CALL: &str = include_str!("../scripts/nccl-call.sh");
 
 /// A program that prints its name and arguments; `data_parallel --launch --socket` fails and
@@ -21,12 +25,13 @@ exit 0
 
 struct Machine {
     dir: PathBuf,
+    _scratch: Scratch,
 }
 
 impl Machine {
     fn new(name: &str, gpus: usize) -> Machine {
-        let dir = std::env::temp_dir().join(format!("um-nccl-call-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let scratch = Scratch::new(&format!("um-nccl-call-{name}"));
+        let dir = scratch.dir.clone();
         let bundle = dir.join("repo/target/gpu-bundle");
         for d in ["tests", "examples", "bench"] {
             fs::create_dir_all(bundle.join(d)).expect("mkdir");
@@ -42,28 +47,19 @@ impl Machine {
         ] {
             executable(&bundle.join(p), PROGRAM);
         }
-        let smi_lines: String = (0..gpus)
-            .map(|i| format!("echo 'GPU {i}: Stand-in (UUID: GPU-{i})'; "))
-            .collect();
-        executable(
-            &dir.join("bin/nvidia-smi"),
-            &format!(
-                "#!/usr/bin/env bash\ncase \"$*\" in -L) {smi_lines};; *) echo 'Stand-in, 0.0';; esac\n"
-            ),
-        );
+        executable(&dir.join("bin/nvidia-smi"), &nvidia_smi(gpus));
         fs::write(dir.join("repo/nccl-call.sh"), NCCL_CALL).expect("script");
-        Machine { dir }
+        Machine {
+            dir,
+            _scratch: scratch,
+        }
     }
 
     /// `bash nccl-call.sh out BUDGET` from the repository root: (exit status, output, the
     /// folder `out`).
     fn run(&self, budget: &str, steps: Option<&str>) -> (i32, String, PathBuf) {
         let repo = self.dir.join("repo");
-        let path = format!(
-            "{}:{}",
-            self.dir.join("bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = path_with(&self.dir.join("bin"));
         let mut cmd = Command::new("bash");
         cmd.current_dir(&repo)
             .args(["nccl-call.sh", "out", budget])
@@ -81,22 +77,6 @@ impl Machine {
         println!("--- nccl-call.sh ---\n{text}--- end ---");
         (o.status.code().unwrap_or(-1), text, repo.join("out"))
     }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn executable(path: &Path, text: &str) {
-    fs::write(path, text).expect("write");
-    let status = Command::new("chmod")
-        .arg("+x")
-        .arg(path)
-        .status()
-        .expect("chmod");
-    assert!(status.success());
 }
 
 fn read(path: &Path) -> String {

@@ -6,8 +6,12 @@
 #![allow(clippy::expect_used)] // a test stops at the first surprise
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+#[path = "common/stand_in.rs"]
+mod stand_in;
+use stand_in::{Scratch, executable, nvidia_smi, path_with};
 
 /// The script under test, built in: the test runs wherever the binary goes (the GPU bundle).
 const RUN_SH: &str = include_str!("../scripts/gpu-run.sh");
@@ -86,23 +90,18 @@ esac
 /// A machine of `gpus` GPUs with the stand-ins, and a bundle of the programs named.
 struct Machine {
     dir: PathBuf,
+    _scratch: Scratch,
 }
 
 impl Machine {
     fn new(name: &str, gpus: usize, tests: &[&str], examples: &[&str]) -> Machine {
-        let dir = std::env::temp_dir().join(format!("um-run-sh-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let scratch = Scratch::new(&format!("um-run-sh-{name}"));
+        let dir = scratch.dir.clone();
         let (bin, bundle) = (dir.join("bin"), dir.join("bundle"));
         for d in [&bin, &bundle.join("tests"), &bundle.join("examples")] {
             fs::create_dir_all(d).expect("mkdir");
         }
-        let smi_lines: String = (0..gpus)
-            .map(|i| format!("echo 'GPU {i}: Stand-in (UUID: GPU-{i})'; "))
-            .collect();
-        let smi = format!(
-            "#!/usr/bin/env bash\ncase \"$*\" in -L) {smi_lines};; *) echo 'Stand-in, 0.0';; esac\n"
-        );
-        executable(&bin.join("nvidia-smi"), &smi);
+        executable(&bin.join("nvidia-smi"), &nvidia_smi(gpus));
         executable(&bin.join("compute-sanitizer"), SANITIZER);
         executable(&bin.join("nvcc"), "#!/usr/bin/env bash\nexit 1\n");
         executable(&bundle.join("run.sh"), RUN_SH);
@@ -125,17 +124,16 @@ impl Machine {
                 "#!/usr/bin/env bash\nexit 0\n",
             );
         }
-        Machine { dir }
+        Machine {
+            dir,
+            _scratch: scratch,
+        }
     }
 
     /// `run.sh ARGS` on this machine: (exit status, output, verdict.txt of OUT, the tool's log).
     fn run(&self, out: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, String) {
         let log = self.dir.join(format!("{out}.tool-log"));
-        let path = format!(
-            "{}:{}",
-            self.dir.join("bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = path_with(&self.dir.join("bin"));
         let mut cmd = Command::new("bash");
         cmd.arg(self.dir.join("bundle/run.sh"))
             .args(["--all", &self.dir.join(out).display().to_string()])
@@ -160,22 +158,6 @@ impl Machine {
         let tool_log = fs::read_to_string(&log).unwrap_or_default();
         (o.status.code().unwrap_or(-1), text, verdict, tool_log)
     }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn executable(path: &Path, text: &str) {
-    fs::write(path, text).expect("write");
-    let status = Command::new("chmod")
-        .arg("+x")
-        .arg(path)
-        .status()
-        .expect("chmod");
-    assert!(status.success());
 }
 
 /// The verdict's line of `program` under `tool`.

@@ -1,0 +1,56 @@
+//! Stand-ins for the GPU machine's tools, for the tests that run its scripts without a GPU
+//! (`tests/run_sh.rs`, `tests/nccl_call_sh.rs`). Included by path: it needs nothing of um.
+#![allow(dead_code, unreachable_pub, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch folder under the system's temporary folder, named for the test and the process,
+/// empty when made and removed when dropped.
+pub struct Scratch {
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("mkdir");
+        Scratch { dir }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Writes `text` to `path` and makes it executable.
+pub fn executable(path: &Path, text: &str) {
+    fs::write(path, text).expect("write");
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(path)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+}
+
+/// An `nvidia-smi` that lists `gpus` GPUs (`-L`) and answers every query with one line.
+pub fn nvidia_smi(gpus: usize) -> String {
+    let lines: String = (0..gpus)
+        .map(|i| format!("echo 'GPU {i}: Stand-in (UUID: GPU-{i})'; "))
+        .collect();
+    format!("#!/usr/bin/env bash\ncase \"$*\" in -L) {lines};; *) echo 'Stand-in, 0.0';; esac\n")
+}
+
+/// `PATH` with `bin` first.
+pub fn path_with(bin: &Path) -> String {
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
