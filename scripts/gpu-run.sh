@@ -308,7 +308,7 @@ sanitize_one() {
     fi
   fi
   if [ "$tool" = racecheck ] && tracking_failure_only "$log"; then
-    echo "??? $tool $(basename "$prog"): rc=$rc $summary: the tool's own \"Internal Sanitizer Error: Detected a failure to track a kernel launch\", no hazard records: this run is incomplete, not a verdict"
+    echo "??? $tool $(basename "$prog"): rc=$rc $summary: the tool's own \"$tracking_error\", no hazard records: this run is incomplete, not a verdict"
     if [ -n "${UM_SANITIZE_LOGS:-}" ]; then
       mkdir -p "$UM_SANITIZE_LOGS"
       grep -E '^=========|^test |panicked' "$log" | head -n 400 >"$UM_SANITIZE_LOGS/$tool-$(basename "$prog").incomplete.log"
@@ -373,12 +373,13 @@ uses_every_gpu() {
 # incomplete": the run is not a verdict either way. The C++ reproducer showed the same error
 # without um, for 8 host threads each launching on a stream created per round and waiting by
 # stream callback, three processes at once (1 run in 24, H200, 2026-11-23): async_requests'
-# pattern, which racecheck reported once in 6 runs and once in 15.
+# pattern, which racecheck reported once in 6 runs (2x H200) and once in 30 (H200).
+tracking_error="Internal Sanitizer Error: Detected a failure to track a kernel launch"
 tracking_failure_only() {
   local log=$1 internal other sums
-  internal=$(grep -c "^========= Internal Sanitizer Error: Detected a failure to track a kernel launch" "$log")
+  internal=$(grep -c "^========= $tracking_error" "$log")
   [ "$internal" -gt 0 ] || return 1
-  other=$(grep -E "^=========" "$log" | grep -vcE "^=========[[:space:]]*$|^========= COMPUTE-SANITIZER|^========= Internal Sanitizer Error: Detected a failure to track a kernel launch|^========= RACECHECK SUMMARY: |^========= Target application returned an error")
+  other=$(grep -E "^=========" "$log" | grep -vcE "^=========[[:space:]]*$|^========= COMPUTE-SANITIZER|^========= $tracking_error|^========= RACECHECK SUMMARY: |^========= Target application returned an error")
   [ "$other" = 0 ] || return 1
   sums=$(grep -E "^========= RACECHECK SUMMARY: " "$log")
   [ -n "$sums" ] || return 1
@@ -414,7 +415,7 @@ tracking_repro_note() {
     done
     wait
     runs=$((runs + 3))
-    hit=$(grep -l "Internal Sanitizer Error: Detected a failure to track a kernel launch" "$dir/$r".*.log 2>/dev/null | head -n 1)
+    hit=$(grep -l "$tracking_error" "$dir/$r".*.log 2>/dev/null | head -n 1)
     [ -n "$hit" ] && break
   done
   if [ -n "$hit" ]; then
@@ -444,9 +445,10 @@ sanitize_retrying() {
   pnote=$(cat "$note_file.one" 2>/dev/null)
   rm -f "$note_file.one"
   if [ "$tries" -gt 0 ]; then
-    local reran="run $((tries + 1)) of $((tries + 1)): the first $tries incomplete (racecheck's own \"Internal Sanitizer Error: Detected a failure to track a kernel launch\", no hazard records)"
-    [ "$tries" = 1 ] && reran="run 2 of 2: the first incomplete (racecheck's own \"Internal Sanitizer Error: Detected a failure to track a kernel launch\", no hazard records)"
-    [ "$rc" = 5 ] && reran="every one of $((tries + 1)) runs incomplete (racecheck's own \"Internal Sanitizer Error: Detected a failure to track a kernel launch\")"
+    local first="the first $tries"
+    [ "$tries" = 1 ] && first="the first"
+    local reran="run $((tries + 1)) of $((tries + 1)): $first incomplete (racecheck's own \"$tracking_error\", no hazard records)"
+    [ "$rc" = 5 ] && reran="every one of $((tries + 1)) runs incomplete (racecheck's own \"$tracking_error\")"
     pnote=" ($reran; the same error without um: $(once tracking-repro tracking_repro_note))$pnote"
   fi
   echo "$pnote" >"$note_file"
