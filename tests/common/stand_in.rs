@@ -54,3 +54,16 @@ pub fn path_with(bin: &Path) -> String {
         std::env::var("PATH").unwrap_or_default()
     )
 }
+
+/// Runs `cmd` to its end: (exit status, or -1 for a signal; stdout then stderr), the output
+/// also printed under `label`, for the reader of a failing test.
+pub fn run(cmd: &mut Command, label: &str) -> (i32, String) {
+    let o = cmd.output().expect("bash runs the script");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("--- {label} ---\n{text}--- end ---");
+    (o.status.code().unwrap_or(-1), text)
+}
