@@ -16,12 +16,20 @@ mod common;
 use common::waker::{ActingWaker, wait_until_woken};
 use common::{serial, watchdog};
 
-fn contexts(n: usize) -> Option<Vec<Context>> {
+/// `n` devices and a communicator on each (a 5 s time limit), or `None` (after saying why) where
+/// the machine has fewer devices or no NCCL.
+fn world(n: usize) -> Option<(Vec<Context>, Vec<Comm>)> {
     if um::device_count().unwrap_or(0) < n {
         eprintln!("skipped: fewer than {n} devices");
         return None;
     }
-    Some((0..n).map(|i| Context::new(i).expect("context")).collect())
+    let ctxs: Vec<Context> = (0..n).map(|i| Context::new(i).expect("context")).collect();
+    let options = CommOptions::new().timeout(Duration::from_secs(5));
+    let Ok(comms) = Comm::init_all(&ctxs, options) else {
+        eprintln!("skipped: no NCCL");
+        return None;
+    };
+    Some((ctxs, comms))
 }
 
 /// Attempt 2a (deadlock, undocumented). A waker aborts rank 0 while an all-reduce of rank 0 is
@@ -38,10 +46,7 @@ fn contexts(n: usize) -> Option<Vec<Context>> {
 fn a_comm_aborted_by_a_waker_has_its_kernels_aborted_later_on_an_ordinary_thread() {
     let _serial = serial();
     let _dog = watchdog("red team 15, attempt 2a");
-    let Some(ctxs) = contexts(2) else { return };
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let Ok(mut comms) = Comm::init_all(&ctxs, options) else {
-        eprintln!("skipped: no NCCL");
+    let Some((ctxs, mut comms)) = world(2) else {
         return;
     };
     let comm1 = comms.pop().expect("rank 1");
@@ -122,10 +127,7 @@ fn a_comm_aborted_by_a_waker_has_its_kernels_aborted_later_on_an_ordinary_thread
 fn a_rank_that_leaves_does_not_clear_the_pending_calls_of_two_other_local_ranks() {
     let _serial = serial();
     let _dog = watchdog("red team 15, attempt 2c");
-    let Some(ctxs) = contexts(3) else { return };
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
-    let Ok(mut comms) = Comm::init_all(&ctxs, options) else {
-        eprintln!("skipped: no NCCL");
+    let Some((ctxs, mut comms)) = world(3) else {
         return;
     };
     let comm2 = comms.pop().expect("rank 2");
