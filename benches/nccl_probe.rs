@@ -17,6 +17,9 @@
 //! * `--um streams|mirrors|group`: the loop on um's streams, with raw buffers, um's mirrors, or
 //!   um's `Group` (with `--comm um`).
 //!
+//! * `--poll ROUNDS`: only the study of `poll.rs` (how um's host time per step on nonblocking
+//!   communicators compares with raw calls polled in several ways).
+//!
 //! Without `--um`, streams and buffers are raw and the loop is raw NCCL calls: the variants
 //! differ only in how the process was set up.
 
@@ -27,6 +30,8 @@ use cust::sys as cu;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "nccl_probe/poll.rs"]
+mod poll;
 #[path = "um_bench/raw_nccl.rs"]
 mod raw_nccl;
 use raw_nccl::RawNccl as Nccl;
@@ -69,6 +74,9 @@ fn main() -> Res<()> {
     let nccl = Nccl::load()?;
     // SAFETY: no arguments but the flags, which must be 0.
     unsafe { check("cuInit", cu::cuInit(0))? };
+    if let Some(rounds) = arg("--poll") {
+        return poll::study(&nccl, rounds.parse()?);
+    }
     let gpus = um::device_count()?;
     let ctxs: Vec<um::Context> = if um_ctx {
         (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?

@@ -1,0 +1,213 @@
+//! `nccl_probe --poll ROUNDS`: where um's host time per step on nonblocking communicators goes
+//! (issue 22's goal, ≤ +1 µs over the raw call). The same grouped all-reduce of 1 KiB per GPU,
+//! on um's nonblocking communicators, mirrors and streams, issued raw and polled in several
+//! ways, and through um's `Group`; batches of 32 steps taking turns, the streams drained between
+//! batches. Prints, per variant, the median over rounds of each round's median step, and the
+//! median (with the 5th and 95th percentiles) of its per-round difference from the raw step
+//! polled in a tight loop. Also prints the clock source and what one `Instant::now` costs.
+
+use std::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
+
+use super::{Nccl, Res};
+
+const BATCH: usize = 32;
+
+/// How a raw step waits for NCCL after `ncclGroupEnd`.
+#[derive(Clone, Copy)]
+enum Poll {
+    /// `ncclCommGetAsyncError` in a tight loop (um_bench's raw reference).
+    Tight,
+    /// The same, reading the clock for a deadline once per poll.
+    Clock,
+    /// um's loop: the deadline, then the time since the first poll, then a spin hint.
+    UmLoop,
+    /// `sched_yield` between polls.
+    Yield,
+}
+
+const VARIANTS: [(&str, Option<Poll>); 5] = [
+    ("raw, tight poll", Some(Poll::Tight)),
+    ("raw, clock per poll", Some(Poll::Clock)),
+    ("raw, um's poll loop", Some(Poll::UmLoop)),
+    ("raw, yield per poll", Some(Poll::Yield)),
+    ("um Group", None),
+];
+
+/// One raw step; returns the polls made after `ncclGroupEnd`.
+///
+/// # Safety
+/// Live nonblocking communicators used by this thread only; each address is device memory of
+/// at least `n` f32 owned by the work of its stream, of the communicator's device.
+unsafe fn raw_step(
+    nccl: &Nccl,
+    calls: &[(u64, u64, *mut c_void)],
+    comms: &[*mut c_void],
+    n: usize,
+    poll: Poll,
+) -> Res<usize> {
+    let ok = |rc: c_int| rc == 0 || rc == 7;
+    let mut polls = 0;
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        if !ok((nccl.group_start)()) {
+            return Err("ncclGroupStart".into());
+        }
+        for (&(p, q, s), &c) in calls.iter().zip(comms) {
+            let rc = (nccl.all_reduce)(p as *const c_void, q as *mut c_void, n, 7, 0, c, s);
+            if !ok(rc) {
+                return Err(format!("ncclAllReduce {rc}").into());
+            }
+        }
+        if !ok((nccl.group_end)()) {
+            return Err("ncclGroupEnd".into());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &c in comms {
+            let start = Instant::now();
+            let mut state: c_int = 7;
+            loop {
+                polls += 1;
+                if (nccl.async_error)(c, &mut state) != 0 {
+                    return Err("ncclCommGetAsyncError".into());
+                }
+                if state != 7 {
+                    break;
+                }
+                match poll {
+                    Poll::Tight => {}
+                    Poll::Clock => {
+                        if Instant::now() >= deadline {
+                            return Err("timeout".into());
+                        }
+                    }
+                    Poll::UmLoop => {
+                        if Instant::now() >= deadline {
+                            return Err("timeout".into());
+                        }
+                        if start.elapsed() < Duration::from_micros(250) {
+                            std::hint::spin_loop();
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                    Poll::Yield => std::thread::yield_now(),
+                }
+            }
+            if state != 0 {
+                return Err(format!("NCCL async error {state}").into());
+            }
+        }
+    }
+    Ok(polls)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+pub(crate) fn study(nccl: &Nccl, rounds: usize) -> Res<()> {
+    use um::nccl::{Comm, CommOptions, Group, ReduceOp};
+    use um::{Context, Managed, StreamOptions};
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_else(|_| "unknown".to_owned());
+    let t0 = Instant::now();
+    let mut last = t0;
+    for _ in 0..1_000_000 {
+        last = Instant::now();
+    }
+    let ns = (last - t0).as_secs_f64() * 1e9 / 1e6;
+    println!(
+        "{{\"clocksource\":\"{}\",\"instant_now_ns\":{ns:.1}}}",
+        source.trim()
+    );
+    let gpus = um::device_count()?;
+    let ctxs: Vec<Context> = (0..gpus).map(Context::new).collect::<um::Result<_>>()?;
+    let comms = Comm::init_all(&ctxs, CommOptions::new())?;
+    let raw_comms: Vec<*mut c_void> = comms.iter().map(Comm::as_raw).collect();
+    let n = 256;
+    let mut bufs = Vec::new();
+    for ctx in &ctxs {
+        bufs.push((
+            Managed::from_fn_mirrored(ctx, n, |_| 1.0f32)?,
+            Managed::from_fn_mirrored(ctx, n, |_| 0.0f32)?,
+        ));
+    }
+    let k = VARIANTS.len();
+    let (steps, polls) = Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
+        let mut on = Vec::new();
+        for ((a, b), s) in bufs.into_iter().zip(streams) {
+            on.push((a.attach(s)?, b.attach(s)?));
+        }
+        // Per round, per variant: the median step (µs); per variant, polls per raw step.
+        let mut steps = vec![vec![0.0f64; k]; rounds];
+        let mut polls = vec![0usize; k];
+        let mut t = [0.0f64; BATCH];
+        for round in 0..rounds + 1 {
+            for j in 0..k {
+                let v = (round + j) % k;
+                for step in &mut t {
+                    let s0 = Instant::now();
+                    match VARIANTS[v].1 {
+                        None => {
+                            let mut g = Group::new();
+                            for (((a, b), s), c) in on.iter_mut().zip(streams).zip(&comms) {
+                                g.all_reduce(c, s, a, b, ReduceOp::Sum)?;
+                            }
+                            g.launch()?;
+                        }
+                        Some(poll) => {
+                            let calls: Vec<(u64, u64, *mut c_void)> = on
+                                .iter_mut()
+                                .zip(streams.iter())
+                                .map(|((a, b), s)| {
+                                    (
+                                        a.as_device_ptr().address(),
+                                        b.as_device_ptr_mut().address(),
+                                        s.as_raw(),
+                                    )
+                                })
+                                .collect();
+                            // SAFETY: um's nonblocking communicators, used by this thread
+                            // only; mirrors' device halves owned by each GPU's stream, n f32.
+                            let p = unsafe { raw_step(nccl, &calls, &raw_comms, n, poll) }
+                                .map_err(|e| um::Error::Bootstrap {
+                                    reason: e.to_string(),
+                                })?;
+                            if round > 0 {
+                                polls[v] += p;
+                            }
+                        }
+                    }
+                    *step = s0.elapsed().as_secs_f64() * 1e6;
+                }
+                for s in streams {
+                    s.wait_idle()?;
+                }
+                if round > 0 {
+                    steps[round - 1][v] = pct(&mut t, 0.5);
+                }
+            }
+        }
+        for ((a, b), s) in on.into_iter().zip(streams) {
+            s.sync_all((a, b))?;
+        }
+        Ok((steps, polls))
+    })?;
+    for (v, (name, _)) in VARIANTS.iter().enumerate() {
+        let mut own: Vec<f64> = steps.iter().map(|r| r[v]).collect();
+        let mut diff: Vec<f64> = steps.iter().map(|r| r[v] - r[0]).collect();
+        println!(
+            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1}}}",
+            pct(&mut own, 0.5),
+            pct(&mut diff, 0.5),
+            pct(&mut diff, 0.05),
+            pct(&mut diff, 0.95),
+            polls[v] as f64 / (rounds * BATCH) as f64,
+        );
+    }
+    drop(comms);
+    Ok(())
+}
