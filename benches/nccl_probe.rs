@@ -17,7 +17,7 @@
 //! * `--um streams|mirrors|group`: the loop on um's streams, with raw buffers, um's mirrors, or
 //!   um's `Group` (with `--comm um`).
 //!
-//! * `--poll ROUNDS`: only the study of `poll.rs` (how um's host time per step on nonblocking
+//! * `--poll ROUNDS [--blocking]`: only the study of `poll.rs` (how um's host time per step on nonblocking
 //!   communicators compares with raw calls polled in several ways).
 //!
 //! Without `--um`, streams and buffers are raw and the loop is raw NCCL calls: the variants
@@ -75,7 +75,7 @@ fn main() -> Res<()> {
     // SAFETY: no arguments but the flags, which must be 0.
     unsafe { check("cuInit", cu::cuInit(0))? };
     if let Some(rounds) = arg("--poll") {
-        return poll::study(&nccl, rounds.parse()?);
+        return poll::study(&nccl, rounds.parse()?, has("--blocking"));
     }
     let gpus = um::device_count()?;
     let ctxs: Vec<um::Context> = if um_ctx {

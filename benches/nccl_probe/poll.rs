@@ -4,7 +4,8 @@
 //! ways, and through um's `Group`; batches of 32 steps taking turns, the streams drained between
 //! batches. Prints, per variant, the median over rounds of each round's median step, and the
 //! median (with the 5th and 95th percentiles) of its per-round difference from the raw step
-//! polled in a tight loop. Also prints the clock source and what one `Instant::now` costs.
+//! polled in a tight loop. With `--blocking`, the same on blocking communicators (a poll
+//! returns at once). Also prints the clock source and what one `Instant::now` costs.
 
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
@@ -107,7 +108,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-pub(crate) fn study(nccl: &Nccl, rounds: usize) -> Res<()> {
+pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
     use um::nccl::{Comm, CommOptions, Group, ReduceOp};
     use um::{Context, Managed, StreamOptions};
     let source =
@@ -120,12 +121,12 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize) -> Res<()> {
     }
     let ns = (last - t0).as_secs_f64() * 1e9 / 1e6;
     println!(
-        "{{\"clocksource\":\"{}\",\"instant_now_ns\":{ns:.1}}}",
+        "{{\"clocksource\":\"{}\",\"instant_now_ns\":{ns:.1},\"blocking\":{blocking}}}",
         source.trim()
     );
     let gpus = um::device_count()?;
     let ctxs: Vec<Context> = (0..gpus).map(Context::new).collect::<um::Result<_>>()?;
-    let comms = Comm::init_all(&ctxs, CommOptions::new())?;
+    let comms = Comm::init_all(&ctxs, CommOptions::new().blocking(blocking))?;
     let raw_comms: Vec<*mut c_void> = comms.iter().map(Comm::as_raw).collect();
     let n = 256;
     let mut bufs = Vec::new();
@@ -136,72 +137,80 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize) -> Res<()> {
         ));
     }
     let k = VARIANTS.len();
-    let (steps, polls) = Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
-        let mut on = Vec::new();
-        for ((a, b), s) in bufs.into_iter().zip(streams) {
-            on.push((a.attach(s)?, b.attach(s)?));
-        }
-        // Per round, per variant: the median step (µs); per variant, polls per raw step.
-        let mut steps = vec![vec![0.0f64; k]; rounds];
-        let mut polls = vec![0usize; k];
-        let mut t = [0.0f64; BATCH];
-        for round in 0..rounds + 1 {
-            for j in 0..k {
-                let v = (round + j) % k;
-                for step in &mut t {
-                    let s0 = Instant::now();
-                    match VARIANTS[v].1 {
-                        None => {
-                            let mut g = Group::new();
-                            for (((a, b), s), c) in on.iter_mut().zip(streams).zip(&comms) {
-                                g.all_reduce(c, s, a, b, ReduceOp::Sum)?;
+    let (steps, builds, polls) =
+        Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
+            let mut on = Vec::new();
+            for ((a, b), s) in bufs.into_iter().zip(streams) {
+                on.push((a.attach(s)?, b.attach(s)?));
+            }
+            // Per round, per variant: the median step (µs); per variant, polls per raw step.
+            let mut steps = vec![vec![0.0f64; k]; rounds];
+            let mut builds = vec![vec![0.0f64; k]; rounds];
+            let mut polls = vec![0usize; k];
+            let mut t = [0.0f64; BATCH];
+            let mut b = [0.0f64; BATCH];
+            for round in 0..rounds + 1 {
+                for j in 0..k {
+                    let v = (round + j) % k;
+                    for (step, build) in t.iter_mut().zip(&mut b) {
+                        let s0 = Instant::now();
+                        match VARIANTS[v].1 {
+                            None => {
+                                let mut g = Group::new();
+                                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(&comms) {
+                                    g.all_reduce(c, s, a, b, ReduceOp::Sum)?;
+                                }
+                                *build = s0.elapsed().as_secs_f64() * 1e6;
+                                g.launch()?;
                             }
-                            g.launch()?;
-                        }
-                        Some(poll) => {
-                            let calls: Vec<(u64, u64, *mut c_void)> = on
-                                .iter_mut()
-                                .zip(streams.iter())
-                                .map(|((a, b), s)| {
-                                    (
-                                        a.as_device_ptr().address(),
-                                        b.as_device_ptr_mut().address(),
-                                        s.as_raw(),
-                                    )
-                                })
-                                .collect();
-                            // SAFETY: um's nonblocking communicators, used by this thread
-                            // only; mirrors' device halves owned by each GPU's stream, n f32.
-                            let p = unsafe { raw_step(nccl, &calls, &raw_comms, n, poll) }
-                                .map_err(|e| um::Error::Bootstrap {
-                                    reason: e.to_string(),
-                                })?;
-                            if round > 0 {
-                                polls[v] += p;
+                            Some(poll) => {
+                                let calls: Vec<(u64, u64, *mut c_void)> = on
+                                    .iter_mut()
+                                    .zip(streams.iter())
+                                    .map(|((a, b), s)| {
+                                        (
+                                            a.as_device_ptr().address(),
+                                            b.as_device_ptr_mut().address(),
+                                            s.as_raw(),
+                                        )
+                                    })
+                                    .collect();
+                                *build = s0.elapsed().as_secs_f64() * 1e6;
+                                // SAFETY: um's nonblocking communicators, used by this thread
+                                // only; mirrors' device halves owned by each GPU's stream, n f32.
+                                let p = unsafe { raw_step(nccl, &calls, &raw_comms, n, poll) }
+                                    .map_err(|e| um::Error::Bootstrap {
+                                        reason: e.to_string(),
+                                    })?;
+                                if round > 0 {
+                                    polls[v] += p;
+                                }
                             }
                         }
+                        *step = s0.elapsed().as_secs_f64() * 1e6;
                     }
-                    *step = s0.elapsed().as_secs_f64() * 1e6;
-                }
-                for s in streams {
-                    s.wait_idle()?;
-                }
-                if round > 0 {
-                    steps[round - 1][v] = pct(&mut t, 0.5);
+                    for s in streams {
+                        s.wait_idle()?;
+                    }
+                    if round > 0 {
+                        steps[round - 1][v] = pct(&mut t, 0.5);
+                        builds[round - 1][v] = pct(&mut b, 0.5);
+                    }
                 }
             }
-        }
-        for ((a, b), s) in on.into_iter().zip(streams) {
-            s.sync_all((a, b))?;
-        }
-        Ok((steps, polls))
-    })?;
+            for ((a, b), s) in on.into_iter().zip(streams) {
+                s.sync_all((a, b))?;
+            }
+            Ok((steps, builds, polls))
+        })?;
     for (v, (name, _)) in VARIANTS.iter().enumerate() {
         let mut own: Vec<f64> = steps.iter().map(|r| r[v]).collect();
         let mut diff: Vec<f64> = steps.iter().map(|r| r[v] - r[0]).collect();
+        let mut build: Vec<f64> = builds.iter().map(|r| r[v]).collect();
         println!(
-            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1}}}",
+            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"build_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1}}}",
             pct(&mut own, 0.5),
+            pct(&mut build, 0.5),
             pct(&mut diff, 0.5),
             pct(&mut diff, 0.05),
             pct(&mut diff, 0.95),
