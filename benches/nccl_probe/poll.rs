@@ -25,15 +25,29 @@ enum Poll {
     UmLoop,
     /// `sched_yield` between polls.
     Yield,
+    /// A tight poll, after 0.5 µs of busy work before `ncclGroupStart` (as if um's checks took
+    /// that long): whether a step's median grows by what is added before it.
+    Delay,
 }
 
-const VARIANTS: [(&str, Option<Poll>); 5] = [
+const VARIANTS: [(&str, Option<Poll>); 6] = [
     ("raw, tight poll", Some(Poll::Tight)),
     ("raw, clock per poll", Some(Poll::Clock)),
     ("raw, um's poll loop", Some(Poll::UmLoop)),
     ("raw, yield per poll", Some(Poll::Yield)),
+    ("raw, 0.5 us of work first", Some(Poll::Delay)),
     ("um Group", None),
 ];
+
+unsafe extern "C" {
+    /// glibc: the CPU the calling thread runs on.
+    fn sched_getcpu() -> c_int;
+}
+
+fn cpu() -> c_int {
+    // SAFETY: no arguments; glibc's call reads the CPU number.
+    unsafe { sched_getcpu() }
+}
 
 /// One raw step; returns the polls made after `ncclGroupEnd`.
 ///
@@ -49,6 +63,12 @@ unsafe fn raw_step(
 ) -> Res<usize> {
     let ok = |rc: c_int| rc == 0 || rc == 7;
     let mut polls = 0;
+    if matches!(poll, Poll::Delay) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_nanos(500) {
+            std::hint::spin_loop();
+        }
+    }
     // SAFETY: the caller's guarantees.
     unsafe {
         if !ok((nccl.group_start)()) {
@@ -76,7 +96,7 @@ unsafe fn raw_step(
                     break;
                 }
                 match poll {
-                    Poll::Tight => {}
+                    Poll::Tight | Poll::Delay => {}
                     Poll::Clock => {
                         if Instant::now() >= deadline {
                             return Err("timeout".into());
@@ -137,7 +157,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
         ));
     }
     let k = VARIANTS.len();
-    let (steps, builds, polls) =
+    let (steps, builds, polls, moves) =
         Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
             let mut on = Vec::new();
             for ((a, b), s) in bufs.into_iter().zip(streams) {
@@ -147,12 +167,14 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             let mut steps = vec![vec![0.0f64; k]; rounds];
             let mut builds = vec![vec![0.0f64; k]; rounds];
             let mut polls = vec![0usize; k];
+            let mut moves = vec![0usize; k];
             let mut t = [0.0f64; BATCH];
             let mut b = [0.0f64; BATCH];
             for round in 0..rounds + 1 {
                 for j in 0..k {
                     let v = (round + j) % k;
                     for (step, build) in t.iter_mut().zip(&mut b) {
+                        let c0 = cpu();
                         let s0 = Instant::now();
                         match VARIANTS[v].1 {
                             None => {
@@ -188,6 +210,9 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                             }
                         }
                         *step = s0.elapsed().as_secs_f64() * 1e6;
+                        if round > 0 && cpu() != c0 {
+                            moves[v] += 1;
+                        }
                     }
                     for s in streams {
                         s.wait_idle()?;
@@ -201,20 +226,21 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             for ((a, b), s) in on.into_iter().zip(streams) {
                 s.sync_all((a, b))?;
             }
-            Ok((steps, builds, polls))
+            Ok((steps, builds, polls, moves))
         })?;
     for (v, (name, _)) in VARIANTS.iter().enumerate() {
         let mut own: Vec<f64> = steps.iter().map(|r| r[v]).collect();
         let mut diff: Vec<f64> = steps.iter().map(|r| r[v] - r[0]).collect();
         let mut build: Vec<f64> = builds.iter().map(|r| r[v]).collect();
         println!(
-            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"build_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1}}}",
+            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"build_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1},\"steps_moved_cpu\":{:.4}}}",
             pct(&mut own, 0.5),
             pct(&mut build, 0.5),
             pct(&mut diff, 0.5),
             pct(&mut diff, 0.05),
             pct(&mut diff, 0.95),
             polls[v] as f64 / (rounds * BATCH) as f64,
+            moves[v] as f64 / (rounds * BATCH) as f64,
         );
     }
     drop(comms);
