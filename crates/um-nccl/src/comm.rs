@@ -518,15 +518,15 @@ impl Comm {
     }
 
     /// Remembers a stream this communicator is about to enqueue work on.
-    pub(crate) fn remember(&self, stream: Poisoner) {
+    pub(crate) fn remember(&self, stream: &Poisoner) {
         let mut st = self.state.borrow_mut();
-        if st.streams.iter().rev().any(|p| p.same_stream(&stream)) {
+        if st.streams.iter().rev().any(|p| p.same_stream(stream)) {
             return;
         }
         if st.streams.len() >= 16 {
             st.streams.retain(Poisoner::is_live);
         }
-        st.streams.push(stream);
+        st.streams.push(stream.clone());
     }
 
     /// NCCL's state of the communicator: `ncclSuccess`, `ncclInProgress` or an error.
@@ -638,8 +638,13 @@ impl Comm {
         um_core::refuse_inside_stream_callback("a collective")?;
         let call = call?;
         self.live()?;
-        ledger::record_all(&[(self.ledger(), self.rank, call.channel, call.sig)])?;
-        self.remember(stream);
+        ledger::record_all(std::iter::once((
+            self.ledger(),
+            self.rank,
+            call.channel,
+            call.sig,
+        )))?;
+        self.remember(&stream);
         // SAFETY: `call` was built by `crate::call` from buffers and a stream the caller of
         // this method still borrows, for this communicator, which is live.
         let (name, rc) = unsafe { call.issue(&self.nccl.fns, self.raw) };

@@ -5,6 +5,7 @@
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
 use um_core::{Error, Poisoner, Result, Storage, Stream};
 
 use crate::call::{self, Buf, Call};
@@ -44,7 +45,8 @@ use crate::types::{CollectiveStream, Element, ReduceOp};
 /// # Ok(()) }
 /// ```
 pub struct Group<'b> {
-    calls: Vec<Entry<'b>>,
+    /// Inline up to 4 calls: a step of a few GPUs allocates nothing on the host.
+    calls: SmallVec<[Entry<'b>; 4]>,
     _thread: PhantomData<*const ()>,
 }
 
@@ -58,7 +60,7 @@ struct Entry<'b> {
 impl Default for Group<'_> {
     fn default() -> Self {
         Group {
-            calls: Vec::new(),
+            calls: SmallVec::new(),
             _thread: PhantomData,
         }
     }
@@ -236,7 +238,9 @@ impl<'b> Group<'b> {
     pub fn launch(self) -> Result<Launched<'b>> {
         um_core::refuse_inside_stream_callback("a group of collectives")?;
         let Some(first) = self.calls.first() else {
-            return Ok(Launched { pairs: Vec::new() });
+            return Ok(Launched {
+                pairs: SmallVec::new(),
+            });
         };
         let blocking = first.comm.options().is_blocking();
         let nccl = first.comm.nccl();
@@ -248,16 +252,15 @@ impl<'b> Group<'b> {
                 });
             }
         }
-        let records: Vec<_> = self
-            .calls
-            .iter()
-            .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig))
-            .collect();
-        ledger::record_all(&records)?;
+        ledger::record_all(
+            self.calls
+                .iter()
+                .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig)),
+        )?;
         for e in &self.calls {
-            e.comm.remember(e.poisoner.clone());
+            e.comm.remember(&e.poisoner);
         }
-        let mut comms: Vec<&Comm> = Vec::new();
+        let mut comms: SmallVec<[&Comm; 4]> = SmallVec::new();
         for e in &self.calls {
             if !comms.iter().any(|c| std::ptr::eq(*c, e.comm)) {
                 comms.push(e.comm);
@@ -300,7 +303,7 @@ impl<'b> Group<'b> {
             }
             e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
         }
-        let mut pairs: Vec<(&'b Comm, &'b dyn Idle)> = Vec::new();
+        let mut pairs: Pairs<'b> = SmallVec::new();
         for e in &self.calls {
             if !pairs
                 .iter()
@@ -313,9 +316,12 @@ impl<'b> Group<'b> {
     }
 }
 
+/// Each communicator of a launched group with each stream it enqueued on, once.
+type Pairs<'b> = SmallVec<[(&'b Comm, &'b dyn Idle); 4]>;
+
 /// A launched group: its communicators and streams, still borrowed, to wait for.
 pub struct Launched<'b> {
-    pairs: Vec<(&'b Comm, &'b dyn Idle)>,
+    pairs: Pairs<'b>,
 }
 
 impl std::fmt::Debug for Launched<'_> {

@@ -23,6 +23,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
+use smallvec::SmallVec;
+
 use um_core::{Error, Result};
 
 use crate::sys::UNIQUE_ID_BYTES;
@@ -70,7 +72,8 @@ pub(crate) enum Channel {
 struct Entry {
     sig: Sig,
     first: usize,
-    seen: Vec<usize>,
+    /// Inline up to 8 local ranks: an entry is written and dropped on every collective.
+    seen: SmallVec<[usize; 8]>,
 }
 
 /// A sequence of entries: those from `base` on that not every party has reached.
@@ -197,24 +200,33 @@ impl Ledger {
     /// `(rank, channel, sig)` each.
     #[cfg(test)]
     fn record(&self, calls: &[(usize, Channel, Sig)]) -> Result<()> {
-        let calls: Vec<_> = calls.iter().map(|&(r, c, s)| (self, r, c, s)).collect();
-        record_all(&calls)
+        record_all(calls.iter().map(|&(r, c, s)| (self, r, c, s)))
     }
 }
 
 /// Records the calls of one group, whose communicators may belong to several ledgers: all or
-/// none. Each shared ledger is locked once, in address order (so two threads never wait for each
-/// other's locks), and a call that does not match takes back every call recorded before it.
-pub(crate) fn record_all(calls: &[(&Ledger, usize, Channel, Sig)]) -> Result<()> {
-    let mut ledgers: Vec<&Ledger> = calls.iter().map(|c| c.0).filter(|l| l.shared()).collect();
+/// none. `calls` yields `(ledger, rank, channel, sig)` per call, and is walked twice. Each
+/// shared ledger is locked once, in address order (so two threads never wait for each other's
+/// locks), and a call that does not match takes back every call recorded before it. A group of
+/// a few calls on a few ledgers allocates nothing.
+pub(crate) fn record_all<'l, I>(calls: I) -> Result<()>
+where
+    I: Iterator<Item = (&'l Ledger, usize, Channel, Sig)> + Clone,
+{
+    let mut ledgers: SmallVec<[&Ledger; 4]> = SmallVec::new();
+    for (l, ..) in calls.clone() {
+        if l.shared() && !ledgers.iter().any(|m| std::ptr::eq(*m, l)) {
+            ledgers.push(l);
+        }
+    }
     if ledgers.is_empty() {
         return Ok(());
     }
     ledgers.sort_by_key(|l| std::ptr::from_ref::<Ledger>(l) as usize);
-    ledgers.dedup_by(|a, b| std::ptr::eq(*a, *b));
-    let mut guards: Vec<MutexGuard<'_, State>> = ledgers.iter().map(|l| l.lock()).collect();
-    let mut undo = Vec::with_capacity(calls.len());
-    for &(ledger, rank, channel, sig) in calls {
+    let mut guards: SmallVec<[MutexGuard<'_, State>; 4]> =
+        ledgers.iter().map(|l| l.lock()).collect();
+    let mut undo: SmallVec<[(usize, Undo); 8]> = SmallVec::new();
+    for (ledger, rank, channel, sig) in calls {
         let Some(i) = ledgers.iter().position(|l| std::ptr::eq(*l, ledger)) else {
             continue;
         };
@@ -303,10 +315,12 @@ impl State {
                 Ok(Undo::Seen(channel, rank, at))
             }
             None => {
+                let mut seen = SmallVec::new();
+                seen.push(rank);
                 seq.entries.push_back(Entry {
                     sig,
                     first: rank,
-                    seen: vec![rank],
+                    seen,
                 });
                 Ok(Undo::Pushed(channel, rank))
             }
