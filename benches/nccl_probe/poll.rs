@@ -28,14 +28,19 @@ enum Poll {
     /// A tight poll, after 0.5 µs of busy work before `ncclGroupStart` (as if um's checks took
     /// that long): whether a step's median grows by what is added before it.
     Delay,
+    /// A tight poll, then one byte read from each of 32 pages of a 128 KiB buffer: whether
+    /// memory touched after a step costs more on nonblocking communicators (whose thread's exit
+    /// may flush this thread's TLB).
+    Touch,
 }
 
-const VARIANTS: [(&str, Option<Poll>); 6] = [
+const VARIANTS: [(&str, Option<Poll>); 7] = [
     ("raw, tight poll", Some(Poll::Tight)),
     ("raw, clock per poll", Some(Poll::Clock)),
     ("raw, um's poll loop", Some(Poll::UmLoop)),
     ("raw, yield per poll", Some(Poll::Yield)),
     ("raw, 0.5 us of work first", Some(Poll::Delay)),
+    ("raw, 32 pages read after", Some(Poll::Touch)),
     ("um Group", None),
 ];
 
@@ -96,7 +101,7 @@ unsafe fn raw_step(
                     break;
                 }
                 match poll {
-                    Poll::Tight | Poll::Delay => {}
+                    Poll::Tight | Poll::Delay | Poll::Touch => {}
                     Poll::Clock => {
                         if Instant::now() >= deadline {
                             return Err("timeout".into());
@@ -120,7 +125,34 @@ unsafe fn raw_step(
             }
         }
     }
+    if matches!(poll, Poll::Touch) {
+        PAGES.with(|p| {
+            let mut sum = 0u8;
+            for page in p.chunks(4096) {
+                sum = sum.wrapping_add(std::hint::black_box(page[64]));
+            }
+            std::hint::black_box(sum);
+        });
+    }
     Ok(polls)
+}
+
+thread_local! {
+    static PAGES: Vec<u8> = vec![1u8; 32 * 4096];
+}
+
+/// The sum over CPUs of the "TLB shootdowns" row of /proc/interrupts (0 where there is none).
+fn tlb_shootdowns() -> u64 {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    text.lines()
+        .find(|l| l.trim_start().starts_with("TLB:"))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map_while(|w| w.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -157,7 +189,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
         ));
     }
     let k = VARIANTS.len();
-    let (steps, builds, polls, moves) =
+    let (steps, builds, polls, moves, tlb) =
         Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
             let mut on = Vec::new();
             for ((a, b), s) in bufs.into_iter().zip(streams) {
@@ -168,11 +200,13 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             let mut builds = vec![vec![0.0f64; k]; rounds];
             let mut polls = vec![0usize; k];
             let mut moves = vec![0usize; k];
+            let mut tlb = vec![0u64; k];
             let mut t = [0.0f64; BATCH];
             let mut b = [0.0f64; BATCH];
             for round in 0..rounds + 1 {
                 for j in 0..k {
                     let v = (round + j) % k;
+                    let tlb0 = tlb_shootdowns();
                     for (step, build) in t.iter_mut().zip(&mut b) {
                         let c0 = cpu();
                         let s0 = Instant::now();
@@ -214,6 +248,9 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                             moves[v] += 1;
                         }
                     }
+                    if round > 0 {
+                        tlb[v] += tlb_shootdowns().saturating_sub(tlb0);
+                    }
                     for s in streams {
                         s.wait_idle()?;
                     }
@@ -226,14 +263,14 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             for ((a, b), s) in on.into_iter().zip(streams) {
                 s.sync_all((a, b))?;
             }
-            Ok((steps, builds, polls, moves))
+            Ok((steps, builds, polls, moves, tlb))
         })?;
     for (v, (name, _)) in VARIANTS.iter().enumerate() {
         let mut own: Vec<f64> = steps.iter().map(|r| r[v]).collect();
         let mut diff: Vec<f64> = steps.iter().map(|r| r[v] - r[0]).collect();
         let mut build: Vec<f64> = builds.iter().map(|r| r[v]).collect();
         println!(
-            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"build_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1},\"steps_moved_cpu\":{:.4}}}",
+            "{{\"variant\":\"{name}\",\"rounds\":{rounds},\"median_step_us\":{:.3},\"build_us\":{:.3},\"minus_tight\":{:.3},\"p5\":{:.3},\"p95\":{:.3},\"polls_per_step\":{:.1},\"steps_moved_cpu\":{:.4},\"tlb_shootdowns_per_step\":{:.2}}}",
             pct(&mut own, 0.5),
             pct(&mut build, 0.5),
             pct(&mut diff, 0.5),
@@ -241,6 +278,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             pct(&mut diff, 0.95),
             polls[v] as f64 / (rounds * BATCH) as f64,
             moves[v] as f64 / (rounds * BATCH) as f64,
+            tlb[v] as f64 / (rounds * BATCH) as f64,
         );
     }
     drop(comms);
