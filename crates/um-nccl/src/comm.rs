@@ -517,16 +517,17 @@ impl Comm {
         Ok(())
     }
 
-    /// Remembers a stream this communicator is about to enqueue work on.
-    pub(crate) fn remember(&self, stream: &Poisoner) {
+    /// Remembers a stream this communicator is about to enqueue work on (a handle to poison it
+    /// with, made only for a stream it has not remembered yet).
+    pub(crate) fn remember(&self, stream: &dyn Idle) {
         let mut st = self.state.borrow_mut();
-        if st.streams.iter().rev().any(|p| p.same_stream(stream)) {
+        if st.streams.iter().rev().any(|p| stream.is_poisoned_by(p)) {
             return;
         }
         if st.streams.len() >= 16 {
             st.streams.retain(Poisoner::is_live);
         }
-        st.streams.push(stream.clone());
+        st.streams.push(stream.poisoner());
     }
 
     /// NCCL's state of the communicator: `ncclSuccess`, `ncclInProgress` or an error.
@@ -545,7 +546,9 @@ impl Comm {
     /// Polls until NCCL is done with the last call (`ncclInProgress` no more), up to `deadline`:
     /// `Err` with the error or the timeout. Aborts nothing (the caller does).
     pub(crate) fn poll_ready(&self, call: &'static str, deadline: Instant) -> Result<()> {
-        let backoff = Backoff::new();
+        // Usually NCCL is done at the first poll (the group's other communicators were waited
+        // for): the clock is read only once it is not.
+        let mut backoff = None;
         loop {
             match self.async_state()? {
                 sys::SUCCESS => return Ok(()),
@@ -558,7 +561,7 @@ impl Comm {
                     after_ms: u64::try_from(self.options.timeout.as_millis()).unwrap_or(u64::MAX),
                 });
             }
-            backoff.wait();
+            backoff.get_or_insert_with(Backoff::new).wait();
         }
     }
 
@@ -634,7 +637,7 @@ impl Comm {
     }
 
     /// Records, remembers the stream, issues one call and settles it.
-    fn run(&self, call: Result<Call>, stream: Poisoner) -> Result<()> {
+    fn run(&self, call: Result<Call>, stream: &dyn Idle) -> Result<()> {
         um_core::refuse_inside_stream_callback("a collective")?;
         let call = call?;
         self.live()?;
@@ -644,7 +647,7 @@ impl Comm {
             call.channel,
             call.sig,
         )))?;
-        self.remember(&stream);
+        self.remember(stream);
         // SAFETY: `call` was built by `crate::call` from buffers and a stream the caller of
         // this method still borrows, for this communicator, which is live.
         let (name, rc) = unsafe { call.issue(&self.nccl.fns, self.raw) };
@@ -660,10 +663,7 @@ impl Comm {
         recv: &mut Buf<'s, T, K, M2>,
         op: ReduceOp,
     ) -> Result<()> {
-        self.run(
-            call::all_reduce(self, stream, send, recv, op),
-            stream.poisoner(),
-        )
+        self.run(call::all_reduce(self, stream, send, recv, op), stream)
     }
 
     /// All-reduce in place: `buf` is the input and gets the result.
@@ -673,10 +673,7 @@ impl Comm {
         buf: &mut Buf<'s, T, K, M>,
         op: ReduceOp,
     ) -> Result<()> {
-        self.run(
-            call::all_reduce_in_place(self, stream, buf, op),
-            stream.poisoner(),
-        )
+        self.run(call::all_reduce_in_place(self, stream, buf, op), stream)
     }
 
     /// Broadcast (`ncclBroadcast`): `recv` on every rank gets `root`'s `send` (read on the root
@@ -688,10 +685,7 @@ impl Comm {
         recv: &mut Buf<'s, T, K, M2>,
         root: usize,
     ) -> Result<()> {
-        self.run(
-            call::broadcast(self, stream, send, recv, root),
-            stream.poisoner(),
-        )
+        self.run(call::broadcast(self, stream, send, recv, root), stream)
     }
 
     /// Broadcast in place: `buf` is the root's input and every other rank's output.
@@ -701,10 +695,7 @@ impl Comm {
         buf: &mut Buf<'s, T, K, M>,
         root: usize,
     ) -> Result<()> {
-        self.run(
-            call::broadcast_in_place(self, stream, buf, root),
-            stream.poisoner(),
-        )
+        self.run(call::broadcast_in_place(self, stream, buf, root), stream)
     }
 
     /// Reduce (`ncclReduce`): `root`'s `recv` gets `op` over every rank's `send`; `recv` is
@@ -717,10 +708,7 @@ impl Comm {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
-        self.run(
-            call::reduce(self, stream, send, recv, op, root),
-            stream.poisoner(),
-        )
+        self.run(call::reduce(self, stream, send, recv, op, root), stream)
     }
 
     /// All-gather (`ncclAllGather`): `recv` gets every rank's `send`, rank `i`'s at
@@ -731,10 +719,7 @@ impl Comm {
         send: &Buf<'s, T, K, M1>,
         recv: &mut Buf<'s, T, K, M2>,
     ) -> Result<()> {
-        self.run(
-            call::all_gather(self, stream, send, recv),
-            stream.poisoner(),
-        )
+        self.run(call::all_gather(self, stream, send, recv), stream)
     }
 
     /// Reduce-scatter (`ncclReduceScatter`): rank `i`'s `recv` gets block `i` of `op` over
@@ -746,10 +731,7 @@ impl Comm {
         recv: &mut Buf<'s, T, K, M2>,
         op: ReduceOp,
     ) -> Result<()> {
-        self.run(
-            call::reduce_scatter(self, stream, send, recv, op),
-            stream.poisoner(),
-        )
+        self.run(call::reduce_scatter(self, stream, send, recv, op), stream)
     }
 
     /// Sends `buf` to `peer` (`ncclSend`), which receives it with a [`Comm::recv`] of the same
@@ -760,10 +742,7 @@ impl Comm {
         buf: &Buf<'s, T, K, M>,
         peer: usize,
     ) -> Result<()> {
-        self.run(
-            call::send(self, stream, buf, peer, false),
-            stream.poisoner(),
-        )
+        self.run(call::send(self, stream, buf, peer, false), stream)
     }
 
     /// Receives into `buf` from `peer` (`ncclRecv`), which sends as many elements.
@@ -773,10 +752,7 @@ impl Comm {
         buf: &mut Buf<'s, T, K, M>,
         peer: usize,
     ) -> Result<()> {
-        self.run(
-            call::recv(self, stream, buf, peer, false),
-            stream.poisoner(),
-        )
+        self.run(call::recv(self, stream, buf, peer, false), stream)
     }
 
     /// Waits until all work queued on `stream` (a stream of this communicator's device) has
@@ -802,11 +778,23 @@ impl Comm {
 /// A stream whose completion can be asked for: any `um` stream.
 pub(crate) trait Idle {
     fn idle(&self) -> Result<bool>;
+    /// A handle that poisons this stream.
+    fn poisoner(&self) -> Poisoner;
+    /// Whether `p` is a handle of this stream.
+    fn is_poisoned_by(&self, p: &Poisoner) -> bool;
 }
 
 impl<K: Eager> Idle for Stream<'_, K> {
     fn idle(&self) -> Result<bool> {
         self.is_idle()
+    }
+
+    fn poisoner(&self) -> Poisoner {
+        Stream::poisoner(self)
+    }
+
+    fn is_poisoned_by(&self, p: &Poisoner) -> bool {
+        Stream::is_poisoned_by(self, p)
     }
 }
 

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
-use um_core::{Error, Poisoner, Result, Storage, Stream};
+use um_core::{Error, Result, Storage, Stream};
 
 use crate::call::{self, Buf, Call};
 use crate::comm::{Comm, Idle, wait_pairs};
@@ -53,7 +53,6 @@ pub struct Group<'b> {
 struct Entry<'b> {
     comm: &'b Comm,
     stream: &'b dyn Idle,
-    poisoner: Poisoner,
     call: Call,
 }
 
@@ -97,12 +96,7 @@ impl<'b> Group<'b> {
         call: Result<Call>,
     ) -> Result<()> {
         let call = call?;
-        self.calls.push(Entry {
-            comm,
-            stream,
-            poisoner: stream.poisoner(),
-            call,
-        });
+        self.calls.push(Entry { comm, stream, call });
         Ok(())
     }
 
@@ -258,7 +252,7 @@ impl<'b> Group<'b> {
                 .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig)),
         )?;
         for e in &self.calls {
-            e.comm.remember(&e.poisoner);
+            e.comm.remember(e.stream);
         }
         let mut comms: SmallVec<[&Comm; 4]> = SmallVec::new();
         for e in &self.calls {

@@ -88,10 +88,46 @@ struct State {
     world_size: usize,
     members: Vec<usize>,
     /// Per rank, its next collective's number.
-    next: HashMap<usize, u64>,
+    next: Numbers,
     collectives: Sequence,
     /// Per pair `(src, dst)`: the sends' and receives' next numbers and the sequence.
     pairs: HashMap<(usize, usize), (u64, u64, Sequence)>,
+}
+
+/// Per local rank, a number: a short list searched in order (a process holds a few ranks of a
+/// communicator; a hash of the rank costs more than the search on every call).
+#[derive(Debug, Default)]
+struct Numbers(Vec<(usize, u64)>);
+
+impl Numbers {
+    fn entry_or(&mut self, rank: usize, first: u64) -> &mut u64 {
+        let i = match self.0.iter().position(|(r, _)| *r == rank) {
+            Some(i) => i,
+            None => {
+                self.0.push((rank, first));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn get_mut(&mut self, rank: usize) -> Option<&mut u64> {
+        self.0.iter_mut().find(|(r, _)| *r == rank).map(|(_, n)| n)
+    }
+
+    #[cfg(test)]
+    fn get(&self, rank: usize) -> Option<&u64> {
+        self.0.iter().find(|(r, _)| *r == rank).map(|(_, n)| n)
+    }
+
+    fn remove(&mut self, rank: usize) {
+        self.0.retain(|(r, _)| *r != rank);
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (&usize, &u64)> {
+        self.0.iter().map(|(r, n)| (r, n))
+    }
 }
 
 /// The ledger of one communicator's ranks in this process (see the module's documentation).
@@ -182,7 +218,7 @@ impl Ledger {
     pub(crate) fn leave(&self, rank: usize) {
         let mut st = self.lock();
         st.members.retain(|r| *r != rank);
-        st.next.remove(&rank);
+        st.next.remove(rank);
         st.pairs.retain(|&(src, dst), _| src != rank && dst != rank);
         for entry in &mut st.collectives.entries {
             entry.seen.retain(|r| *r != rank);
@@ -255,7 +291,7 @@ impl State {
     fn advance(&mut self, rank: usize, channel: Channel) -> (&mut Sequence, u64) {
         match channel {
             Channel::Collective => {
-                let n = self.next.entry(rank).or_insert(self.collectives.base);
+                let n = self.next.entry_or(rank, self.collectives.base);
                 let seq = *n;
                 *n += 1;
                 (&mut self.collectives, seq)
@@ -330,7 +366,7 @@ impl State {
     fn retreat(&mut self, rank: usize, channel: Channel) {
         match channel {
             Channel::Collective => {
-                if let Some(n) = self.next.get_mut(&rank) {
+                if let Some(n) = self.next.get_mut(rank) {
                     *n -= 1;
                 }
             }
@@ -382,6 +418,9 @@ impl State {
     fn compact(&mut self) {
         let members = self.parties(Channel::Collective);
         pop_complete(&mut self.collectives, members);
+        if self.pairs.is_empty() {
+            return;
+        }
         for (_, _, seq) in self.pairs.values_mut() {
             pop_complete(seq, 2);
         }
@@ -613,7 +652,7 @@ mod tests {
             s.dedup();
             assert_eq!(s.len(), e.seen.len(), "duplicate in seen");
         }
-        for (r, n) in &st.next {
+        for (r, n) in st.next.iter() {
             assert!(st.members.contains(r), "next of non-member {r}");
             assert!(
                 *n >= st.collectives.base,
@@ -720,8 +759,8 @@ mod tests {
         let st = a.lock();
         assert!(st.collectives.entries.is_empty());
         assert_eq!(st.collectives.base, 4);
-        assert_eq!(st.next.get(&0), Some(&4));
-        assert_eq!(st.next.get(&1), Some(&4));
+        assert_eq!(st.next.get(0), Some(&4));
+        assert_eq!(st.next.get(1), Some(&4));
     }
 
     /// A rank re-joining with its old number starts at base (its old `next` is gone): it is held

@@ -75,6 +75,11 @@ impl Poisoner {
         self.flag.strong_count() > 0
     }
 
+    /// Whether this handle is of the stream whose flag is `flag`.
+    pub(crate) fn is_of(&self, flag: &Arc<PoisonFlag>) -> bool {
+        std::ptr::eq(self.flag.as_ptr(), Arc::as_ptr(flag))
+    }
+
     /// Whether two handles poison the same stream.
     pub fn same_stream(&self, other: &Poisoner) -> bool {
         Weak::ptr_eq(&self.flag, &other.flag)

@@ -335,6 +335,12 @@ impl<'s, K: StreamKind> Stream<'s, K> {
         Poisoner::new(self.events.poison())
     }
 
+    /// Whether `poisoner` is a handle of this stream (from [`Stream::poisoner`]): compares
+    /// without making a handle.
+    pub fn is_poisoned_by(&self, poisoner: &Poisoner) -> bool {
+        poisoner.is_of(self.events.poison())
+    }
+
     /// Whether the stream is poisoned (see [`Stream::poisoner`]).
     pub fn is_poisoned(&self) -> bool {
         self.events.is_poisoned()
