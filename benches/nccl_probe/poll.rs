@@ -32,15 +32,19 @@ enum Poll {
     /// memory touched after a step costs more on nonblocking communicators (whose thread's exit
     /// may flush this thread's TLB).
     Touch,
+    /// um's `Group` built (every check) and dropped unlaunched, then the raw step polled
+    /// tightly: how much of um's time is its checks.
+    Checks,
 }
 
-const VARIANTS: [(&str, Option<Poll>); 7] = [
+const VARIANTS: [(&str, Option<Poll>); 8] = [
     ("raw, tight poll", Some(Poll::Tight)),
     ("raw, clock per poll", Some(Poll::Clock)),
     ("raw, um's poll loop", Some(Poll::UmLoop)),
     ("raw, yield per poll", Some(Poll::Yield)),
     ("raw, 0.5 us of work first", Some(Poll::Delay)),
     ("raw, 32 pages read after", Some(Poll::Touch)),
+    ("um's checks, then the raw step", Some(Poll::Checks)),
     ("um Group", None),
 ];
 
@@ -101,7 +105,7 @@ unsafe fn raw_step(
                     break;
                 }
                 match poll {
-                    Poll::Tight | Poll::Delay | Poll::Touch => {}
+                    Poll::Tight | Poll::Delay | Poll::Touch | Poll::Checks => {}
                     Poll::Clock => {
                         if Instant::now() >= deadline {
                             return Err("timeout".into());
@@ -220,6 +224,13 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                                 g.launch()?;
                             }
                             Some(poll) => {
+                                if matches!(poll, Poll::Checks) {
+                                    let mut g = Group::new();
+                                    for (((a, b), s), c) in on.iter_mut().zip(streams).zip(&comms) {
+                                        g.all_reduce(c, s, a, b, ReduceOp::Sum)?;
+                                    }
+                                    drop(g);
+                                }
                                 let calls: Vec<(u64, u64, *mut c_void)> = on
                                     .iter_mut()
                                     .zip(streams.iter())
