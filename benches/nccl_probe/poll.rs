@@ -193,7 +193,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
         ));
     }
     let k = VARIANTS.len();
-    let (steps, builds, polls, moves, tlb) =
+    let (steps, builds, polls, moves, tlb, mut all) =
         Context::with_stream_set_across(&ctxs, StreamOptions::new(), |streams| {
             let mut on = Vec::new();
             for ((a, b), s) in bufs.into_iter().zip(streams) {
@@ -205,6 +205,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             let mut polls = vec![0usize; k];
             let mut moves = vec![0usize; k];
             let mut tlb = vec![0u64; k];
+            let mut all: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds * BATCH); k];
             let mut t = [0.0f64; BATCH];
             let mut b = [0.0f64; BATCH];
             for round in 0..rounds + 1 {
@@ -266,6 +267,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                         s.wait_idle()?;
                     }
                     if round > 0 {
+                        all[v].extend_from_slice(&t);
                         steps[round - 1][v] = pct(&mut t, 0.5);
                         builds[round - 1][v] = pct(&mut b, 0.5);
                     }
@@ -274,7 +276,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             for ((a, b), s) in on.into_iter().zip(streams) {
                 s.sync_all((a, b))?;
             }
-            Ok((steps, builds, polls, moves, tlb))
+            Ok((steps, builds, polls, moves, tlb, all))
         })?;
     for (v, (name, _)) in VARIANTS.iter().enumerate() {
         let mut own: Vec<f64> = steps.iter().map(|r| r[v]).collect();
@@ -290,6 +292,18 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             polls[v] as f64 / (rounds * BATCH) as f64,
             moves[v] as f64 / (rounds * BATCH) as f64,
             tlb[v] as f64 / (rounds * BATCH) as f64,
+        );
+    }
+    // Every step of every round, pooled: whether um moves the whole distribution or changes
+    // how many steps fall in NCCL's slow mode.
+    for (v, (name, _)) in VARIANTS.iter().enumerate() {
+        let q: Vec<String> = [0.05, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9]
+            .iter()
+            .map(|&p| format!("{:.2}", pct(&mut all[v], p)))
+            .collect();
+        println!(
+            "{{\"variant\":\"{name}\",\"step_us_p5_p10_p25_p40_p50_p60_p75_p90\":[{}]}}",
+            q.join(",")
         );
     }
     drop(comms);
