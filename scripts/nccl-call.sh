@@ -13,8 +13,8 @@
 #              blocking communicators, coherent memory
 #   memcheck   run.sh --sanitize memcheck of gpu_nccl and data_parallel (single process; the
 #              ranks gpu_nccl starts run under the tool too)
-#   host       um_bench --only nccl --quick: the host time per collective (the full 1,000
-#              rounds) and one round of bus bandwidth, about 40 s on 2x H200
+#   host       um_bench --only nccl --quick: the host time per collective (the full 4,000
+#              rounds) and one round of bus bandwidth, about 55 s on 2x H200
 #   bench      bench.sh OUT/bench --only nccl --base bench/performance.md: section 10 of
 #              docs/performance.md on this machine's GPUs (copy OUT/bench/docs over docs/)
 # Every step's output goes to OUT/STEP.log; OUT/summary.txt has one line per step (ok, FAILED

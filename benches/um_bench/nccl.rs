@@ -209,7 +209,7 @@ const BATCH: usize = 32;
 const MEDIAN_STEP: &str = ", median step";
 
 /// Rounds of the host-time measurement (each: one batch of um's steps, one of raw steps).
-const HOST_TIME_ROUNDS: usize = 1000;
+const HOST_TIME_ROUNDS: usize = 4000;
 
 /// Per round, µs per step: [um, raw] as the batch's mean, then [um, raw] as the median of the
 /// batch's steps, each timed alone. NCCL starts a thread for every call on a nonblocking
@@ -421,7 +421,10 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
             // 200 rounds resolved the blocking communicators' difference to ±0.12 µs, but the
             // nonblocking ones' only to ±2.3 µs (2× H200, 2026-11-22: +1.503, CI -0.044 ..
             // +4.482; NCCL starts a thread per call there, and a step takes 60 µs): 5x the
-            // rounds (about 4 s of the run) for both, for a 1 µs goal.
+            // rounds (about 4 s of the run) for both, for a 1 µs goal. 1,000 rounds still left
+            // the nonblocking batch mean's interval ±0.85 µs wide (2× H200, 2026-11-23: +1.110,
+            // CI +0.197 .. +1.907; a tenth of the steps take twice the median): 4,000 (about
+            // 16 s) halve it.
             for comms in [&blocking, &nonblocking] {
                 host.push(host_time_paired(&ctxs, comms, HOST_TIME_ROUNDS)?);
             }
