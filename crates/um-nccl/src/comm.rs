@@ -1,6 +1,6 @@
 //! Communicators: one rank of an NCCL communicator, on one device, used by one thread at a time.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,6 +108,9 @@ pub struct Comm {
     ledger: Arc<Ledger>,
     /// Interior state: `Comm` is not `Sync`, so one thread at a time touches it.
     state: RefCell<State>,
+    /// Set with `State::aborted`, never cleared: [`Comm::live`]'s check of a communicator never
+    /// aborted (every call makes it, some several times) is one read.
+    down: Cell<bool>,
 }
 
 #[derive(Default)]
@@ -311,6 +314,7 @@ impl Comm {
             options,
             ledger,
             state: RefCell::default(),
+            down: Cell::new(false),
         })
     }
 
@@ -425,6 +429,7 @@ impl Comm {
                 options,
                 ledger: Arc::clone(&ledger),
                 state: RefCell::default(),
+                down: Cell::new(false),
             })
             .collect())
     }
@@ -481,6 +486,10 @@ impl Comm {
     }
 
     pub(crate) fn live(&self) -> Result<()> {
+        if !self.down.get() {
+            // Never aborted: no abort is owed either (both are set together).
+            return Ok(());
+        }
         self.pay_owed_abort();
         match &self.state.borrow().aborted {
             None => Ok(()),
@@ -626,6 +635,7 @@ impl Comm {
         // call, `wait`, `abort` or drop on an ordinary thread (red teams 14 and 15).
         st.abort_owed = true;
         st.aborted = Some(reason);
+        self.down.set(true);
         drop(st);
         self.pay_owed_abort();
     }
