@@ -579,7 +579,9 @@ impl Comm {
                 });
             }
             backoff.get_or_insert_with(Backoff::new).wait();
-            // An abort owed (asked for by a waker) is made between polls, as every call does.
+            // Nothing can abort the communicator while this thread polls it (`Comm` is not
+            // `Sync`); the check keeps the rule that every NCCL call follows one, at the cost of
+            // one read.
             self.live()?;
         }
     }

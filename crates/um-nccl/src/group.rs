@@ -45,8 +45,11 @@ use crate::types::{CollectiveStream, Element, ReduceOp};
 /// # Ok(()) }
 /// ```
 pub struct Group<'b> {
-    /// Inline up to 4 calls: a step of a few GPUs allocates nothing on the host.
-    calls: SmallVec<[Entry<'b>; 4]>,
+    /// A `Vec`, not inline storage: its drop lets the borrowed buffers die first
+    /// (`#[may_dangle]`) and it keeps `Group` covariant in `'b`, so a group may be declared
+    /// before its buffers (`tests/group_lifetimes.rs`). The one allocation is the group's; its
+    /// [`Launched`] keeps it.
+    calls: Vec<Entry<'b>>,
     _thread: PhantomData<*const ()>,
 }
 
@@ -59,7 +62,7 @@ struct Entry<'b> {
 impl Default for Group<'_> {
     fn default() -> Self {
         Group {
-            calls: SmallVec::new(),
+            calls: Vec::new(),
             _thread: PhantomData,
         }
     }
@@ -232,9 +235,7 @@ impl<'b> Group<'b> {
     pub fn launch(self) -> Result<Launched<'b>> {
         um_core::refuse_inside_stream_callback("a group of collectives")?;
         let Some(first) = self.calls.first() else {
-            return Ok(Launched {
-                pairs: SmallVec::new(),
-            });
+            return Ok(Launched { calls: Vec::new() });
         };
         let blocking = first.comm.options().is_blocking();
         let nccl = first.comm.nccl();
@@ -297,31 +298,34 @@ impl<'b> Group<'b> {
             }
             e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
         }
-        let mut pairs: Pairs<'b> = SmallVec::new();
-        for e in &self.calls {
-            if !pairs
-                .iter()
-                .any(|(c, s)| std::ptr::eq(*c, e.comm) && std::ptr::addr_eq(*s, e.stream))
-            {
-                pairs.push((e.comm, e.stream));
-            }
-        }
-        Ok(Launched { pairs })
+        Ok(Launched { calls: self.calls })
     }
 }
 
-/// Each communicator of a launched group with each stream it enqueued on, once.
-type Pairs<'b> = SmallVec<[(&'b Comm, &'b dyn Idle); 4]>;
+/// Each communicator of the calls with each stream it enqueued on, once.
+fn pairs<'b>(calls: &[Entry<'b>]) -> SmallVec<[(&'b Comm, &'b dyn Idle); 4]> {
+    let mut pairs: SmallVec<[(&'b Comm, &'b dyn Idle); 4]> = SmallVec::new();
+    for e in calls {
+        if !pairs
+            .iter()
+            .any(|(c, s)| std::ptr::eq(*c, e.comm) && std::ptr::addr_eq(*s, e.stream))
+        {
+            pairs.push((e.comm, e.stream));
+        }
+    }
+    pairs
+}
 
 /// A launched group: its communicators and streams, still borrowed, to wait for.
 pub struct Launched<'b> {
-    pairs: Pairs<'b>,
+    /// The group's calls (their communicators and streams), kept for [`Launched::wait`].
+    calls: Vec<Entry<'b>>,
 }
 
 impl std::fmt::Debug for Launched<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Launched")
-            .field("streams", &self.pairs.len())
+            .field("streams", &pairs(&self.calls).len())
             .finish()
     }
 }
@@ -333,9 +337,10 @@ impl Launched<'_> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
         // communicators (red team 16, attempt 2e); an abort owed or done is reported (2c).
         um_core::refuse_inside_stream_callback("waiting for collectives")?;
-        for (comm, _) in &self.pairs {
+        let pairs = pairs(&self.calls);
+        for (comm, _) in &pairs {
             comm.live()?;
         }
-        wait_pairs(&self.pairs, timeout)
+        wait_pairs(&pairs, timeout)
     }
 }
