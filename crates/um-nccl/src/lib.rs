@@ -63,6 +63,8 @@ mod check;
 mod comm;
 mod group;
 mod ledger;
+#[cfg(test)]
+mod ledger_model;
 mod sys;
 mod types;
 
