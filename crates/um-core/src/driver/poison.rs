@@ -85,3 +85,33 @@ impl Poisoner {
         Weak::ptr_eq(&self.flag, &other.flag)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `Stream::is_poisoned_by` (and `um-nccl`'s "is this stream remembered?") rests on:
+    /// a handle names its own flag only, also once the stream is gone (the handle's weak count
+    /// keeps the allocation, so no new flag takes its address). From the red-team review of the
+    /// NCCL host-time change.
+    #[test]
+    fn a_handle_names_only_its_own_stream_also_after_the_stream_is_gone() {
+        let f1: Arc<PoisonFlag> = Arc::default();
+        let f2: Arc<PoisonFlag> = Arc::default();
+        let p1 = Poisoner::new(&f1);
+        assert!(p1.is_of(&f1));
+        assert!(!p1.is_of(&f2));
+        assert!(p1.same_stream(&Poisoner::new(&f1)));
+        drop(f1);
+        assert!(!p1.is_live());
+        let fresh: Vec<Arc<PoisonFlag>> = (0..1000).map(|_| Arc::default()).collect();
+        assert!(
+            fresh.iter().all(|f| !p1.is_of(f)),
+            "a dead handle names a new stream"
+        );
+        let p3 = Poisoner::new(&fresh[7]);
+        assert!(p3.is_of(&fresh[7]));
+        p3.poison();
+        assert!(fresh[7].is_set());
+    }
+}
