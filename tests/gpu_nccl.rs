@@ -392,6 +392,61 @@ fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() 
     .expect("stream work");
 }
 
+/// A communicator that enqueued on three streams poisons all three when it is aborted: it
+/// remembers each stream once, by comparing handles (`Stream::is_poisoned_by`), since the
+/// host-time change of 2026-11-23; the red-team review of that change asked for this on a GPU.
+/// Written then, not yet run on a GPU.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn an_abort_poisons_every_stream_the_communicator_enqueued_on() {
+    let _serial = serial();
+    let ctxs = devices();
+    let limit = if std::env::var_os("UM_SANITIZE").is_some() {
+        120
+    } else {
+        20
+    };
+    let options = CommOptions::new().timeout(Duration::from_secs(limit));
+    let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
+    let mk = |ctx: &Context| Managed::from_fn_mirrored(ctx, 1000, |_| 1.0f32).expect("alloc");
+    let (x, y, z, warm) = (mk(&ctxs[0]), mk(&ctxs[0]), mk(&ctxs[0]), mk(&ctxs[1]));
+    let (b_poisoned, c_poisoned) =
+        Context::with_stream_set_across(&ctxs[..2], StreamOptions::new(), |streams| {
+            let (mut x, mut warm) = (x.attach(&streams[0])?, warm.attach(&streams[1])?);
+            // A matching pair first: NCCL's connections for this size exist.
+            let mut g = Group::new();
+            g.all_reduce_in_place(&comms[0], &streams[0], &mut x, ReduceOp::Sum)?;
+            g.all_reduce_in_place(&comms[1], &streams[1], &mut warm, ReduceOp::Sum)?;
+            g.launch()?.wait(WAIT)?;
+            let poisoned = ctxs[0].with_stream(StreamOptions::new(), |b| {
+                ctxs[0].with_stream(StreamOptions::new(), |c| {
+                    let (mut y, mut z) = (y.attach(b)?, z.attach(c)?);
+                    // Rank 0 alone, on three streams (one twice); rank 1 never calls.
+                    comms[0].all_reduce_in_place(&streams[0], &mut x, ReduceOp::Sum)?;
+                    comms[0].all_reduce_in_place(b, &mut y, ReduceOp::Sum)?;
+                    comms[0].all_reduce_in_place(c, &mut z, ReduceOp::Sum)?;
+                    comms[0].all_reduce_in_place(b, &mut y, ReduceOp::Sum)?;
+                    let e = comms[0]
+                        .wait(&streams[0], Duration::from_secs(5))
+                        .expect_err("no peer");
+                    println!("fault reported: {e}");
+                    let seen = (b.is_poisoned(), c.is_poisoned());
+                    assert!(matches!(y.sync(), Err(Error::StreamPoisoned)));
+                    assert!(matches!(z.sync(), Err(Error::StreamPoisoned)));
+                    Ok(seen)
+                })
+            })?;
+            assert!(streams[0].is_poisoned());
+            assert!(matches!(x.sync(), Err(Error::StreamPoisoned)));
+            streams[1].sync_all((warm,)).map(drop)?;
+            Ok(poisoned)
+        })
+        .expect("stream work");
+    assert!(b_poisoned, "the second stream was not poisoned");
+    assert!(c_poisoned, "the third stream was not poisoned");
+    assert!(comms[0].is_aborted());
+}
+
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn one_thread_per_gpu_each_with_its_own_communicator() {
