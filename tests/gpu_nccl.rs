@@ -67,6 +67,20 @@ fn coherent() -> Alloc<um::Coherent> {
     }
 }
 
+/// Communicators of the first two GPUs with a time limit short enough for a test that waits
+/// for a peer that never comes. The limit bounds creation too: a test that runs alone under
+/// memcheck (a `leaks_` run) is the process's first NCCL user, and creation there took over
+/// 20 s (2x H200).
+fn two_with_short_limit(ctxs: &[Context]) -> Vec<Comm> {
+    let limit = if std::env::var_os("UM_SANITIZE").is_some() {
+        120
+    } else {
+        20
+    };
+    let options = CommOptions::new().timeout(Duration::from_secs(limit));
+    Comm::init_all(&ctxs[..2], options).expect("communicators")
+}
+
 /// Rank `r`'s value at `i`: small integers, so that every sum is exact in f32.
 fn value(r: usize, i: usize) -> f32 {
     ((r + 1) * (i % 7 + 1)) as f32
@@ -332,15 +346,7 @@ fn sizes_ranks_and_devices_are_refused_before_anything_is_enqueued() {
 fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() {
     let _serial = serial();
     let ctxs = devices();
-    // The limit bounds creation too. This test runs alone under memcheck (its `leaks_` run),
-    // as the process's first NCCL user, and creation there took over 20 s (2x H200).
-    let limit = if std::env::var_os("UM_SANITIZE").is_some() {
-        120
-    } else {
-        20
-    };
-    let options = CommOptions::new().timeout(Duration::from_secs(limit));
-    let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
+    let comms = two_with_short_limit(&ctxs);
     let mk = |ctx: &Context, len| Managed::from_fn_mirrored(ctx, len, |_| 1.0f32).expect("alloc");
     let (x, warm, y) = (mk(&ctxs[0], 1000), mk(&ctxs[1], 1000), mk(&ctxs[1], 2000));
     Context::with_stream_set_across(&ctxs[..2], StreamOptions::new(), |streams| {
@@ -401,13 +407,7 @@ fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() 
 fn an_abort_poisons_every_stream_the_communicator_enqueued_on() {
     let _serial = serial();
     let ctxs = devices();
-    let limit = if std::env::var_os("UM_SANITIZE").is_some() {
-        120
-    } else {
-        20
-    };
-    let options = CommOptions::new().timeout(Duration::from_secs(limit));
-    let comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
+    let comms = two_with_short_limit(&ctxs);
     let mk = |ctx: &Context| Managed::from_fn_mirrored(ctx, 1000, |_| 1.0f32).expect("alloc");
     let (x, y, z, warm) = (mk(&ctxs[0]), mk(&ctxs[0]), mk(&ctxs[0]), mk(&ctxs[1]));
     let (b_poisoned, c_poisoned) =

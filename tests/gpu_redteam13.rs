@@ -39,41 +39,9 @@ fn a_host_owned_buffer_dropped_by_a_waker_is_freed_by_the_reaper_not_in_the_call
     // The same path once with 4 KiB first: the context's first kernel launch and first callback
     // make its lazy allocations (126 MiB on an H100: failed 8 of 8 runs when this test ran first
     // in its process, 2026-11-23), which would count as not given back.
-    let warm = Managed::<[f32]>::zeroed_slice(&ctx, 1024).expect("alloc");
-    let warm = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut w = warm.attach(s)?;
-            add_scalar(s, &mut w, 1.0)?;
-            w.sync()
-        })
-        .expect("warm");
-    let warm = Mutex::new(Some(warm));
-    let said = run_in_callback(&ctx, move || {
-        drop(warm.lock().expect("lock").take());
-        "dropped".to_owned()
-    });
-    assert_eq!(said, "dropped");
-    um::reap_pending();
-    ctx.wait_idle().expect("wait");
+    touched_then_dropped_in_a_waker(&ctx, 1024);
     let (free_before, _) = ctx.mem_info().expect("mem_info");
-    let big = Managed::<[f32]>::zeroed_slice(&ctx, BYTES / 4).expect("alloc");
-    // Touched on the device once, so the pages are resident and counted.
-    let big = ctx
-        .with_stream(StreamOptions::new(), |s| {
-            let mut b = big.attach(s)?;
-            add_scalar(s, &mut b, 1.0)?;
-            b.sync()
-        })
-        .expect("touch");
-    let held = Mutex::new(Some(big));
-    let out = run_in_callback(&ctx, move || {
-        let b = held.lock().expect("lock").take();
-        drop(b); // `Managed::drop` of a host-owned buffer, inside the stream callback
-        "dropped".to_owned()
-    });
-    assert_eq!(out, "dropped");
-    um::reap_pending();
-    ctx.wait_idle().expect("wait");
+    touched_then_dropped_in_a_waker(&ctx, BYTES / 4);
     let (free_after, _) = ctx.mem_info().expect("mem_info");
     let slack = 64 << 20;
     assert!(
@@ -82,6 +50,28 @@ fn a_host_owned_buffer_dropped_by_a_waker_is_freed_by_the_reaper_not_in_the_call
         (free_before.saturating_sub(free_after)) >> 20
     );
     assert_context_usable(&ctx);
+}
+
+/// A unified buffer of `len` f32, touched on the device once (so its pages are resident and
+/// counted), then dropped by a waker inside the stream callback (`Managed::drop` of a
+/// host-owned buffer there); returns once the reaper has run and the device is idle.
+fn touched_then_dropped_in_a_waker(ctx: &Context, len: usize) {
+    let buf = Managed::<[f32]>::zeroed_slice(ctx, len).expect("alloc");
+    let buf = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut b = buf.attach(s)?;
+            add_scalar(s, &mut b, 1.0)?;
+            b.sync()
+        })
+        .expect("touch");
+    let held = Mutex::new(Some(buf));
+    let out = run_in_callback(ctx, move || {
+        drop(held.lock().expect("lock").take());
+        "dropped".to_owned()
+    });
+    assert_eq!(out, "dropped");
+    um::reap_pending();
+    ctx.wait_idle().expect("wait");
 }
 
 /// Attempt 1b. As 1a with a mirrored buffer (pinned host half `cuMemFreeHost`, device half
