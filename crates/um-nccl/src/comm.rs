@@ -558,16 +558,8 @@ impl Comm {
         // Usually NCCL is done at the first poll (the group's other communicators were waited
         // for): the clock is read only once it is not.
         let mut backoff = None;
-        self.live()?;
         loop {
-            let mut state: i32 = sys::IN_PROGRESS;
-            // SAFETY: a live communicator (checked before the first poll and after every wait)
-            // and a valid out-pointer.
-            let rc = unsafe { (self.nccl.fns.comm_get_async_error)(self.raw, &mut state) };
-            if rc != sys::SUCCESS {
-                return Err(self.nccl.error("ncclCommGetAsyncError", rc, Some(self.raw)));
-            }
-            match state {
+            match self.async_state()? {
                 sys::SUCCESS => return Ok(()),
                 sys::IN_PROGRESS => {}
                 e => return Err(self.nccl.error(call, e, Some(self.raw))),
@@ -579,10 +571,6 @@ impl Comm {
                 });
             }
             backoff.get_or_insert_with(Backoff::new).wait();
-            // Nothing can abort the communicator while this thread polls it (`Comm` is not
-            // `Sync`); the check keeps the rule that every NCCL call follows one, at the cost of
-            // one read.
-            self.live()?;
         }
     }
 
