@@ -54,6 +54,10 @@ for line in sys.stdin:
         print(m["executable"])' | while read -r exe; do cp "$exe" "$out/examples/own_kernels"; done
 cargo build --release --benches --message-format=json-render-diagnostics 2>/dev/null |
   executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/$name"; done
+# The NCCL probe again with um-nccl's phase timing (`--poll ROUNDS [--blocking]` then also
+# prints where each phase of um's launch and of the raw step spends its time).
+cargo build --release --bench nccl_probe --features phase-timing --message-format=json-render-diagnostics 2>/dev/null |
+  executables bench | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bench/nccl_probe_phases"; done
 # Symbols stripped too (the bundle travels within 64 MiB; every program's symbols made it
 # 70 MB), except for the programs named in UM_BUNDLE_SYMBOLS, which keep their function names
 # for the stacks of scripts/stall-stacks.sh (debug info is stripped from them all the same). By

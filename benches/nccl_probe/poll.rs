@@ -14,6 +14,27 @@ use super::{Nccl, Res};
 
 const BATCH: usize = 32;
 
+// With the `phase-timing` feature (bench/nccl_probe_phases), the time-stamp counter is read
+// between the phases of um's launch and of the raw step: laps 0 to 10 are um's
+// (`um::nccl::phases::NAMES`), 11 to 15 the raw step's (`RAW_PHASES`).
+#[cfg(feature = "phase-timing")]
+use um::nccl::phases;
+#[cfg(not(feature = "phase-timing"))]
+mod phases {
+    pub(super) fn reset() {}
+    pub(super) fn lap(_: usize) {}
+}
+
+/// The raw step's phases, laps 11 to 15.
+#[cfg(feature = "phase-timing")]
+const RAW_PHASES: [&str; 5] = [
+    "raw: call list built",
+    "raw: ncclGroupStart",
+    "raw: NCCL's calls issued",
+    "raw: ncclGroupEnd",
+    "raw: poll",
+];
+
 /// How a raw step waits for NCCL after `ncclGroupEnd`.
 #[derive(Clone, Copy)]
 enum Poll {
@@ -83,15 +104,18 @@ unsafe fn raw_step(
         if !ok((nccl.group_start)()) {
             return Err("ncclGroupStart".into());
         }
+        phases::lap(12);
         for (&(p, q, s), &c) in calls.iter().zip(comms) {
             let rc = (nccl.all_reduce)(p as *const c_void, q as *mut c_void, n, 7, 0, c, s);
             if !ok(rc) {
                 return Err(format!("ncclAllReduce {rc}").into());
             }
         }
+        phases::lap(13);
         if !ok((nccl.group_end)()) {
             return Err("ncclGroupEnd".into());
         }
+        phases::lap(14);
         let deadline = Instant::now() + Duration::from_secs(10);
         for &c in comms {
             let start = Instant::now();
@@ -128,6 +152,7 @@ unsafe fn raw_step(
                 return Err(format!("NCCL async error {state}").into());
             }
         }
+        phases::lap(15);
     }
     if matches!(poll, Poll::Touch) {
         PAGES.with(|p| {
@@ -157,6 +182,32 @@ fn tlb_shootdowns() -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// Per phase, the median and the mean over every step of the raw tight-poll variant and of
+/// um's `Group`, in ns (the counter's rate measured against `Instant` over 200 ms).
+#[cfg(feature = "phase-timing")]
+fn print_phases(laps: &mut [Vec<[u64; 16]>], blocking: bool) {
+    let (i0, c0) = (Instant::now(), phases::tsc());
+    std::thread::sleep(Duration::from_millis(200));
+    let per_ns = (phases::tsc() - c0) as f64 / i0.elapsed().as_nanos() as f64;
+    let names = phases::NAMES.iter().chain(&RAW_PHASES);
+    for (v, (variant, _)) in VARIANTS.iter().enumerate() {
+        if !matches!(VARIANTS[v].1, None | Some(Poll::Tight)) {
+            continue;
+        }
+        for (i, phase) in names.clone().enumerate() {
+            let mut col: Vec<f64> = laps[v].iter().map(|r| r[i] as f64 / per_ns).collect();
+            if col.iter().all(|x| *x == 0.0) {
+                continue;
+            }
+            let mean = col.iter().sum::<f64>() / col.len() as f64;
+            println!(
+                "{{\"phase\":\"{phase}\",\"variant\":\"{variant}\",\"blocking\":{blocking},\"median_ns\":{:.1},\"mean_ns\":{mean:.1}}}",
+                pct(&mut col, 0.5)
+            );
+        }
+    }
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -208,6 +259,8 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             let mut all: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds * BATCH); k];
             let mut t = [0.0f64; BATCH];
             let mut b = [0.0f64; BATCH];
+            #[cfg(feature = "phase-timing")]
+            let mut laps: Vec<Vec<[u64; 16]>> = vec![Vec::new(); k];
             for round in 0..rounds + 1 {
                 for j in 0..k {
                     let v = (round + j) % k;
@@ -215,6 +268,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                     for (step, build) in t.iter_mut().zip(&mut b) {
                         let c0 = cpu();
                         let s0 = Instant::now();
+                        phases::reset();
                         match VARIANTS[v].1 {
                             None => {
                                 let mut g = Group::new();
@@ -223,6 +277,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                                 }
                                 *build = s0.elapsed().as_secs_f64() * 1e6;
                                 g.launch()?;
+                                phases::lap(10);
                             }
                             Some(poll) => {
                                 if matches!(poll, Poll::Checks) {
@@ -243,6 +298,7 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                                         )
                                     })
                                     .collect();
+                                phases::lap(11);
                                 *build = s0.elapsed().as_secs_f64() * 1e6;
                                 // SAFETY: um's nonblocking communicators, used by this thread
                                 // only; mirrors' device halves owned by each GPU's stream, n f32.
@@ -256,6 +312,10 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
                             }
                         }
                         *step = s0.elapsed().as_secs_f64() * 1e6;
+                        #[cfg(feature = "phase-timing")]
+                        if round > 0 {
+                            laps[v].push(phases::take());
+                        }
                         if round > 0 && cpu() != c0 {
                             moves[v] += 1;
                         }
@@ -276,6 +336,8 @@ pub(crate) fn study(nccl: &Nccl, rounds: usize, blocking: bool) -> Res<()> {
             for ((a, b), s) in on.into_iter().zip(streams) {
                 s.sync_all((a, b))?;
             }
+            #[cfg(feature = "phase-timing")]
+            print_phases(&mut laps, blocking);
             Ok((steps, builds, polls, moves, tlb, all))
         })?;
     for (v, (name, _)) in VARIANTS.iter().enumerate() {

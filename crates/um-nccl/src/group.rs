@@ -11,6 +11,7 @@ use um_core::{Error, Result, Storage, Stream};
 use crate::call::{self, Buf, Call};
 use crate::comm::{Comm, Idle, wait_pairs};
 use crate::ledger;
+use crate::phases;
 use crate::sys;
 use crate::types::{CollectiveStream, Element, ReduceOp};
 
@@ -100,6 +101,7 @@ impl<'b> Group<'b> {
     ) -> Result<()> {
         let call = call?;
         self.calls.push(Entry { comm, stream, call });
+        phases::lap(0);
         Ok(())
     }
 
@@ -233,7 +235,9 @@ impl<'b> Group<'b> {
     /// refuses a mix). If NCCL fails or times out, every communicator of the group is aborted
     /// (their streams poisoned) and the error returned.
     pub fn launch(self) -> Result<Launched<'b>> {
+        phases::lap(0);
         um_core::refuse_inside_stream_callback("a group of collectives")?;
+        phases::lap(1);
         let Some(first) = self.calls.first() else {
             return Ok(Launched { calls: Vec::new() });
         };
@@ -247,14 +251,17 @@ impl<'b> Group<'b> {
                 });
             }
         }
+        phases::lap(2);
         ledger::record_all(
             self.calls
                 .iter()
                 .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig)),
         )?;
+        phases::lap(3);
         for e in &self.calls {
             e.comm.remember(e.stream);
         }
+        phases::lap(4);
         let mut comms: SmallVec<[&Comm; 4]> = SmallVec::new();
         for e in &self.calls {
             if !comms.iter().any(|c| std::ptr::eq(*c, e.comm)) {
@@ -267,8 +274,10 @@ impl<'b> Group<'b> {
             }
             err
         };
+        phases::lap(5);
         // SAFETY: no arguments; matched by the group end below on every path.
         let rc = unsafe { (nccl.fns.group_start)() };
+        phases::lap(6);
         if rc != sys::SUCCESS {
             return Err(fail(nccl.error("ncclGroupStart", rc, None)));
         }
@@ -281,8 +290,10 @@ impl<'b> Group<'b> {
                 first_err = Some(nccl.error(name, rc, Some(e.comm.raw())));
             }
         }
+        phases::lap(7);
         // SAFETY: ends the group started above.
         let rc = unsafe { (nccl.fns.group_end)() };
+        phases::lap(8);
         if let Some(e) = first_err {
             return Err(fail(e));
         }
@@ -298,6 +309,7 @@ impl<'b> Group<'b> {
             }
             e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
         }
+        phases::lap(9);
         Ok(Launched { calls: self.calls })
     }
 }

@@ -65,6 +65,10 @@ mod group;
 mod ledger;
 #[cfg(test)]
 mod ledger_model;
+#[cfg(feature = "phase-timing")]
+pub mod phases;
+#[cfg(not(feature = "phase-timing"))]
+mod phases;
 mod sys;
 mod types;
 
