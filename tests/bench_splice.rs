@@ -140,3 +140,32 @@ fn only_launch_paired_replaces_nothing_and_unknown_scenarios_have_no_section() {
     assert_eq!(splice::section_of("launch"), Some("1"));
     assert_eq!(splice::section_of("graphs"), Some("9"));
 }
+
+#[test]
+fn a_note_of_the_same_device_and_sections_replaces_the_earlier_one() {
+    let new = new_page(&[("5. Cost of each transition", "new transitions")]);
+    let note = |names: &str, device: &str, date: &str| {
+        format!("{names} measured again on **{device}**, driver CUDA 13.0, {date} (`um_bench`).")
+    };
+    let keys = vec!["5".to_owned()];
+    let mut page = BASE.to_owned();
+    for n in [
+        note("Sections 1, 5", "NVIDIA H200", "day 1"),
+        note("Section 5", "2× NVIDIA H200", "day 2"),
+        note("Section 5", "NVIDIA H200", "day 3"),
+        note("Section 5", "NVIDIA H200", "day 4"),
+    ] {
+        page = splice::splice(&page, &new, &keys, &n);
+    }
+    // Day 3's note is stale (same device, same section); day 1's names section 1 too, and
+    // day 2's is of another device: both stay, in the order of the runs.
+    assert!(!page.contains("day 3"), "{page}");
+    let days: Vec<usize> = ["day 1", "day 2", "day 4"]
+        .iter()
+        .map(|d| page.find(d).expect(d))
+        .collect();
+    assert!(days[0] < days[1] && days[1] < days[2], "{page}");
+    assert!(page.find("Measured on **H200**").unwrap() < days[0]);
+    assert!(days[2] < page.find("## 1.").unwrap());
+    assert_eq!(page.matches("measured again").count(), 3, "{page}");
+}

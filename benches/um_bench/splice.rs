@@ -53,6 +53,28 @@ fn sections(page: &str) -> (String, Vec<(Option<String>, String)>) {
     (head, out)
 }
 
+/// A splice note's sections and device: "Sections 1, 5 measured again on **NVIDIA H200**, ..."
+/// gives (["1", "5"], "NVIDIA H200"); `None` for any other paragraph.
+fn note_parts(note: &str) -> Option<(Vec<&str>, &str)> {
+    let (names, rest) = note.split_once(" measured again on **")?;
+    let names = names
+        .strip_prefix("Sections ")
+        .or_else(|| names.strip_prefix("Section "))?;
+    let (device, _) = rest.split_once("**")?;
+    Some((names.split(", ").collect(), device))
+}
+
+/// Whether the splice note `new` makes the paragraph `old` stale: `old` is a splice note of
+/// the same device whose every section `new` names too.
+fn supersedes(new: &str, old: &str) -> bool {
+    match (note_parts(new), note_parts(old)) {
+        (Some((new_names, new_device)), Some((old_names, old_device))) => {
+            new_device == old_device && old_names.iter().all(|n| new_names.contains(n))
+        }
+        _ => false,
+    }
+}
+
 /// `base` with every section of `new` whose key is in `keys` put in place of the base's section
 /// of that key. A section the base lacks goes in number order, before any unnumbered section
 /// (`## Goals`); a section's key is its number, so a page of an older numbering has the
@@ -97,9 +119,15 @@ pub(crate) fn splice(base: &str, new: &str, keys: &[String], note: &str) -> Stri
         !(measured_nccl && first.contains("NCCL") && first.contains("not measured"))
     });
     if !note.is_empty() {
-        // After the "Measured on ..." paragraph.
-        let trimmed = head.trim_end().to_owned();
-        head = format!("{trimmed}\n\n{note}\n\n");
+        // After the "Measured on ..." paragraph and the notes of earlier splices, less those
+        // this run makes stale: a note of the same device naming only sections this run
+        // measured again.
+        let kept: Vec<&str> = head
+            .trim_end()
+            .split("\n\n")
+            .filter(|p| !supersedes(note, p))
+            .collect();
+        head = format!("{}\n\n{note}\n\n", kept.join("\n\n"));
     }
     let mut out = head;
     for (_, text) in base_sections {
