@@ -53,7 +53,7 @@
 //! instead of to a stream, did not do this. Why is not known yet.
 //!
 //! **Feature `phase-timing`** (off by default): `phases`, the time-stamp counter read between
-//! the phases of [`Group::launch`], for `bench/nccl_probe_phases` (where a step's host time
+//! the phases of a [`Group`]'s calls and [`Group::launch`], for `bench/nccl_probe_phases` (where a step's host time
 //! goes). Without it those reads compile to nothing.
 //!
 //! The rules and the tests that show them are in `docs/rules.md` (rows 150 to 166), the design in
