@@ -234,6 +234,20 @@ impl Ledger {
 
     /// Records the calls of one group (or one call) of this ledger's ranks, all or none:
     /// `(rank, channel, sig)` each.
+    /// Tests: the state, printed (to compare two ledgers that saw the same calls).
+    #[cfg(test)]
+    pub(crate) fn state_text(&self) -> String {
+        let st = self.lock();
+        let mut next = st.next.0.clone();
+        next.sort_unstable();
+        let mut pairs: Vec<_> = st.pairs.iter().collect();
+        pairs.sort_by_key(|(k, _)| **k);
+        format!(
+            "members {:?} next {next:?} collectives {:?} pairs {pairs:?}",
+            st.members, st.collectives
+        )
+    }
+
     #[cfg(test)]
     fn record(&self, calls: &[(usize, Channel, Sig)]) -> Result<()> {
         record_all(calls.iter().map(|&(r, c, s)| (self, r, c, s)))
@@ -249,6 +263,9 @@ pub(crate) fn record_all<'l, I>(calls: I) -> Result<()>
 where
     I: Iterator<Item = (&'l Ledger, usize, Channel, Sig)> + Clone,
 {
+    if lockstep_allowed() && record_lockstep(calls.clone()) {
+        return Ok(());
+    }
     let mut ledgers: SmallVec<[&Ledger; 4]> = SmallVec::new();
     for (l, ..) in calls.clone() {
         if l.shared() && !ledgers.iter().any(|m| std::ptr::eq(*m, l)) {
@@ -282,7 +299,69 @@ where
     Ok(())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: the general path only (`ledger_model.rs` compares the two paths).
+    pub(crate) static GENERAL_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests: how many groups took the lockstep path on this thread.
+    pub(crate) static LOCKSTEP_TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn lockstep_allowed() -> bool {
+    #[cfg(test)]
+    return !GENERAL_ONLY.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    true
+}
+
+/// The common group, recorded directly: one collective for each local rank of one shared
+/// ledger, all of one signature, with nothing pending. Such a group agrees with itself and
+/// with the history (every earlier collective was matched by every rank), and its effect is
+/// the general path's: each rank's number and the sequence's base advance by one, nothing
+/// stays pending. `false` (nothing recorded) for any other group, which takes the general
+/// path; `ledger_model.rs` checks both against the model.
+fn record_lockstep<'l, I>(mut calls: I) -> bool
+where
+    I: Iterator<Item = (&'l Ledger, usize, Channel, Sig)> + Clone,
+{
+    let all = calls.clone();
+    let Some((ledger, _, Channel::Collective, sig)) = calls.next() else {
+        return false;
+    };
+    let mut n = 1;
+    let alike = calls.all(|(l, _, c, s)| {
+        n += 1;
+        std::ptr::eq(l, ledger) && c == Channel::Collective && s == sig
+    });
+    if !alike || n < 2 || ledger.members.load(Ordering::Acquire) != n {
+        return false;
+    }
+    ledger.lock().lockstep(all.map(|(_, rank, ..)| rank), n)
+}
+
 impl State {
+    /// [`record_lockstep`] under the lock: `ranks` (`n` of them) must be the members, each
+    /// once, every one at the sequence's base with nothing pending.
+    fn lockstep(&mut self, ranks: impl Iterator<Item = usize> + Clone, n: usize) -> bool {
+        if self.members.len() != n || !self.collectives.entries.is_empty() {
+            return false;
+        }
+        let base = self.collectives.base;
+        for (i, rank) in ranks.clone().enumerate() {
+            let at_base = self.next.0.iter().all(|(r, k)| *r != rank || *k == base);
+            if !self.is_member(rank) || !at_base || ranks.clone().take(i).any(|q| q == rank) {
+                return false;
+            }
+        }
+        for rank in ranks {
+            *self.next.entry_or(rank, base) += 1;
+        }
+        self.collectives.base += 1;
+        #[cfg(test)]
+        LOCKSTEP_TAKEN.with(|t| t.set(t.get() + 1));
+        true
+    }
+
     fn is_member(&self, rank: usize) -> bool {
         self.members.contains(&rank)
     }

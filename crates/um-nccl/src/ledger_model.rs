@@ -93,9 +93,48 @@ fn id(seed: u64, which: usize) -> [u8; UNIQUE_ID_BYTES] {
     id
 }
 
+/// A signature: mostly one all-reduce of 10; one in `odd` has another count or kind.
+fn any_sig(rng: &mut Rng, odd: u64) -> Sig {
+    Sig {
+        kind: if rng.below(odd) == 0 {
+            "broadcast"
+        } else {
+            "all_reduce"
+        },
+        dtype: "ncclFloat32",
+        count: 10 + usize::from(rng.below(odd) == 0),
+        op: Some(0),
+        root: None,
+    }
+}
+
+/// A group of the lockstep path's shape: one collective for each local rank of one ledger,
+/// in a random order, each with `any_sig` (so now and then one differs).
+fn lockstep_group(rng: &mut Rng, ranks: &[(usize, Arc<Ledger>)], odd: u64) -> Vec<Call> {
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let sig = any_sig(rng, odd);
+    order
+        .into_iter()
+        .map(|i| {
+            let s = if rng.below(odd * 4) == 0 {
+                any_sig(rng, 1)
+            } else {
+                sig
+            };
+            (Arc::clone(&ranks[i].1), ranks[i].0, Channel::Collective, s)
+        })
+        .collect()
+}
+
+type Call = (Arc<Ledger>, usize, Channel, Sig);
+
 /// `rounds` fresh pairs of ledgers (world sizes 2 to 9, some ranks remote), 200 groups of 1 to
-/// 6 calls each over both; one call in `odd` has another count or kind.
-fn run(seed: u64, rounds: u64, odd: u64) -> (u64, u64) {
+/// 6 calls each over both; one call in `odd` has another count or kind. With `lockstep` above
+/// 0, one group in `lockstep` has the lockstep path's shape instead (`lockstep_group`).
+fn run(seed: u64, rounds: u64, odd: u64, lockstep: u64) -> (u64, u64) {
     let mut rng = Rng(seed);
     let (mut accepted, mut refused) = (0, 0);
     for round in 0..rounds {
@@ -119,7 +158,17 @@ fn run(seed: u64, rounds: u64, odd: u64) -> (u64, u64) {
         }
         for _ in 0..200 {
             let mut calls = Vec::new();
-            for _ in 0..1 + rng.below(6) {
+            if lockstep > 0 && rng.below(lockstep) == 0 {
+                let which = rng.below(2) as usize;
+                for (l, r, c, sig) in lockstep_group(&mut rng, &ledgers[which], odd) {
+                    calls.push((which, l, r, c, sig));
+                }
+            }
+            for _ in 0..if calls.is_empty() {
+                1 + rng.below(6)
+            } else {
+                0
+            } {
                 let which = rng.below(2) as usize;
                 if ledgers[which].is_empty() {
                     continue;
@@ -138,17 +187,7 @@ fn run(seed: u64, rounds: u64, odd: u64) -> (u64, u64) {
                         dst: *rank,
                     },
                 };
-                let sig = Sig {
-                    kind: if rng.below(odd) == 0 {
-                        "broadcast"
-                    } else {
-                        "all_reduce"
-                    },
-                    dtype: "ncclFloat32",
-                    count: 10 + usize::from(rng.below(odd) == 0),
-                    op: Some(0),
-                    root: None,
-                };
+                let sig = any_sig(&mut rng, odd);
                 calls.push((which, Arc::clone(ledger), *rank, channel, sig));
             }
             let mut next = models.clone();
@@ -180,10 +219,102 @@ fn run(seed: u64, rounds: u64, odd: u64) -> (u64, u64) {
 fn the_ledger_accepts_a_group_exactly_when_the_model_does() {
     // Mostly agreeing calls (long pending sequences), then a refusal in about every other group.
     for (seed, odd) in [(0x2545_f491_4f6c_dd1d, 40), (0x9e37_79b9_7f4a_7c15, 6)] {
-        let (accepted, refused) = run(seed, 150, odd);
+        let (accepted, refused) = run(seed, 150, odd, 0);
         assert!(
             accepted > 3_000 && refused > 3_000,
             "too few of one answer to test anything: {accepted} accepted, {refused} refused"
         );
     }
+}
+
+#[test]
+fn groups_of_the_lockstep_shape_are_accepted_exactly_when_the_model_does() {
+    // One group in three of the lockstep path's shape, the rest as above.
+    for (seed, odd) in [(0x51_7cc1_b727_220a, 40), (0x2d35_8dcc_aa6c_78a5, 6)] {
+        crate::ledger::LOCKSTEP_TAKEN.with(|t| t.set(0));
+        let (accepted, refused) = run(seed, 150, odd, 3);
+        let taken = crate::ledger::LOCKSTEP_TAKEN.with(std::cell::Cell::get);
+        assert!(
+            accepted > 3_000 && refused > 1_000 && taken > 100,
+            "too few of one answer or path: {accepted} accepted, {refused} refused, {taken} lockstep"
+        );
+    }
+}
+
+/// The lockstep path and the general path, on two ledgers given the same groups: the same
+/// answer to every group (the same error text) and the same state after it. Fresh ledgers
+/// every 30 groups; groups mostly of the lockstep shape, the rest single collectives of one
+/// rank (pending entries, so that both paths run from many kinds of state).
+#[test]
+fn the_lockstep_path_leaves_the_state_the_general_path_leaves() {
+    let mut rng = Rng(0x94d0_49bb_1331_11eb);
+    let mut taken = 0;
+    let mut general = 0;
+    for round in 0..1_000u64 {
+        let world = 2 + rng.below(5) as usize;
+        let mut sides: Vec<Vec<(usize, Arc<Ledger>)>> = Vec::new();
+        let present: Vec<usize> = (0..world).filter(|_| rng.below(6) != 0).collect();
+        for side in 0..2 {
+            let key = id(0x1ead_5eed ^ (round << 8), 2 + side);
+            sides.push(
+                present
+                    .iter()
+                    .map(|&r| (r, Ledger::join(&key, r, world).expect("join")))
+                    .collect(),
+            );
+        }
+        if present.is_empty() {
+            continue;
+        }
+        for _ in 0..30 {
+            let calls: Vec<Call> = if rng.below(6) != 0 {
+                lockstep_group(&mut rng, &sides[0], 12)
+            } else {
+                let (r, l) = &sides[0][rng.below(present.len() as u64) as usize];
+                vec![(
+                    Arc::clone(l),
+                    *r,
+                    Channel::Collective,
+                    any_sig(&mut rng, 12),
+                )]
+            };
+            // The same calls on side 1's ledgers.
+            let mirror: Vec<Call> = calls
+                .iter()
+                .map(|(l, r, c, s)| {
+                    let i = sides[0]
+                        .iter()
+                        .position(|(_, m)| Arc::ptr_eq(m, l))
+                        .expect("ours");
+                    (Arc::clone(&sides[1][i].1), *r, *c, *s)
+                })
+                .collect();
+            let before = crate::ledger::LOCKSTEP_TAKEN.with(std::cell::Cell::get);
+            let fast = record_all(calls.iter().map(|(l, r, c, s)| (&**l, *r, *c, *s)));
+            let took = crate::ledger::LOCKSTEP_TAKEN.with(std::cell::Cell::get) > before;
+            crate::ledger::GENERAL_ONLY.with(|g| g.set(true));
+            let slow = record_all(mirror.iter().map(|(l, r, c, s)| (&**l, *r, *c, *s)));
+            crate::ledger::GENERAL_ONLY.with(|g| g.set(false));
+            assert_eq!(
+                fast.as_ref().map_err(ToString::to_string),
+                slow.as_ref().map_err(ToString::to_string),
+                "round {round}: the two paths answered differently"
+            );
+            if took {
+                taken += 1;
+            } else {
+                general += 1;
+            }
+            let text = |side: usize| sides[side][0].1.state_text();
+            assert_eq!(
+                text(0),
+                text(1),
+                "round {round}: the two paths left different states"
+            );
+        }
+    }
+    assert!(
+        taken > 2_000 && general > 2_000,
+        "too few groups on one path to compare: {taken} lockstep, {general} general"
+    );
 }
