@@ -232,8 +232,6 @@ impl Ledger {
         self.members.load(Ordering::Acquire) > 1
     }
 
-    /// Records the calls of one group (or one call) of this ledger's ranks, all or none:
-    /// `(rank, channel, sig)` each.
     /// Tests: the state, printed (to compare two ledgers that saw the same calls).
     #[cfg(test)]
     pub(crate) fn state_text(&self) -> String {
@@ -248,6 +246,8 @@ impl Ledger {
         )
     }
 
+    /// Records the calls of one group (or one call) of this ledger's ranks, all or none:
+    /// `(rank, channel, sig)` each.
     #[cfg(test)]
     fn record(&self, calls: &[(usize, Channel, Sig)]) -> Result<()> {
         record_all(calls.iter().map(|&(r, c, s)| (self, r, c, s)))
@@ -347,6 +347,10 @@ impl State {
             return false;
         }
         let base = self.collectives.base;
+        // With nothing pending every member is at the base (an entry is pushed by the first
+        // rank to reach it, and popped once every member has): `at_base` is a second guard.
+        // Nothing pending is the first: a rank that left with a call of its own pending leaves
+        // an entry no member has seen while every member is still at the base.
         for (i, rank) in ranks.clone().enumerate() {
             let at_base = self.next.0.iter().all(|(r, k)| *r != rank || *k == base);
             if !self.is_member(rank) || !at_base || ranks.clone().take(i).any(|q| q == rank) {
@@ -532,6 +536,52 @@ mod tests {
         id[0] = n;
         id[1] = 0xa5;
         id
+    }
+
+    /// Red team of the lockstep path, attack 3: a rank that left with a call of its own pending
+    /// leaves an entry no member has seen, every member still at the base. A group of the
+    /// lockstep shape must be compared with it (the general path), not recorded past it.
+    #[test]
+    fn a_departed_ranks_pending_call_keeps_the_lockstep_path_out() {
+        let key = id(20);
+        let ranks = [
+            Ledger::join(&key, 0, 3).expect("0"),
+            Ledger::join(&key, 1, 3).expect("1"),
+            Ledger::join(&key, 2, 3).expect("2"),
+        ];
+        let l = &ranks[0];
+        l.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("2's first, pending");
+        l.leave(2);
+        let both = |count| [0, 1].map(|r| (r, Channel::Collective, sig("all_reduce", count)));
+        let err = l.record(&both(20)).expect_err("20 against the pending 10");
+        assert!(matches!(err, Error::CollectiveMismatch { .. }), "{err}");
+        l.record(&both(10)).expect("the matching pair");
+        let st = l.lock();
+        assert!(st.collectives.entries.is_empty(), "{st:?}");
+        assert_eq!(st.collectives.base, 1);
+    }
+
+    /// Red team of the lockstep path, attack 4, made deterministic: a rank joins after the
+    /// lock-free count of members said two and before the lock. Under the lock the group of
+    /// two is not every member: `lockstep` refuses it, changing nothing, and the general path
+    /// leaves the entry pending for the new rank.
+    #[test]
+    fn a_member_who_joined_after_the_count_keeps_the_lockstep_path_out() {
+        let key = id(21);
+        let l = Ledger::join(&key, 0, 3).expect("0");
+        let _one = Ledger::join(&key, 1, 3).expect("1");
+        let _two = Ledger::join(&key, 2, 3).expect("2");
+        let before = l.state_text();
+        assert!(!l.lock().lockstep([0, 1].into_iter(), 2));
+        assert_eq!(l.state_text(), before);
+        let pair = [0, 1].map(|r| (r, Channel::Collective, sig("all_reduce", 10)));
+        l.record(&pair).expect("0's and 1's first");
+        l.record(&[(2, Channel::Collective, sig("all_reduce", 20))])
+            .expect_err("2's first of 20 against the pair's 10");
+        l.record(&[(2, Channel::Collective, sig("all_reduce", 10))])
+            .expect("2's first of 10");
+        assert!(l.lock().collectives.entries.is_empty());
     }
 
     #[test]
