@@ -164,11 +164,12 @@ fn run(seed: u64, rounds: u64, odd: u64, lockstep: u64) -> (u64, u64) {
                     calls.push((which, l, r, c, sig));
                 }
             }
-            for _ in 0..if calls.is_empty() {
+            let singles = if calls.is_empty() {
                 1 + rng.below(6)
             } else {
                 0
-            } {
+            };
+            for _ in 0..singles {
                 let which = rng.below(2) as usize;
                 if ledgers[which].is_empty() {
                     continue;
