@@ -192,8 +192,8 @@ fn print_phases(laps: &mut [Vec<[u64; 16]>], blocking: bool) {
     std::thread::sleep(Duration::from_millis(200));
     let per_ns = (phases::tsc() - c0) as f64 / i0.elapsed().as_nanos() as f64;
     let names = phases::NAMES.iter().chain(&RAW_PHASES);
-    for (v, (variant, _)) in VARIANTS.iter().enumerate() {
-        if !matches!(VARIANTS[v].1, None | Some(Poll::Tight)) {
+    for (v, (variant, poll)) in VARIANTS.iter().enumerate() {
+        if !matches!(poll, None | Some(Poll::Tight)) {
             continue;
         }
         for (i, phase) in names.clone().enumerate() {
