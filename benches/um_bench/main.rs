@@ -1,7 +1,7 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
 //! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--graph-cpp PATH] [--nccl-cpp PATH]
-//! [--notes FILE] [--quick] [--only LIST] [--base PAGE]`
+//! [--notes FILE] [--quick] [--only LIST] [--base PAGE] [--host-rounds N]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
@@ -13,7 +13,8 @@
 //! too). With `--base` this run's records go to DIR/results-of-this-run.json and the figures
 //! are not redrawn. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
 //! (bench/cublas_baseline.cpp); without it, or without cuBLAS, that scenario says so and runs
-//! what it can.
+//! what it can. `--host-rounds N` sets the rounds of section 10's host time per step (default
+//! 4,000; more narrow its intervals).
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -90,6 +91,8 @@ pub(crate) struct Options {
     /// A page of an earlier run: this run's sections replace the same sections in it, and the
     /// rest of it is kept (`splice.rs`).
     pub(crate) base: Option<PathBuf>,
+    /// Rounds of section 10's host time per step.
+    pub(crate) host_rounds: usize,
 }
 
 impl Options {
@@ -127,6 +130,7 @@ fn parse_args() -> Result<Options, String> {
         only: None,
         nccl_cpp: None,
         base: None,
+        host_rounds: nccl::HOST_TIME_ROUNDS,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -139,6 +143,14 @@ fn parse_args() -> Result<Options, String> {
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
             "--nccl-cpp" => o.nccl_cpp = Some(PathBuf::from(value()?)),
             "--base" => o.base = Some(PathBuf::from(value()?)),
+            "--host-rounds" => {
+                let v = value()?;
+                o.host_rounds = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--host-rounds takes a count above 0, not {v:?}"))?;
+            }
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
                 if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
@@ -447,7 +459,11 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     }
     if opts.wants("nccl") {
         // Skips with one line where there are fewer than two GPUs or no NCCL.
-        if let Some(r) = nccl::nccl(opts.nccl_cpp.as_deref(), opts.rounds.min(3))? {
+        if let Some(r) = nccl::nccl(
+            opts.nccl_cpp.as_deref(),
+            opts.rounds.min(3),
+            opts.host_rounds,
+        )? {
             records.extend(r);
             save(&records)?;
         }

@@ -208,8 +208,9 @@ const BATCH: usize = 32;
 /// step, not its mean.
 const MEDIAN_STEP: &str = ", median step";
 
-/// Rounds of the host-time measurement (each: one batch of um's steps, one of raw steps).
-const HOST_TIME_ROUNDS: usize = 4000;
+/// Rounds of the host-time measurement (each: one batch of um's steps, one of raw steps), unless
+/// `--host-rounds` says otherwise.
+pub(crate) const HOST_TIME_ROUNDS: usize = 4000;
 
 /// Per round, µs per step: [um, raw] as the batch's mean, then [um, raw] as the median of the
 /// batch's steps, each timed alone. NCCL starts a thread for every call on a nonblocking
@@ -279,7 +280,11 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
 }
 
 /// Section 8's measurements, or `None` (after one line) where it cannot run.
-pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Option<Vec<Record>>> {
+pub(crate) fn nccl(
+    cpp_exe: Option<&std::path::Path>,
+    rounds: usize,
+    host_rounds: usize,
+) -> Res<Option<Vec<Record>>> {
     let count = um::device_count().unwrap_or(0);
     if count < 2 {
         println!("nccl: skipped: needs at least 2 GPUs, this machine has {count}");
@@ -426,7 +431,7 @@ pub(crate) fn nccl(cpp_exe: Option<&std::path::Path>, rounds: usize) -> Res<Opti
             // CI +0.197 .. +1.907; a tenth of the steps take twice the median): 4,000 (about
             // 16 s) halve it.
             for comms in [&blocking, &nonblocking] {
-                host.push(host_time_paired(&ctxs, comms, HOST_TIME_ROUNDS)?);
+                host.push(host_time_paired(&ctxs, comms, host_rounds)?);
             }
         }
     }
@@ -599,9 +604,10 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         ));
     }
     if !host.is_empty() {
+        let host_rounds = host.iter().find_map(|r| r.paired).map_or(0, |p| p.rounds);
         let _ = writeln!(
             md,
-            "\n### Host time per step, um against the raw call\n\nOne all-reduce of 1 KiB on every GPU per step, um's `Group` (checks, agreement ledger, `ncclGroupStart` .. `ncclGroupEnd`, the poll of a nonblocking communicator) against the same NCCL calls made raw from Rust on the same communicators and buffers. Interleaved in one process, batches of {BATCH} steps taking turns, {HOST_TIME_ROUNDS} rounds, streams drained between batches; per round, um's µs per step minus the raw one's, with a round's µs per step taken two ways: the batch's mean, and (rows \"median step\") the median of its steps, each timed alone, which leaves out the steps that NCCL's own work now and then makes several times longer (it starts a thread for every call on a nonblocking communicator). Intervals are 95%.\n\n| communicators | raw µs per step | um µs per step | um - raw: median (95% CI) | um - raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
+            "\n### Host time per step, um against the raw call\n\nOne all-reduce of 1 KiB on every GPU per step, um's `Group` (checks, agreement ledger, `ncclGroupStart` .. `ncclGroupEnd`, the poll of a nonblocking communicator) against the same NCCL calls made raw from Rust on the same communicators and buffers. Interleaved in one process, batches of {BATCH} steps taking turns, {host_rounds} rounds, streams drained between batches; per round, um's µs per step minus the raw one's, with a round's µs per step taken two ways: the batch's mean, and (rows \"median step\") the median of its steps, each timed alone, which leaves out the steps that NCCL's own work now and then makes several times longer (it starts a thread for every call on a nonblocking communicator). Intervals are 95%.\n\n| communicators | raw µs per step | um µs per step | um - raw: median (95% CI) | um - raw: mean (95% CI) |\n| --- | ---: | ---: | ---: | ---: |"
         );
         for mode in [
             "blocking",

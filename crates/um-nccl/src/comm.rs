@@ -10,6 +10,7 @@ use um_core::{Context, Eager, Error, Poisoner, Result, Storage, Stream, StreamKi
 use crate::bootstrap::Bootstrap;
 use crate::call::{self, Buf, Call};
 use crate::ledger::{self, Ledger};
+use crate::poll::{Backoff, PollClock};
 use crate::sys::{self, Config, Nccl, RawComm};
 use crate::types::{CollectiveStream, Element, ReduceOp, UniqueId};
 
@@ -141,55 +142,6 @@ impl std::fmt::Debug for Comm {
             .field("blocking", &self.options.blocking)
             .field("aborted", &self.state.borrow().aborted)
             .finish_non_exhaustive()
-    }
-}
-
-/// How a poll loop waits between polls: [`Backoff::wait`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pause {
-    Spin,
-    Yield,
-    Sleep,
-}
-
-/// Spinning lasts this long from the first poll. By time, not by count: NCCL's launch thread
-/// takes 45 to 60 µs per nonblocking collective on an H200 (`um_bench`, 2x H200, 2026-11-23),
-/// and the 256 polls that the spin used to last could end before that, so a step's wait ended
-/// in `sched_yield` calls. um's host time per step was then +1.34 µs over the raw call (median
-/// step, 95% CI +1.11 .. +1.51) on nonblocking communicators, against +0.53 on blocking ones.
-const SPIN_FOR: Duration = Duration::from_micros(250);
-/// Yielding lasts until this long from the first poll; then a poll every 50 µs.
-const YIELD_UNTIL: Duration = Duration::from_millis(2);
-
-fn pause_after(waited: Duration) -> Pause {
-    if waited < SPIN_FOR {
-        Pause::Spin
-    } else if waited < YIELD_UNTIL {
-        Pause::Yield
-    } else {
-        Pause::Sleep
-    }
-}
-
-/// Spins, then yields, then sleeps, by the time since the first poll: waits for NCCL's launch
-/// thread or the GPU with little latency and without burning a core for long.
-pub(crate) struct Backoff {
-    start: Instant,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Backoff {
-        Backoff {
-            start: Instant::now(),
-        }
-    }
-
-    pub(crate) fn wait(&self) {
-        match pause_after(self.start.elapsed()) {
-            Pause::Spin => std::hint::spin_loop(),
-            Pause::Yield => std::thread::yield_now(),
-            Pause::Sleep => std::thread::sleep(Duration::from_micros(50)),
-        }
     }
 }
 
@@ -552,25 +504,21 @@ impl Comm {
         }
     }
 
-    /// Polls until NCCL is done with the last call (`ncclInProgress` no more), up to `deadline`:
-    /// `Err` with the error or the timeout. Aborts nothing (the caller does).
-    pub(crate) fn poll_ready(&self, call: &'static str, deadline: Instant) -> Result<()> {
-        // Usually NCCL is done at the first poll (the group's other communicators were waited
-        // for): the clock is read only once it is not.
-        let mut backoff = None;
+    /// Polls until NCCL is done with the last call (`ncclInProgress` no more), within `clock`'s
+    /// limit: `Err` with the error or the timeout. Aborts nothing (the caller does).
+    pub(crate) fn poll_ready(&self, call: &'static str, clock: &mut PollClock) -> Result<()> {
         loop {
             match self.async_state()? {
                 sys::SUCCESS => return Ok(()),
                 sys::IN_PROGRESS => {}
                 e => return Err(self.nccl.error(call, e, Some(self.raw))),
             }
-            if Instant::now() >= deadline {
+            if !clock.again() {
                 return Err(Error::Timeout {
                     what: format!("{call} on rank {} (NCCL still in progress)", self.rank),
                     after_ms: u64::try_from(self.options.timeout.as_millis()).unwrap_or(u64::MAX),
                 });
             }
-            backoff.get_or_insert_with(Backoff::new).wait();
         }
     }
 
@@ -636,7 +584,7 @@ impl Comm {
         let outcome = match rc {
             sys::SUCCESS if self.options.blocking => Ok(()),
             sys::SUCCESS | sys::IN_PROGRESS if !self.options.blocking => {
-                self.poll_ready(call, Instant::now() + self.options.timeout)
+                self.poll_ready(call, &mut PollClock::new(self.options.timeout))
             }
             e => Err(self.nccl.error(call, e, Some(self.raw))),
         };
@@ -895,7 +843,10 @@ impl Drop for Comm {
             let rc = unsafe { (fns.comm_finalize)(self.raw) };
             (rc == sys::SUCCESS || rc == sys::IN_PROGRESS)
                 && self
-                    .poll_ready("ncclCommFinalize", Instant::now() + self.options.timeout)
+                    .poll_ready(
+                        "ncclCommFinalize",
+                        &mut PollClock::new(self.options.timeout),
+                    )
                     .is_ok()
         };
         if flushed {
@@ -907,27 +858,5 @@ impl Drop for Comm {
             // The flush failed or timed out: work may still be in flight. Poison and abort.
             self.abort_because("the flush at drop failed or timed out".to_owned());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Pause, SPIN_FOR, YIELD_UNTIL, pause_after};
-    use std::time::Duration;
-
-    /// The pause depends on the time waited, not on how many polls were made: a wait as long
-    /// as a nonblocking collective's launch (about 60 µs on an H200) still spins.
-    #[test]
-    fn a_poll_loop_spins_through_a_collective_launch_then_yields_then_sleeps() {
-        assert_eq!(pause_after(Duration::ZERO), Pause::Spin);
-        assert_eq!(pause_after(Duration::from_micros(60)), Pause::Spin);
-        assert_eq!(pause_after(SPIN_FOR - Duration::from_nanos(1)), Pause::Spin);
-        assert_eq!(pause_after(SPIN_FOR), Pause::Yield);
-        assert_eq!(
-            pause_after(YIELD_UNTIL - Duration::from_nanos(1)),
-            Pause::Yield
-        );
-        assert_eq!(pause_after(YIELD_UNTIL), Pause::Sleep);
-        assert_eq!(pause_after(Duration::from_secs(120)), Pause::Sleep);
     }
 }

@@ -3,7 +3,7 @@
 //! rank sends and receives at once.
 
 use std::marker::PhantomData;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 use um_core::{Error, Result, Storage, Stream};
@@ -11,7 +11,9 @@ use um_core::{Error, Result, Storage, Stream};
 use crate::call::{self, Buf, Call};
 use crate::comm::{Comm, Idle, wait_pairs};
 use crate::ledger;
+use crate::list::List;
 use crate::phases;
+use crate::poll::PollClock;
 use crate::sys;
 use crate::types::{CollectiveStream, Element, ReduceOp};
 
@@ -46,14 +48,18 @@ use crate::types::{CollectiveStream, Element, ReduceOp};
 /// # Ok(()) }
 /// ```
 pub struct Group<'b> {
-    /// A `Vec`, not inline storage: its drop lets the borrowed buffers die first
-    /// (`#[may_dangle]`) and it keeps `Group` covariant in `'b`, so a group may be declared
-    /// before its buffers (`tests/group_lifetimes.rs`). The one allocation is the group's; its
-    /// [`Launched`] keeps it.
-    calls: Vec<Entry<'b>>,
+    /// The first [`INLINE`] calls inline, no allocation; an `Entry` has no drop glue, so the
+    /// borrowed buffers may die before the group, and `Group` stays covariant in `'b`
+    /// (`crate::list`, `tests/group_lifetimes.rs`).
+    calls: List<Entry<'b>, INLINE>,
     _thread: PhantomData<*const ()>,
 }
 
+/// How many calls and streams a group and its [`Launched`] keep without allocating.
+const INLINE: usize = 4;
+
+/// One call of a group: plain references and numbers, no drop glue (`List`'s dropck relies on
+/// it).
 struct Entry<'b> {
     comm: &'b Comm,
     stream: &'b dyn Idle,
@@ -63,7 +69,7 @@ struct Entry<'b> {
 impl Default for Group<'_> {
     fn default() -> Self {
         Group {
-            calls: Vec::new(),
+            calls: List::new(),
             _thread: PhantomData,
         }
     }
@@ -238,12 +244,12 @@ impl<'b> Group<'b> {
         phases::lap(0);
         um_core::refuse_inside_stream_callback("a group of collectives")?;
         phases::lap(1);
-        let Some(first) = self.calls.first() else {
-            return Ok(Launched { calls: Vec::new() });
+        let Some(first) = self.calls.iter().next() else {
+            return Ok(Launched { pairs: List::new() });
         };
         let blocking = first.comm.options().is_blocking();
         let nccl = first.comm.nccl();
-        for e in &self.calls {
+        for e in self.calls.iter() {
             e.comm.live()?;
             if e.comm.options().is_blocking() != blocking {
                 return Err(Error::InvalidGroup {
@@ -258,12 +264,12 @@ impl<'b> Group<'b> {
                 .map(|e| (e.comm.ledger(), e.comm.rank(), e.call.channel, e.call.sig)),
         )?;
         phases::lap(3);
-        for e in &self.calls {
+        for e in self.calls.iter() {
             e.comm.remember(e.stream);
         }
         phases::lap(4);
         let mut comms: SmallVec<[&Comm; 4]> = SmallVec::new();
-        for e in &self.calls {
+        for e in self.calls.iter() {
             if !comms.iter().any(|c| std::ptr::eq(*c, e.comm)) {
                 comms.push(e.comm);
             }
@@ -282,7 +288,7 @@ impl<'b> Group<'b> {
             return Err(fail(nccl.error("ncclGroupStart", rc, None)));
         }
         let mut first_err = None;
-        for e in &self.calls {
+        for e in self.calls.iter() {
             // SAFETY: each call was built by `crate::call` for its communicator (live, checked
             // above) from a stream and buffers this group borrows for 'b.
             let (name, rc) = unsafe { e.call.issue(&nccl.fns, e.comm.raw()) };
@@ -300,9 +306,9 @@ impl<'b> Group<'b> {
         match rc {
             sys::SUCCESS if blocking => {}
             sys::SUCCESS | sys::IN_PROGRESS if !blocking => {
-                let deadline = Instant::now() + first.comm.options().time_limit();
+                let mut clock = PollClock::new(first.comm.options().time_limit());
                 for c in &comms {
-                    if let Err(e) = c.poll_ready("ncclGroupEnd", deadline) {
+                    if let Err(e) = c.poll_ready("ncclGroupEnd", &mut clock) {
                         return Err(fail(e));
                     }
                 }
@@ -310,13 +316,15 @@ impl<'b> Group<'b> {
             e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
         }
         phases::lap(9);
-        Ok(Launched { calls: self.calls })
+        Ok(Launched {
+            pairs: pairs(self.calls.iter()),
+        })
     }
 }
 
 /// Each communicator of the calls with each stream it enqueued on, once.
-fn pairs<'b>(calls: &[Entry<'b>]) -> SmallVec<[(&'b Comm, &'b dyn Idle); 4]> {
-    let mut pairs: SmallVec<[(&'b Comm, &'b dyn Idle); 4]> = SmallVec::new();
+fn pairs<'a, 'b: 'a>(calls: impl Iterator<Item = &'a Entry<'b>>) -> Pairs<'b> {
+    let mut pairs = Pairs::new();
     for e in calls {
         if !pairs
             .iter()
@@ -328,16 +336,19 @@ fn pairs<'b>(calls: &[Entry<'b>]) -> SmallVec<[(&'b Comm, &'b dyn Idle); 4]> {
     pairs
 }
 
+type Pairs<'b> = List<(&'b Comm, &'b dyn Idle), INLINE>;
+
 /// A launched group: its communicators and streams, still borrowed, to wait for.
 pub struct Launched<'b> {
-    /// The group's calls (their communicators and streams), kept for [`Launched::wait`].
-    calls: Vec<Entry<'b>>,
+    /// Each communicator of the group with each stream it enqueued on, once, for
+    /// [`Launched::wait`].
+    pairs: Pairs<'b>,
 }
 
 impl std::fmt::Debug for Launched<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Launched")
-            .field("streams", &pairs(&self.calls).len())
+            .field("streams", &self.pairs.len())
             .finish()
     }
 }
@@ -349,7 +360,7 @@ impl Launched<'_> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
         // communicators (red team 16, attempt 2e); an abort owed or done is reported (2c).
         um_core::refuse_inside_stream_callback("waiting for collectives")?;
-        let pairs = pairs(&self.calls);
+        let pairs: SmallVec<[(&Comm, &dyn Idle); INLINE]> = self.pairs.iter().copied().collect();
         for (comm, _) in &pairs {
             comm.live()?;
         }

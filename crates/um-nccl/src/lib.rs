@@ -69,10 +69,12 @@ mod group;
 mod ledger;
 #[cfg(test)]
 mod ledger_model;
+mod list;
 #[cfg(feature = "phase-timing")]
 pub mod phases;
 #[cfg(not(feature = "phase-timing"))]
 mod phases;
+mod poll;
 mod sys;
 mod types;
 
