@@ -13,8 +13,8 @@
 #              blocking communicators, coherent memory
 #   memcheck   run.sh --sanitize memcheck of gpu_nccl and data_parallel (single process; the
 #              ranks gpu_nccl starts run under the tool too)
-#   host       um_bench --only nccl --quick: the host time per collective (the full 4,000
-#              rounds) and one round of bus bandwidth, about 55 s on 2x H200
+#   host       um_bench --only nccl --quick: the host time per collective (the full 16,000
+#              rounds) and one round of bus bandwidth, about 125 s on 2x H200
 #   bench      bench.sh OUT/bench --only nccl --base bench/performance.md: section 10 of
 #              docs/performance.md on this machine's GPUs (copy OUT/bench/docs over docs/)
 # Every step's output goes to OUT/STEP.log; OUT/summary.txt has one line per step (ok, FAILED
@@ -88,7 +88,7 @@ if [[ "$steps" == *" memcheck "* ]]; then
     bash ./run.sh --sanitize memcheck
 fi
 if [[ "$steps" == *" host "* ]]; then
-  step "host um_bench --only nccl --quick" 150 ./bench/um_bench --out "$out/host" --only nccl --quick
+  step "host um_bench --only nccl --quick" 240 ./bench/um_bench --out "$out/host" --only nccl --quick
 fi
 if [[ "$steps" == *" bench "* ]]; then
   step "bench bench.sh --only nccl" 540 bash ./bench.sh "$out/bench" --only nccl --base bench/performance.md

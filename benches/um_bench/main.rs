@@ -14,7 +14,7 @@
 //! are not redrawn. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
 //! (bench/cublas_baseline.cpp); without it, or without cuBLAS, that scenario says so and runs
 //! what it can. `--host-rounds N` sets the rounds of section 10's host time per step (default
-//! 4,000; more narrow its intervals).
+//! 16,000; more narrow its intervals).
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that

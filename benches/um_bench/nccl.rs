@@ -210,7 +210,7 @@ const MEDIAN_STEP: &str = ", median step";
 
 /// Rounds of the host-time measurement (each: one batch of um's steps, one of raw steps), unless
 /// `--host-rounds` says otherwise.
-pub(crate) const HOST_TIME_ROUNDS: usize = 4000;
+pub(crate) const HOST_TIME_ROUNDS: usize = 16_000;
 
 /// Per round, µs per step: [um, raw] as the batch's mean, then [um, raw] as the median of the
 /// batch's steps, each timed alone. NCCL starts a thread for every call on a nonblocking
@@ -429,7 +429,10 @@ pub(crate) fn nccl(
             // rounds (about 4 s of the run) for both, for a 1 µs goal. 1,000 rounds still left
             // the nonblocking batch mean's interval ±0.85 µs wide (2× H200, 2026-11-23: +1.110,
             // CI +0.197 .. +1.907; a tenth of the steps take twice the median): 4,000 (about
-            // 16 s) halve it.
+            // 16 s) halved it, to about ±0.5 µs (+0.853, CI +0.372 .. +1.443 on `329aa45`).
+            // 16,000 (about 75 s) halve it again (2× H200, 2026-11-23, `8bf02b0`: +0.750, CI
+            // +0.575 .. +0.937), so that its upper bound says what um costs, not how few rounds
+            // were run.
             for comms in [&blocking, &nonblocking] {
                 host.push(host_time_paired(&ctxs, comms, host_rounds)?);
             }
