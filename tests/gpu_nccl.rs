@@ -440,6 +440,48 @@ fn an_abort_poisons_every_stream_it_enqueued_on_and_leaks_their_buffers() {
     assert!(comms[0].is_aborted());
 }
 
+/// A time limit of `Duration::MAX` is a wait without end, not a panic: creation, a group's
+/// launch and wait, `Comm::wait` and the drop's flush (a fresh red-team reviewer of the poll
+/// clock found `now + limit` overflowing in creation and in every wait).
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn a_time_limit_of_duration_max_is_a_wait_without_end_not_a_panic() {
+    let _serial = serial();
+    let ctxs = devices();
+    let ctxs = &ctxs[..2];
+    let comms =
+        Comm::init_all(ctxs, CommOptions::new().timeout(Duration::MAX)).expect("communicators");
+    let bufs: Vec<_> = ctxs
+        .iter()
+        .enumerate()
+        .map(|(r, c)| Managed::from_fn_mirrored(c, 1024, |i| value(r, i)).expect("alloc"))
+        .collect();
+    let back = Context::with_stream_set_across(ctxs, StreamOptions::new(), |streams| {
+        let mut on = bufs
+            .into_iter()
+            .zip(streams)
+            .map(|(b, s)| b.attach(s))
+            .collect::<um::Result<Vec<_>>>()?;
+        let mut g = Group::new();
+        for ((b, s), c) in on.iter_mut().zip(streams).zip(&comms) {
+            g.all_reduce_in_place(c, s, b, ReduceOp::Sum)?;
+        }
+        g.launch()?.wait(Duration::MAX)?;
+        for (s, c) in streams.iter().zip(&comms) {
+            c.wait(s, Duration::MAX)?;
+        }
+        on.into_iter()
+            .zip(streams)
+            .map(|(b, s)| s.sync_all(vec![b]))
+            .collect::<um::Result<Vec<_>>>()
+    })
+    .expect("an all-reduce with endless limits");
+    for got in &back {
+        assert!((0..1024).all(|i| got[0][i] == value(0, i) + value(1, i)));
+    }
+    drop(comms);
+}
+
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn one_thread_per_gpu_each_with_its_own_communicator() {

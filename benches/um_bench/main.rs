@@ -176,7 +176,8 @@ fn parse_args() -> Result<Options, String> {
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
 /// in this fresh process; prints `{"median":..,"min":..}` of its samples (and `free_ms` for
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
-/// line. `--child graphs`: section 9's measurements, as one JSON line.
+/// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl PHASE
+/// [LIMITS]`: one round of section 10's bandwidth rows, a line per measurement.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -209,10 +210,11 @@ fn child(args: &[String]) -> ExitCode {
             )),
             [what, storage] if what == "handoff" => handoff::child(ctx, storage),
             [what] if what == "graphs" => graphs::child(ctx),
+            [what, rest @ ..] if what == "nccl" => nccl::child(rest),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE` or `graphs`"
+                      `handoff STORAGE`, `graphs` or `nccl PHASE [LIMITS]`"
                     .into(),
             ),
         }
@@ -461,7 +463,7 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
         // Skips with one line where there are fewer than two GPUs or no NCCL.
         if let Some(r) = nccl::nccl(
             opts.nccl_cpp.as_deref(),
-            opts.rounds.min(3),
+            opts.rounds.min(5),
             opts.host_rounds,
         )? {
             records.extend(r);

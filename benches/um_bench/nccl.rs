@@ -1,4 +1,5 @@
-//! Section 8: NCCL all-reduce on owned buffers (issue 22), one process, every GPU, one thread.
+//! Section 8: NCCL all-reduce on owned buffers (issue 22), every GPU, one thread: each round of
+//! the bandwidth rows in a fresh process (as the C++ baseline's), the host times in this one.
 //!
 //! * Bus bandwidth by size, 8 B to 1 GiB, out of place, f32 sum, by nccl-tests' formula
 //!   (busbw = algbw x 2(n-1)/n): the C++ baseline (`bench/nccl_baseline.cpp`, NCCL on
@@ -279,6 +280,127 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
     Ok(out)
 }
 
+/// The phases of the bandwidth rounds, as `um_bench --child nccl PHASE` names them: the
+/// device-resident rows (with the raw calls), then unified memory.
+const PHASES: [&str; 2] = ["resident", "unified"];
+
+/// For the unified rows: per size, 20 times the mirror's median time per step so far ("inf"
+/// where it has none), comma-separated: a unified row stops after a size where it took longer.
+fn stop_limits(mirror: &[Vec<f64>]) -> String {
+    mirror
+        .iter()
+        .map(|t| {
+            if t.is_empty() {
+                "inf".to_owned()
+            } else {
+                let mut t = t.clone();
+                t.sort_by(f64::total_cmp);
+                format!("{:e}", 20.0 * t[t.len() / 2])
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `um_bench --child nccl PHASE [LIMITS]`: one round of um's bandwidth rows of `PHASE` (of
+/// [`PHASES`]) in this fresh process, on every GPU, one line per measurement:
+/// `{"variant":V,"bytes":B,"secs":T}` (V indexes [`VARIANTS`]), and `{"skip":B}` for a size
+/// that does not fit, `{"stop":V,"bytes":B}` where a unified row stops (`LIMITS`:
+/// [`stop_limits`]), `{"note":"..."}` for a coherent row that cannot run.
+pub(crate) fn child(args: &[String]) -> Res<String> {
+    let (phase, limits) = match args {
+        [p] => (p.as_str(), ""),
+        [p, l] => (p.as_str(), l.as_str()),
+        _ => return Err("expected `nccl PHASE [LIMITS]`".into()),
+    };
+    let resident = match phase {
+        "resident" => true,
+        "unified" => false,
+        _ => return Err(format!("no phase {phase:?}: expected one of {PHASES:?}").into()),
+    };
+    let limits: Vec<f64> = limits
+        .split(',')
+        .filter(|l| !l.is_empty())
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let count = um::device_count()?;
+    let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
+    let raw = RawNccl::load()?;
+    let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
+    let nonblocking = if resident {
+        Some(Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?)
+    } else {
+        None
+    };
+    let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
+    let mirror: Alloc<um::Mirror> =
+        |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
+    let coherent: Alloc<um::Coherent> = |c, n| Managed::zeroed_slice_coherent(c, n);
+    let od = Transfer::OnDemand;
+    let mut out = String::new();
+    let mut put = |v: usize, bytes: usize, secs: f64| {
+        let _ = writeln!(
+            out,
+            "{{\"variant\":{v},\"bytes\":{bytes},\"secs\":{secs:e}}}"
+        );
+    };
+    let mut extra = String::new();
+    let mut last: [Option<f64>; VARIANTS.len()] = [None; VARIANTS.len()];
+    let mut stopped = [false; VARIANTS.len()];
+    for (i, &bytes) in sizes().iter().enumerate() {
+        if !fits(&ctxs, bytes)? {
+            let _ = writeln!(extra, "{{\"skip\":{bytes}}}");
+            continue;
+        }
+        if let Some(nonblocking) = &nonblocking {
+            put(
+                0,
+                bytes,
+                bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?,
+            );
+            match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
+                Ok(t) => put(1, bytes, t),
+                Err(e) if i == 0 => {
+                    let e = e.to_string().replace(['"', '\\'], "'");
+                    let _ = writeln!(extra, "{{\"note\":\"coherent: {e}\"}}");
+                }
+                Err(_) => {}
+            }
+            put(
+                4,
+                bytes,
+                bandwidth_once(&ctxs, nonblocking, bytes, mirror, od, None)?,
+            );
+            put(
+                5,
+                bytes,
+                bandwidth_once(&ctxs, &blocking, bytes, mirror, od, Some(&raw))?,
+            );
+            continue;
+        }
+        // Unified memory may migrate between GPUs when a peer's kernel reads it (NCCL's
+        // direct pointers within a process): a row whose step took more than 20 times the
+        // mirror's at the previous size stops there.
+        for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
+            let slow = i > 0
+                && last[v]
+                    .zip(limits.get(i - 1))
+                    .is_some_and(|(u, limit)| u > *limit);
+            if slow || stopped[v] {
+                if !stopped[v] {
+                    let _ = writeln!(extra, "{{\"stop\":{v},\"bytes\":{bytes}}}");
+                    stopped[v] = true;
+                }
+                continue;
+            }
+            let t = bandwidth_once(&ctxs, &blocking, bytes, unified, transfer, None)?;
+            last[v] = Some(t);
+            put(v, bytes, t);
+        }
+    }
+    Ok(out + &extra)
+}
+
 /// Section 8's measurements, or `None` (after one line) where it cannot run.
 pub(crate) fn nccl(
     cpp_exe: Option<&std::path::Path>,
@@ -294,10 +416,6 @@ pub(crate) fn nccl(
         println!("nccl: skipped: {e}");
         return Ok(None);
     }
-    let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
-    let raw = RawNccl::load()?;
-    let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
-    let nonblocking = Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?;
     let sizes = sizes();
     println!(
         "nccl: {count} GPUs, {} sizes from {} B to {} MiB, {rounds} rounds; NCCL {:?}",
@@ -316,11 +434,11 @@ pub(crate) fn nccl(
     let mut stopped = [false; VARIANTS.len()];
     let mut host = Vec::new();
     // Two phases: every device-resident variant first (with the C++ baseline and the host
-    // times), unified memory last. One collective on unified memory slows every later
+    // times), unified memory last, each round of each in a fresh process (`child`). One collective on unified memory slows every later
     // collective of the process about 9x at small sizes, on any memory (measured with
     // bench/nccl_probe --touch unified, 2x H200, 2026-11-22): measured in one loop, it made the
     // device-resident variants look 0.1x of C++ up to 4 MiB.
-    for phase in 0..2 {
+    for (phase, phase_name) in PHASES.iter().enumerate() {
         for round in 0..rounds {
             // The order rotates each round: C++ first, then um; then um first.
             for part in 0..2 {
@@ -349,69 +467,45 @@ pub(crate) fn nccl(
                         }
                     }
                 } else {
-                    for (i, &bytes) in sizes.iter().enumerate() {
-                        if !fits(&ctxs, bytes)? {
+                    // um's rows of this round, in a fresh process as the C++ baseline's: a
+                    // process's NCCL setup moves small sizes by up to a third from one
+                    // process to the next (1 MiB: 64 to 79 GB/s for C++, 55 to 77 for um, 2x
+                    // H200), so that um measured in one process was one draw against C++'s
+                    // median of several.
+                    let limits = if phase == 0 {
+                        String::new()
+                    } else {
+                        stop_limits(&um_t[0])
+                    };
+                    let text = crate::runs::child_output(&["nccl", phase_name, &limits])?;
+                    for line in text.lines() {
+                        if let Some(b) = cpp::field(line, "skip") {
                             if round == 0 {
+                                println!("nccl: skipping {b} B: more than half the free memory");
+                            }
+                        } else if let Some(v) = cpp::field(line, "stop") {
+                            let v: usize = v.parse()?;
+                            if !stopped[v] {
                                 println!(
-                                    "nccl: skipping {bytes} B: more than half the free memory"
+                                    "nccl: {} stops at {} B: more than 20x the mirror's time",
+                                    VARIANTS[v],
+                                    cpp::number(line, "bytes")?
                                 );
+                                stopped[v] = true;
                             }
-                            continue;
-                        }
-                        let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
-                        let mirror: Alloc<um::Mirror> =
-                            |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
-                        let coherent: Alloc<um::Coherent> =
-                            |c, n| Managed::zeroed_slice_coherent(c, n);
-                        let od = Transfer::OnDemand;
-                        if phase == 0 {
-                            um_t[0][i]
-                                .push(bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?);
-                            match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
-                                Ok(t) => um_t[1][i].push(t),
-                                Err(e) if round == 0 && i == 0 => println!("nccl: coherent: {e}"),
-                                Err(_) => {}
+                        } else if let Some(note) = cpp::field(line, "note") {
+                            if round == 0 {
+                                println!("nccl: {note}");
                             }
-                            um_t[4][i].push(bandwidth_once(
-                                &ctxs,
-                                &nonblocking,
-                                bytes,
-                                mirror,
-                                od,
-                                None,
-                            )?);
-                            um_t[5][i].push(bandwidth_once(
-                                &ctxs,
-                                &blocking,
-                                bytes,
-                                mirror,
-                                od,
-                                Some(&raw),
-                            )?);
-                            continue;
-                        }
-                        // Unified memory may migrate between GPUs when a peer's kernel reads it
-                        // (NCCL's direct pointers within a process): a variant whose step took more
-                        // than 20 times the mirror's at the previous size stops there.
-                        for (v, transfer) in [(2, Transfer::Prefetch), (3, od)] {
-                            let slow = i > 0
-                                && um_t[v][i - 1]
-                                    .last()
-                                    .zip(um_t[0][i - 1].last())
-                                    .is_some_and(|(u, m)| *u > 20.0 * *m);
-                            if slow || stopped[v] {
-                                if !stopped[v] {
-                                    println!(
-                                        "nccl: {} stops at {bytes} B: more than 20x the mirror's time",
-                                        VARIANTS[v]
-                                    );
-                                    stopped[v] = true;
-                                }
-                                continue;
-                            }
-                            um_t[v][i].push(bandwidth_once(
-                                &ctxs, &blocking, bytes, unified, transfer, None,
-                            )?);
+                        } else {
+                            let v = cpp::number(line, "variant")? as usize;
+                            let bytes = cpp::number(line, "bytes")? as usize;
+                            let i = sizes
+                                .iter()
+                                .position(|s| *s == bytes)
+                                .ok_or("no such size")?;
+                            um_t.get_mut(v).ok_or("no such variant")?[i]
+                                .push(cpp::number(line, "secs")?);
                         }
                     }
                 }
@@ -433,8 +527,11 @@ pub(crate) fn nccl(
             // 16,000 (about 75 s) halve it again (2× H200, 2026-11-23, `8bf02b0`: +0.750, CI
             // +0.575 .. +0.937), so that its upper bound says what um costs, not how few rounds
             // were run.
-            for comms in [&blocking, &nonblocking] {
-                host.push(host_time_paired(&ctxs, comms, host_rounds)?);
+            let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
+            for blocking in [true, false] {
+                let opts = CommOptions::new().blocking(blocking).timeout(WAIT);
+                let comms = Comm::init_all(&ctxs, opts)?;
+                host.push(host_time_paired(&ctxs, &comms, host_rounds)?);
             }
         }
     }
@@ -547,7 +644,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's runs. Unified memory is measured last, after every other row and the host times: one collective on unified memory slows every later collective of the process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's rows, which run in a fresh process of their own too (`um_bench --child nccl`), with communicators of their own: a process's NCCL setup moves the small sizes by up to a third from one process to the next. Unified memory is measured last, in processes of its own after every other row and the host times: one collective on unified memory slows every later collective of its process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
         heading(gpus)
     );
     let _ = write!(md, "| size | C++ |");

@@ -24,10 +24,11 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use um_core::{Error, Result};
 
+use crate::poll::Deadline;
 use crate::sys::UNIQUE_ID_BYTES;
 use crate::types::UniqueId;
 
@@ -160,7 +161,7 @@ impl Bootstrap {
         &self,
         make: impl FnOnce() -> Result<[u8; UNIQUE_ID_BYTES]>,
     ) -> Result<[u8; UNIQUE_ID_BYTES]> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Deadline::after(self.timeout);
         if self.rank == 0 {
             // Listen first, so that early ranks find the port open as soon as possible.
             let listener = self.listen()?;
@@ -207,14 +208,13 @@ impl Bootstrap {
         &self,
         listener: &TcpListener,
         id: &[u8; UNIQUE_ID_BYTES],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<()> {
         let mut served = vec![false; self.world_size];
         served[0] = true;
         let mut last_refusal = String::new();
         while served.iter().any(|s| !s) {
-            let now = Instant::now();
-            if now >= deadline {
+            if deadline.passed() {
                 let missing: Vec<String> = served
                     .iter()
                     .enumerate()
@@ -235,7 +235,7 @@ impl Bootstrap {
             }
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    let limit = PER_CONNECTION.min(deadline - now);
+                    let limit = PER_CONNECTION.min(deadline.left());
                     match self.answer(stream, id, limit) {
                         Ok(rank) => served[rank] = true,
                         Err(why) => last_refusal = format!("{peer}: {why}"),
@@ -306,12 +306,11 @@ impl Bootstrap {
         }
     }
 
-    fn fetch(&self, deadline: Instant) -> Result<[u8; UNIQUE_ID_BYTES]> {
+    fn fetch(&self, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let addrs = self.master()?;
         let mut last = String::from("nothing tried");
         loop {
-            let now = Instant::now();
-            if now >= deadline {
+            if deadline.passed() {
                 return Err(bad(format!(
                     "rank {} could not fetch the id from rank 0 at {}:{} within {} ms ({last})",
                     self.rank,
@@ -321,7 +320,7 @@ impl Bootstrap {
                 )));
             }
             for addr in &addrs {
-                let left = deadline.saturating_duration_since(Instant::now());
+                let left = deadline.left();
                 if left.is_zero() {
                     break;
                 }
@@ -334,9 +333,7 @@ impl Bootstrap {
                     Err(e) => last = format!("{addr}: {e}"),
                 }
             }
-            std::thread::sleep(
-                Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())),
-            );
+            std::thread::sleep(Duration::from_millis(50).min(deadline.left()));
         }
     }
 
@@ -391,6 +388,7 @@ enum Fatal {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::time::Instant;
 
     fn free_port() -> u16 {
         TcpListener::bind("127.0.0.1:0")

@@ -3,14 +3,14 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use um_core::{Context, Eager, Error, Poisoner, Result, Storage, Stream, StreamKind};
 
 use crate::bootstrap::Bootstrap;
 use crate::call::{self, Buf, Call};
 use crate::ledger::{self, Ledger};
-use crate::poll::{Backoff, PollClock};
+use crate::poll::{Backoff, Deadline, PollClock};
 use crate::sys::{self, Config, Nccl, RawComm};
 use crate::types::{CollectiveStream, Element, ReduceOp, UniqueId};
 
@@ -174,7 +174,7 @@ impl Drop for Member<'_> {
 }
 
 /// Polls a fresh nonblocking communicator until its creation is done (or fails, or times out).
-fn init_done(nccl: &Nccl, raw: RawComm, deadline: Instant, timeout: Duration) -> Result<()> {
+fn init_done(nccl: &Nccl, raw: RawComm, deadline: Deadline, timeout: Duration) -> Result<()> {
     let backoff = Backoff::new();
     loop {
         let mut state: i32 = sys::IN_PROGRESS;
@@ -189,7 +189,7 @@ fn init_done(nccl: &Nccl, raw: RawComm, deadline: Instant, timeout: Duration) ->
             sys::IN_PROGRESS => {}
             e => return Err(nccl.error("ncclCommInitRankConfig", e, Some(raw))),
         }
-        if Instant::now() >= deadline {
+        if deadline.passed() {
             return Err(Error::Timeout {
                 what: "creating the communicator (every rank must call it)".to_owned(),
                 after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
@@ -230,7 +230,7 @@ impl Comm {
             armed: true,
         };
         ctx.make_current()?;
-        let deadline = Instant::now() + options.timeout;
+        let deadline = Deadline::after(options.timeout);
         let mut raw: RawComm = std::ptr::null_mut();
         let mut config = Config::new(options.blocking);
         // SAFETY: valid out-pointer and config; the id is 128 bytes; `rank < world_size`; the
@@ -310,7 +310,7 @@ impl Comm {
                 armed: true,
             })
             .collect();
-        let deadline = Instant::now() + options.timeout;
+        let deadline = Deadline::after(options.timeout);
         let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); n];
         let mut configs: Vec<Config> = (0..n).map(|_| Config::new(options.blocking)).collect();
         let mut first_err = None;
@@ -765,7 +765,7 @@ pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Res
             comm.abort_because(why.to_owned());
         }
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout);
     let mut done = vec![false; pairs.len()];
     let backoff = Backoff::new();
     loop {
@@ -801,7 +801,7 @@ pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Res
                 }
             }
         }
-        if Instant::now() >= deadline {
+        if deadline.passed() {
             let waiting: Vec<String> = pairs
                 .iter()
                 .zip(&done)

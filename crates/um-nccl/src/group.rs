@@ -23,7 +23,9 @@ use crate::types::{CollectiveStream, Element, ReduceOp};
 /// its stream and buffers (`'b`) until the group is launched and its [`Launched`] dropped or
 /// waited for. Nothing reaches NCCL before [`launch`](Group::launch): a call refused half-way
 /// through building a group leaves nothing enqueued, and dropping an unlaunched group enqueues
-/// nothing. A group is not `Send`: NCCL's group state belongs to the thread.
+/// nothing. A group is not `Send`: NCCL's group state belongs to the thread. It keeps its first
+/// four calls inline (a group is about 670 bytes on 64-bit targets), so that a group of up to
+/// four calls allocates nothing; later calls go to the heap.
 ///
 /// ```no_run
 /// # fn main() -> um_core::Result<()> {

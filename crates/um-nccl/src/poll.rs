@@ -58,6 +58,30 @@ impl Backoff {
     }
 }
 
+/// When a wait ends: a time limit from now, or never where now plus the limit is past what
+/// `Instant` holds (`Duration::MAX`, say: a wait that long is asked to be endless, and an
+/// `Instant` sum that overflows would panic).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline(Option<Instant>);
+
+impl Deadline {
+    pub(crate) fn after(limit: Duration) -> Deadline {
+        Deadline(Instant::now().checked_add(limit))
+    }
+
+    /// Whether the deadline has passed.
+    pub(crate) fn passed(&self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The time left (`Duration::MAX` for a wait without end).
+    pub(crate) fn left(&self) -> Duration {
+        self.0.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        })
+    }
+}
+
 /// While a poll loop spins, the clock is read once every this many polls.
 const POLLS_PER_READ: u32 = 16;
 
@@ -76,9 +100,11 @@ enum Next {
 /// is done with it: [`Group::launch`](crate::Group::launch), a [`Comm`](crate::Comm) method,
 /// the flush at drop): [`Backoff`] and a time limit in one, for the polls of one call on every
 /// communicator it reaches. The wait usually lasts tens of µs and spins all along, and a poll is
-/// a few ns: while it spins the clock is read once every [`POLLS_PER_READ`] polls, not twice a
-/// poll, so that a poll loop sees NCCL done about as soon as a bare one would. The limit counts
-/// from the first read, after the first polls, which take a few µs at most.
+/// a few ns (`ncclCommGetAsyncError` reads the communicator's state): while it spins the clock
+/// is read once every [`POLLS_PER_READ`] polls, not twice a poll, so that a poll loop sees NCCL
+/// done about as soon as a bare one would. The limit counts from the first read, at the 16th
+/// poll, and is found passed at most 16 polls after it: a wait lasts the limit plus at most 31
+/// polls.
 pub(crate) struct PollClock {
     limit: Duration,
     start: Option<Instant>,
@@ -131,7 +157,9 @@ impl PollClock {
 
 #[cfg(test)]
 mod tests {
-    use super::{Next, POLLS_PER_READ, Pause, PollClock, SPIN_FOR, YIELD_UNTIL, pause_after};
+    use super::{
+        Deadline, Next, POLLS_PER_READ, Pause, PollClock, SPIN_FOR, YIELD_UNTIL, pause_after,
+    };
     use std::cell::Cell;
     use std::time::{Duration, Instant};
 
@@ -243,5 +271,21 @@ mod tests {
         let mut clock = PollClock::new(Duration::from_millis(2));
         while clock.again() {}
         assert!(t0.elapsed() >= Duration::from_millis(2));
+    }
+
+    /// A limit past what `Instant` holds is a wait without end, not a panic (red team of the
+    /// poll clock: `Launched::wait(Duration::MAX)` and `Bootstrap::timeout(Duration::MAX)`
+    /// panicked with an `Instant` overflow); an ordinary one passes.
+    #[test]
+    fn a_deadline_past_what_instant_holds_never_passes() {
+        let never = Deadline::after(Duration::MAX);
+        assert!(!never.passed());
+        assert_eq!(never.left(), Duration::MAX);
+        let soon = Deadline::after(Duration::from_millis(1));
+        assert!(soon.left() <= Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(soon.passed());
+        assert_eq!(soon.left(), Duration::ZERO);
+        assert!(Deadline::after(Duration::ZERO).passed());
     }
 }
