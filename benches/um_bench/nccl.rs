@@ -478,7 +478,7 @@ pub(crate) fn nccl(
                         stop_limits(&um_t[0])
                     };
                     let text = crate::runs::child_output(&["nccl", phase_name, &limits])?;
-                    for line in text.lines() {
+                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
                         if let Some(b) = cpp::field(line, "skip") {
                             if round == 0 {
                                 println!("nccl: skipping {b} B: more than half the free memory");
