@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 22's GPU runs in one call of the device tool: on a machine with two or more GPUs (the
-# 2x and 4x H200 kinds), from the repository root, with target/gpu-bundle carried:
+# Issue 22's GPU runs, in one or two calls of the device tool (every step takes about 560 s on
+# 2x H200: run "tests examples memcheck", then "bench"): on a machine with two or more GPUs
+# (the 2x and 4x H200 kinds), from the repository root, with target/gpu-bundle carried:
 #
 #   bash scripts/nccl-call.sh OUT [BUDGET_S]
 #
