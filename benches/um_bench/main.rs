@@ -176,8 +176,8 @@ fn parse_args() -> Result<Options, String> {
 /// `--child threads mirror MIB THREADS ITERS` or `--child skip LOOP MIB ITERS`: one Rust variant
 /// in this fresh process; prints `{"median":..,"min":..}` of its samples (and `free_ms` for
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
-/// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl PHASE
-/// [LIMITS]`: one round of section 10's bandwidth rows, a line per measurement.
+/// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl KIND
+/// [LIMITS]`: one round of section 10's bandwidth rows of one kind, a line per measurement.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -214,7 +214,7 @@ fn child(args: &[String]) -> ExitCode {
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE`, `graphs` or `nccl PHASE [LIMITS]`"
+                      `handoff STORAGE`, `graphs` or `nccl KIND [LIMITS]`"
                     .into(),
             ),
         }

@@ -280,9 +280,11 @@ fn host_time_paired(ctxs: &[Context], comms: &[Comm], rounds: usize) -> Res<Vec<
     Ok(out)
 }
 
-/// The phases of the bandwidth rounds, as `um_bench --child nccl PHASE` names them: the
-/// device-resident rows (with the raw calls), then unified memory.
-const PHASES: [&str; 2] = ["resident", "unified"];
+/// The processes of a bandwidth round, as `um_bench --child nccl KIND` names them, by phase:
+/// the device-resident rows on blocking communicators (with the raw calls), then the mirrors on
+/// nonblocking ones, each process with one set of communicators, as the C++ baseline's; then
+/// unified memory.
+const PHASES: [&[&str]; 2] = [&["blocking", "nonblocking"], &["unified"]];
 
 /// For the unified rows: per size, 20 times the mirror's median time per step so far ("inf"
 /// where it has none), comma-separated: a unified row stops after a size where it took longer.
@@ -302,7 +304,7 @@ fn stop_limits(mirror: &[Vec<f64>]) -> String {
         .join(",")
 }
 
-/// `um_bench --child nccl PHASE [LIMITS]`: one round of um's bandwidth rows of `PHASE` (of
+/// `um_bench --child nccl KIND [LIMITS]`: one round of um's bandwidth rows of `KIND` (of
 /// [`PHASES`]) in this fresh process, on every GPU, one line per measurement:
 /// `{"variant":V,"bytes":B,"secs":T}` (V indexes [`VARIANTS`]), and `{"skip":B}` for a size
 /// that does not fit, `{"stop":V,"bytes":B}` where a unified row stops (`LIMITS`:
@@ -311,13 +313,11 @@ pub(crate) fn child(args: &[String]) -> Res<String> {
     let (phase, limits) = match args {
         [p] => (p.as_str(), ""),
         [p, l] => (p.as_str(), l.as_str()),
-        _ => return Err("expected `nccl PHASE [LIMITS]`".into()),
+        _ => return Err("expected `nccl KIND [LIMITS]`".into()),
     };
-    let resident = match phase {
-        "resident" => true,
-        "unified" => false,
-        _ => return Err(format!("no phase {phase:?}: expected one of {PHASES:?}").into()),
-    };
+    if !PHASES.concat().contains(&phase) {
+        return Err(format!("no kind {phase:?}: expected one of {PHASES:?}").into());
+    }
     let limits: Vec<f64> = limits
         .split(',')
         .filter(|l| !l.is_empty())
@@ -326,12 +326,12 @@ pub(crate) fn child(args: &[String]) -> Res<String> {
     let count = um::device_count()?;
     let ctxs: Vec<Context> = (0..count).map(Context::new).collect::<um::Result<_>>()?;
     let raw = RawNccl::load()?;
-    let blocking = Comm::init_all(&ctxs, CommOptions::new().blocking(true).timeout(WAIT))?;
-    let nonblocking = if resident {
-        Some(Comm::init_all(&ctxs, CommOptions::new().timeout(WAIT))?)
-    } else {
-        None
-    };
+    let comms = Comm::init_all(
+        &ctxs,
+        CommOptions::new()
+            .blocking(phase != "nonblocking")
+            .timeout(WAIT),
+    )?;
     let unified: Alloc<um::Unified> = |c, n| Managed::zeroed_slice(c, n);
     let mirror: Alloc<um::Mirror> =
         |c, n| um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(c, n);
@@ -352,31 +352,37 @@ pub(crate) fn child(args: &[String]) -> Res<String> {
             let _ = writeln!(extra, "{{\"skip\":{bytes}}}");
             continue;
         }
-        if let Some(nonblocking) = &nonblocking {
-            put(
-                0,
-                bytes,
-                bandwidth_once(&ctxs, &blocking, bytes, mirror, od, None)?,
-            );
-            match bandwidth_once(&ctxs, &blocking, bytes, coherent, od, None) {
-                Ok(t) => put(1, bytes, t),
-                Err(e) if i == 0 => {
-                    let e = e.to_string().replace(['"', '\\'], "'");
-                    let _ = writeln!(extra, "{{\"note\":\"coherent: {e}\"}}");
+        match phase {
+            "blocking" => {
+                put(
+                    0,
+                    bytes,
+                    bandwidth_once(&ctxs, &comms, bytes, mirror, od, None)?,
+                );
+                match bandwidth_once(&ctxs, &comms, bytes, coherent, od, None) {
+                    Ok(t) => put(1, bytes, t),
+                    Err(e) if i == 0 => {
+                        let e = e.to_string().replace(['"', '\\'], "'");
+                        let _ = writeln!(extra, "{{\"note\":\"coherent: {e}\"}}");
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
+                put(
+                    5,
+                    bytes,
+                    bandwidth_once(&ctxs, &comms, bytes, mirror, od, Some(&raw))?,
+                );
+                continue;
             }
-            put(
-                4,
-                bytes,
-                bandwidth_once(&ctxs, nonblocking, bytes, mirror, od, None)?,
-            );
-            put(
-                5,
-                bytes,
-                bandwidth_once(&ctxs, &blocking, bytes, mirror, od, Some(&raw))?,
-            );
-            continue;
+            "nonblocking" => {
+                put(
+                    4,
+                    bytes,
+                    bandwidth_once(&ctxs, &comms, bytes, mirror, od, None)?,
+                );
+                continue;
+            }
+            _ => {}
         }
         // Unified memory may migrate between GPUs when a peer's kernel reads it (NCCL's
         // direct pointers within a process): a row whose step took more than 20 times the
@@ -393,7 +399,7 @@ pub(crate) fn child(args: &[String]) -> Res<String> {
                 }
                 continue;
             }
-            let t = bandwidth_once(&ctxs, &blocking, bytes, unified, transfer, None)?;
+            let t = bandwidth_once(&ctxs, &comms, bytes, unified, transfer, None)?;
             last[v] = Some(t);
             put(v, bytes, t);
         }
@@ -438,7 +444,7 @@ pub(crate) fn nccl(
     // collective of the process about 9x at small sizes, on any memory (measured with
     // bench/nccl_probe --touch unified, 2x H200, 2026-11-22): measured in one loop, it made the
     // device-resident variants look 0.1x of C++ up to 4 MiB.
-    for (phase, phase_name) in PHASES.iter().enumerate() {
+    for (phase, kinds) in PHASES.iter().enumerate() {
         for round in 0..rounds {
             // The order rotates each round: C++ first, then um; then um first.
             for part in 0..2 {
@@ -477,7 +483,10 @@ pub(crate) fn nccl(
                     } else {
                         stop_limits(&um_t[0])
                     };
-                    let text = crate::runs::child_output(&["nccl", phase_name, &limits])?;
+                    let mut text = String::new();
+                    for kind in *kinds {
+                        text += &crate::runs::child_output(&["nccl", kind, &limits])?;
+                    }
                     for line in text.lines().filter(|l| !l.trim().is_empty()) {
                         if let Some(b) = cpp::field(line, "skip") {
                             if round == 0 {
@@ -644,7 +653,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's rows, which run in a fresh process of their own too (`um_bench --child nccl`), with communicators of their own: a process's NCCL setup moves the small sizes by up to a third from one process to the next. Unified memory is measured last, in processes of its own after every other row and the host times: one collective on unified memory slows every later collective of its process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's rows, which run in fresh processes too (`um_bench --child nccl`), each with one set of communicators as the baseline's: blocking ones for the mirror, coherent and raw rows, nonblocking ones for the nonblocking row (a process's NCCL setup moves the small sizes by up to a third from one process to the next). Unified memory is measured last, in processes of its own after every other row and the host times: one collective on unified memory slows every later collective of its process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
         heading(gpus)
     );
     let _ = write!(md, "| size | C++ |");
