@@ -11,19 +11,27 @@
 //! # The exchange
 //!
 //! Rank 0 makes the id, listens on `MASTER_PORT` (on the loopback address if `MASTER_ADDR` is
-//! one, else on every interface) and serves it until every other rank has fetched it. Every
-//! other rank connects to `MASTER_ADDR:MASTER_PORT`, retrying while nobody listens yet, and
-//! sends a request: the 8-byte magic `umnccl\0\x01`, its world size and its rank (two
-//! little-endian `u32`). Rank 0 answers with the magic, a status byte (0: here it is; 1: another
-//! world size; 2: not a rank), and on 0 the 128 bytes of the id. Every step has a deadline: the
-//! whole exchange takes at most the bootstrap's time limit on every rank (default 120 s),
-//! and each connection rank 0 serves at most 5 s of it, so a stray client cannot hold it up.
-//! The id is sent in the clear, as torchrun's store sends it: run jobs on a network you trust.
+//! literally one, an address or `localhost`, else on every interface) and serves it until every
+//! other rank has fetched it. Every other rank connects to `MASTER_ADDR:MASTER_PORT`, resolving
+//! the name and retrying while nobody listens yet, and sends a request: the 8-byte magic
+//! `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), and a hash of the
+//! job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with the
+//! magic, a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another job;
+//! 4: that rank was served already, so two processes claim it), and on 0 the 128 bytes of the
+//! id. Every step has a deadline: the whole exchange takes at most the bootstrap's time limit
+//! on every rank (default 120 s), every read and write included, however slowly a peer sends;
+//! rank 0 serves each connection on a thread of its own for at most 5 s of it (64 at once), so
+//! a silent or slow client holds up no other. The name lookup (`getaddrinfo`) is the one step
+//! without a limit of um's. The id is sent in the clear, as torchrun's store sends it: run jobs
+//! on a network you trust.
 //!
 //! Only `std::net` is used, so the same program runs unchanged on one host (loopback) or many.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use um_core::{Error, Result};
@@ -32,12 +40,19 @@ use crate::poll::Deadline;
 use crate::sys::UNIQUE_ID_BYTES;
 use crate::types::UniqueId;
 
-const MAGIC: [u8; 8] = *b"umnccl\0\x01";
+/// The protocol's magic and version (2: the request carries the job's id).
+const MAGIC: [u8; 8] = *b"umnccl\0\x02";
+/// A request: the magic, the world size and the rank (`u32` each), the job's hash (`u64`).
+const REQUEST_BYTES: usize = 24;
 const OK: u8 = 0;
 const WRONG_WORLD: u8 = 1;
 const NOT_A_RANK: u8 = 2;
+const WRONG_JOB: u8 = 3;
+const ALREADY_SERVED: u8 = 4;
 /// The longest rank 0 spends on one connection.
 const PER_CONNECTION: Duration = Duration::from_secs(5);
+/// The most connections rank 0 serves at once.
+const MAX_HANDLERS: usize = 64;
 
 /// Where this process stands in a multi-process job, and how it reaches rank 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +63,7 @@ pub struct Bootstrap {
     master_addr: String,
     master_port: u16,
     timeout: Duration,
+    job: Option<String>,
 }
 
 fn bad(reason: String) -> Error {
@@ -82,6 +98,7 @@ impl Bootstrap {
             master_addr,
             master_port,
             timeout: Duration::from_secs(120),
+            job: None,
         })
     }
 
@@ -124,12 +141,29 @@ impl Bootstrap {
             .ok()
             .filter(|p| *p != 0)
             .ok_or_else(|| bad(format!("MASTER_PORT={port} is not a TCP port (1 to 65535)")))?;
-        Bootstrap::new(rank, world_size, local_rank, master_addr, master_port)
+        let job = ["UM_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]
+            .iter()
+            .find_map(|name| var(name).filter(|v| !v.is_empty()));
+        let boot = Bootstrap::new(rank, world_size, local_rank, master_addr, master_port)?;
+        Ok(match job {
+            Some(job) => boot.job(job),
+            None => boot,
+        })
     }
 
     /// The same bootstrap with another time limit for the whole exchange.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The same bootstrap for the job named `job`: rank 0 serves only ranks of the same job,
+    /// and a rank refuses a rank 0 of another (an earlier job's rank 0 that still holds the
+    /// port, say). [`from_env`](Bootstrap::from_env) takes it from `UM_JOB_ID`,
+    /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID`, the first one set; without one, any job of the
+    /// same world size matches.
+    pub fn job(mut self, job: impl Into<String>) -> Self {
+        self.job = Some(job.into());
         self
     }
 
@@ -166,7 +200,7 @@ impl Bootstrap {
             // Listen first, so that early ranks find the port open as soon as possible.
             let listener = self.listen()?;
             let id = make()?;
-            self.serve(&listener, &id, deadline)?;
+            self.serve(&listener, id, deadline)?;
             Ok(id)
         } else {
             self.fetch(deadline)
@@ -187,15 +221,12 @@ impl Bootstrap {
         Ok(addrs)
     }
 
+    /// Rank 0's listener: on the loopback address where `MASTER_ADDR` names one literally (an
+    /// address or `localhost`: a job of one host), else on every interface, so that a host
+    /// name that this host resolves to loopback (Debian's `127.0.1.1`) still reaches rank 0
+    /// from other hosts.
     fn listen(&self) -> Result<TcpListener> {
-        let addrs = self.master()?;
-        let bind = match addrs.iter().find(|a| a.ip().is_loopback()) {
-            Some(a) => *a,
-            None if addrs[0].is_ipv6() => {
-                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), self.master_port)
-            }
-            None => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), self.master_port),
-        };
+        let bind = bind_address(&self.master_addr, &self.master()?, self.master_port);
         let listener = TcpListener::bind(bind)
             .map_err(|e| bad(format!("rank 0 cannot listen on {bind}: {e}")))?;
         listener
@@ -204,41 +235,61 @@ impl Bootstrap {
         Ok(listener)
     }
 
+    /// Rank 0: accepts connections until every other rank has the id, each connection served
+    /// on a thread of its own for at most [`PER_CONNECTION`] (and never past `deadline`), so
+    /// that a silent or slow client holds up nobody else; at most [`MAX_HANDLERS`] at once (a
+    /// connection past them is closed, and a real rank tries again).
     fn serve(
         &self,
         listener: &TcpListener,
-        id: &[u8; UNIQUE_ID_BYTES],
+        id: [u8; UNIQUE_ID_BYTES],
         deadline: Deadline,
     ) -> Result<()> {
-        let mut served = vec![false; self.world_size];
-        served[0] = true;
-        let mut last_refusal = String::new();
-        while served.iter().any(|s| !s) {
-            if deadline.passed() {
-                let missing: Vec<String> = served
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| !**s)
-                    .map(|(r, _)| r.to_string())
-                    .collect();
-                return Err(bad(format!(
-                    "rank 0 waited {} ms on port {}, and rank(s) {} never fetched the id{}",
-                    self.timeout.as_millis(),
-                    self.master_port,
-                    missing.join(", "),
-                    if last_refusal.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (last refused request: {last_refusal})")
-                    }
-                )));
+        let table = Arc::new(Table {
+            world_size: self.world_size,
+            job: job_hash(self.job.as_deref()),
+            id,
+            state: Mutex::new(Served::default()),
+            handlers: AtomicUsize::new(0),
+        });
+        loop {
+            {
+                let st = table.lock();
+                if st.given.len() + 1 >= self.world_size {
+                    return Ok(());
+                }
+                if deadline.passed() {
+                    return Err(bad(format!(
+                        "rank 0 waited {} ms on port {}, and rank(s) {} never fetched the id{}",
+                        self.timeout.as_millis(),
+                        self.master_port,
+                        missing(&st.given, self.world_size),
+                        if st.last_refusal.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (last refused request: {})", st.last_refusal)
+                        }
+                    )));
+                }
             }
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    let limit = PER_CONNECTION.min(deadline.left());
-                    match self.answer(stream, id, limit) {
-                        Ok(rank) => served[rank] = true,
-                        Err(why) => last_refusal = format!("{peer}: {why}"),
+                    if table.handlers.load(Ordering::Acquire) >= MAX_HANDLERS {
+                        continue; // closed: a real rank tries again
+                    }
+                    let until = Deadline::after(PER_CONNECTION.min(deadline.left()));
+                    table.handlers.fetch_add(1, Ordering::AcqRel);
+                    let t = Arc::clone(&table);
+                    let spawned = std::thread::Builder::new()
+                        .name("um-nccl-bootstrap".to_owned())
+                        .spawn(move || {
+                            t.handle(stream, peer, until);
+                            t.handlers.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        // No thread: the connection was dropped with the closure; a real rank
+                        // tries again.
+                        table.handlers.fetch_sub(1, Ordering::AcqRel);
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -253,61 +304,9 @@ impl Bootstrap {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Serves one connection; the rank it served, or why it refused.
-    fn answer(
-        &self,
-        mut stream: TcpStream,
-        id: &[u8; UNIQUE_ID_BYTES],
-        limit: Duration,
-    ) -> std::result::Result<usize, String> {
-        let io = |e: std::io::Error| e.to_string();
-        stream.set_nonblocking(false).map_err(io)?;
-        stream
-            .set_read_timeout(Some(limit.max(Duration::from_millis(1))))
-            .map_err(io)?;
-        stream
-            .set_write_timeout(Some(limit.max(Duration::from_millis(1))))
-            .map_err(io)?;
-        let mut req = [0u8; 16];
-        stream.read_exact(&mut req).map_err(io)?;
-        if req[..8] != MAGIC {
-            return Err("not a um-nccl request".to_owned());
-        }
-        let world = u32::from_le_bytes([req[8], req[9], req[10], req[11]]) as usize;
-        let rank = u32::from_le_bytes([req[12], req[13], req[14], req[15]]) as usize;
-        let status = if world != self.world_size {
-            WRONG_WORLD
-        } else if rank == 0 || rank >= self.world_size {
-            NOT_A_RANK
-        } else {
-            OK
-        };
-        let mut reply = Vec::with_capacity(9 + UNIQUE_ID_BYTES);
-        reply.extend_from_slice(&MAGIC);
-        reply.push(status);
-        if status == OK {
-            reply.extend_from_slice(id);
-        }
-        stream.write_all(&reply).map_err(io)?;
-        stream.flush().map_err(io)?;
-        match status {
-            OK => Ok(rank),
-            WRONG_WORLD => Err(format!(
-                "rank {rank} has WORLD_SIZE={world}, rank 0 {}",
-                self.world_size
-            )),
-            _ => Err(format!(
-                "rank {rank} is not a rank of a world of {}",
-                self.world_size
-            )),
-        }
     }
 
     fn fetch(&self, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
-        let addrs = self.master()?;
         let mut last = String::from("nothing tried");
         loop {
             if deadline.passed() {
@@ -319,18 +318,24 @@ impl Bootstrap {
                     self.timeout.as_millis()
                 )));
             }
-            for addr in &addrs {
-                let left = deadline.left();
-                if left.is_zero() {
-                    break;
-                }
-                match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(1))) {
-                    Ok(stream) => match self.request(stream, left) {
-                        Ok(id) => return Ok(id),
-                        Err(Fatal::Yes(e)) => return Err(e),
-                        Err(Fatal::No(why)) => last = why,
-                    },
-                    Err(e) => last = format!("{addr}: {e}"),
+            // Resolved at every try: a name may resolve only once rank 0's host is up.
+            match self.master() {
+                Err(e) => last = e.to_string(),
+                Ok(addrs) => {
+                    for addr in &addrs {
+                        let left = deadline.left();
+                        if left.is_zero() {
+                            break;
+                        }
+                        match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(1))) {
+                            Ok(stream) => match self.request(stream, deadline) {
+                                Ok(id) => return Ok(id),
+                                Err(Fatal::Yes(e)) => return Err(e),
+                                Err(Fatal::No(why)) => last = format!("{addr}: {why}"),
+                            },
+                            Err(e) => last = format!("{addr}: {e}"),
+                        }
+                    }
                 }
             }
             std::thread::sleep(Duration::from_millis(50).min(deadline.left()));
@@ -340,40 +345,48 @@ impl Bootstrap {
     fn request(
         &self,
         mut stream: TcpStream,
-        left: Duration,
+        deadline: Deadline,
     ) -> std::result::Result<[u8; UNIQUE_ID_BYTES], Fatal> {
         let retry = |e: std::io::Error| Fatal::No(e.to_string());
-        let limit = Some(left.max(Duration::from_millis(1)));
-        stream.set_read_timeout(limit).map_err(retry)?;
-        stream.set_write_timeout(limit).map_err(retry)?;
-        let mut req = Vec::with_capacity(16);
+        let mut req = Vec::with_capacity(REQUEST_BYTES);
         req.extend_from_slice(&MAGIC);
         // Both fit: `new` checked the world size, and the rank is below it.
         req.extend_from_slice(&(self.world_size as u32).to_le_bytes());
         req.extend_from_slice(&(self.rank as u32).to_le_bytes());
-        stream.write_all(&req).map_err(retry)?;
+        req.extend_from_slice(&job_hash(self.job.as_deref()).to_le_bytes());
+        write_by(&mut stream, &req, deadline).map_err(retry)?;
         let mut head = [0u8; 9];
-        stream.read_exact(&mut head).map_err(retry)?;
+        read_by(&mut stream, &mut head, deadline).map_err(retry)?;
         if head[..8] != MAGIC {
             return Err(Fatal::Yes(bad(format!(
-                "{}:{} answered, but not as um-nccl's rank 0",
+                "{}:{} answered, but not as this version of um-nccl's rank 0",
                 self.master_addr, self.master_port
             ))));
         }
+        let refused = |why: String| Err(Fatal::Yes(bad(why)));
         match head[8] {
             OK => {
                 let mut id = [0u8; UNIQUE_ID_BYTES];
-                stream.read_exact(&mut id).map_err(retry)?;
+                read_by(&mut stream, &mut id, deadline).map_err(retry)?;
                 Ok(id)
             }
-            WRONG_WORLD => Err(Fatal::Yes(bad(format!(
+            WRONG_WORLD => refused(format!(
                 "rank 0 has another WORLD_SIZE than this rank's {}",
                 self.world_size
-            )))),
-            _ => Err(Fatal::Yes(bad(format!(
+            )),
+            WRONG_JOB => refused(format!(
+                "rank 0 at {}:{} serves another job (its job id is not this rank's {:?}): a \
+                 rank 0 of an earlier job may still hold the port",
+                self.master_addr, self.master_port, self.job
+            )),
+            ALREADY_SERVED => refused(format!(
+                "rank 0 has served rank {} already: two processes have RANK={}",
+                self.rank, self.rank
+            )),
+            _ => refused(format!(
                 "rank 0 refused rank {} as not a rank of the job",
                 self.rank
-            )))),
+            )),
         }
     }
 }
@@ -382,6 +395,181 @@ impl Bootstrap {
 enum Fatal {
     Yes(Error),
     No(String),
+}
+
+/// `read_exact` that gives up at `deadline` as a whole, not per read: a peer that sends a
+/// byte now and then cannot hold the reader past it.
+fn read_by(stream: &mut TcpStream, mut buf: &mut [u8], deadline: Deadline) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.left();
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match stream.read(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `write_all` that gives up at `deadline` as a whole.
+fn write_by(stream: &mut TcpStream, mut buf: &[u8], deadline: Deadline) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.left();
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match stream.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    stream.flush()
+}
+
+/// Where rank 0 listens, given `MASTER_ADDR` and what it resolves to (not empty): its
+/// loopback address where it names one literally, else every interface of its first address's
+/// family.
+fn bind_address(master_addr: &str, addrs: &[SocketAddr], port: u16) -> SocketAddr {
+    let literal_loopback = master_addr.eq_ignore_ascii_case("localhost")
+        || master_addr
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match addrs.iter().find(|a| a.ip().is_loopback()) {
+        Some(a) if literal_loopback => *a,
+        _ if addrs.first().is_some_and(SocketAddr::is_ipv6) => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)
+        }
+        _ => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+    }
+}
+
+/// The job's identity on the wire: FNV-1a of its id, 0 without one.
+fn job_hash(job: Option<&str>) -> u64 {
+    job.map_or(0, |j| {
+        j.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    })
+}
+
+/// The first ranks of a world that have not fetched the id, for an error (at most 8 named).
+fn missing(served: &BTreeSet<usize>, world_size: usize) -> String {
+    let count = world_size - 1 - served.len();
+    let named: Vec<String> = (1..world_size)
+        .filter(|r| !served.contains(r))
+        .take(8)
+        .map(|r| r.to_string())
+        .collect();
+    if count > named.len() {
+        format!("{} and {} more", named.join(", "), count - named.len())
+    } else {
+        named.join(", ")
+    }
+}
+
+/// What rank 0's connection threads share.
+struct Table {
+    world_size: usize,
+    job: u64,
+    id: [u8; UNIQUE_ID_BYTES],
+    state: Mutex<Served>,
+    /// Connections being served now.
+    handlers: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Served {
+    /// The ranks being given the id or given it (claimed before the answer is sent, released
+    /// if sending fails): a second claim of one is refused.
+    claimed: BTreeSet<usize>,
+    /// The ranks given the id.
+    given: BTreeSet<usize>,
+    last_refusal: String,
+}
+
+impl Table {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Served> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serves one connection until `until`; a refusal is kept for rank 0's error.
+    fn handle(&self, mut stream: TcpStream, peer: SocketAddr, until: Deadline) {
+        if let Err(why) = self.answer(&mut stream, until) {
+            self.lock().last_refusal = format!("{peer}: {why}");
+        }
+    }
+
+    /// Reads a request and answers it; `Err` says why nothing was given.
+    fn answer(&self, stream: &mut TcpStream, until: Deadline) -> std::result::Result<(), String> {
+        let io = |e: std::io::Error| e.to_string();
+        stream.set_nonblocking(false).map_err(io)?;
+        let mut magic = [0u8; 8];
+        read_by(stream, &mut magic, until).map_err(io)?;
+        if magic != MAGIC {
+            return Err("not a request of this version of um-nccl".to_owned());
+        }
+        let mut req = [0u8; REQUEST_BYTES - 8];
+        read_by(stream, &mut req, until).map_err(io)?;
+        let world = u32::from_le_bytes([req[0], req[1], req[2], req[3]]) as usize;
+        let rank = u32::from_le_bytes([req[4], req[5], req[6], req[7]]) as usize;
+        let job = u64::from_le_bytes([
+            req[8], req[9], req[10], req[11], req[12], req[13], req[14], req[15],
+        ]);
+        let status = if world != self.world_size {
+            WRONG_WORLD
+        } else if rank == 0 || rank >= self.world_size {
+            NOT_A_RANK
+        } else if job != self.job {
+            WRONG_JOB
+        } else if !self.lock().claimed.insert(rank) {
+            ALREADY_SERVED
+        } else {
+            OK
+        };
+        let mut reply = Vec::with_capacity(9 + UNIQUE_ID_BYTES);
+        reply.extend_from_slice(&MAGIC);
+        reply.push(status);
+        if status == OK {
+            reply.extend_from_slice(&self.id);
+        }
+        if let Err(e) = write_by(stream, &reply, until) {
+            if status == OK {
+                // Not given after all: the rank may try again.
+                self.lock().claimed.remove(&rank);
+            }
+            return Err(e.to_string());
+        }
+        match status {
+            OK => {
+                self.lock().given.insert(rank);
+                Ok(())
+            }
+            WRONG_WORLD => Err(format!(
+                "rank {rank} has WORLD_SIZE={world}, rank 0 {}",
+                self.world_size
+            )),
+            WRONG_JOB => Err(format!("rank {rank} is of another job")),
+            ALREADY_SERVED => Err(format!(
+                "rank {rank} asked again after it was served: two processes have RANK={rank}"
+            )),
+            _ => Err(format!(
+                "rank {rank} is not a rank of a world of {}",
+                self.world_size
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -522,6 +710,47 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn rank_0_listens_on_loopback_only_where_master_addr_literally_names_it() {
+        let a = |s: &str| s.parse::<SocketAddr>().expect("address");
+        let any4 = a("0.0.0.0:9");
+        let any6 = a("[::]:9");
+        // A host name this host resolves to loopback (Debian's 127.0.1.1): every interface,
+        // so that other hosts, which resolve it to the host's address, reach rank 0.
+        assert_eq!(bind_address("node0", &[a("127.0.1.1:9")], 9), any4);
+        assert_eq!(bind_address("node0", &[a("10.0.0.5:9")], 9), any4);
+        assert_eq!(bind_address("node0", &[a("[fe80::1]:9")], 9), any6);
+        assert_eq!(
+            bind_address("127.0.0.1", &[a("127.0.0.1:9")], 9),
+            a("127.0.0.1:9")
+        );
+        assert_eq!(bind_address("::1", &[a("[::1]:9")], 9), a("[::1]:9"));
+        assert_eq!(bind_address("[::1]", &[a("[::1]:9")], 9), a("[::1]:9"));
+        assert_eq!(
+            bind_address("LocalHost", &[a("[::1]:9"), a("127.0.0.1:9")], 9),
+            a("[::1]:9")
+        );
+    }
+
+    #[test]
+    fn a_missing_list_names_eight_ranks_and_counts_the_rest() {
+        let served: BTreeSet<usize> = [1, 3].into_iter().collect();
+        assert_eq!(missing(&served, 5), "2, 4");
+        assert_eq!(missing(&BTreeSet::new(), 3), "1, 2");
+        assert_eq!(
+            missing(&served, 1 << 25),
+            format!("2, 4, 5, 6, 7, 8, 9, 10 and {} more", (1 << 25) - 3 - 8)
+        );
+    }
+
+    #[test]
+    fn a_job_hash_tells_jobs_apart_and_none_is_zero() {
+        assert_eq!(job_hash(None), 0);
+        assert_ne!(job_hash(Some("a")), job_hash(Some("b")));
+        assert_ne!(job_hash(Some("")), 0);
+        assert_eq!(job_hash(Some("12345")), job_hash(Some("12345")));
     }
 
     #[test]

@@ -387,9 +387,10 @@ impl Comm {
     }
 
     /// This process's rank of a job launched the torchrun/SLURM way (see [`Bootstrap`]): the
-    /// device `LOCAL_RANK`, the id from rank 0 over TCP, then [`Comm::init_rank`].
+    /// device `LOCAL_RANK`, the id from rank 0 over TCP (within the options' time limit), then
+    /// [`Comm::init_rank`].
     pub fn from_env(options: CommOptions) -> Result<Comm> {
-        let boot = Bootstrap::from_env()?;
+        let boot = Bootstrap::from_env()?.timeout(options.timeout);
         let ctx = Context::new(boot.local_rank())?;
         let id = boot.unique_id()?;
         Comm::init_rank(&ctx, &id, boot.rank(), boot.world_size(), options)

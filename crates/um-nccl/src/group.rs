@@ -240,8 +240,9 @@ impl<'b> Group<'b> {
 
     /// Issues every call between `ncclGroupStart` and `ncclGroupEnd`, and returns once NCCL
     /// has enqueued them all. The communicators must all be blocking or all nonblocking (NCCL
-    /// refuses a mix). If NCCL fails or times out, every communicator of the group is aborted
-    /// (their streams poisoned) and the error returned.
+    /// refuses a mix); nonblocking ones are waited for within the shortest of their time
+    /// limits. If NCCL fails or times out, every communicator of the group is aborted (their
+    /// streams poisoned) and the error returned.
     pub fn launch(self) -> Result<Launched<'b>> {
         phases::lap(0);
         um_core::refuse_inside_stream_callback("a group of collectives")?;
@@ -308,7 +309,13 @@ impl<'b> Group<'b> {
         match rc {
             sys::SUCCESS if blocking => {}
             sys::SUCCESS | sys::IN_PROGRESS if !blocking => {
-                let mut clock = PollClock::new(first.comm.options().time_limit());
+                // The strictest limit of the group's communicators.
+                let limit = comms
+                    .iter()
+                    .map(|c| c.options().time_limit())
+                    .min()
+                    .unwrap_or_else(|| first.comm.options().time_limit());
+                let mut clock = PollClock::new(limit);
                 for c in &comms {
                     if let Err(e) = c.poll_ready("ncclGroupEnd", &mut clock) {
                         return Err(fail(e));
