@@ -17,12 +17,8 @@ use std::time::{Duration, Instant};
 use um_core::Result;
 use um_nccl::Bootstrap;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+mod common;
+use common::free_port;
 
 /// Connects to rank 0 on `port`, waiting for it to listen.
 fn connect(port: u16) -> TcpStream {
@@ -56,8 +52,8 @@ fn two_processes_claiming_one_rank_get_the_id_once() {
             b.join().expect("no panic"),
         )
     });
-    let (got, refused): (Vec<Result<[u8; 128]>>, Vec<Result<[u8; 128]>>) =
-        [a, b].into_iter().partition(|r| r.is_ok());
+    type Claims = Vec<Result<[u8; 128]>>;
+    let (got, refused): (Claims, Claims) = [a, b].into_iter().partition(|r| r.is_ok());
     assert_eq!(got.len(), 1, "exactly one claimant of rank 1 gets the id");
     assert_eq!(*got[0].as_ref().expect("ok"), [42u8; 128]);
     let why = refused[0].as_ref().expect_err("refused").to_string();
@@ -203,4 +199,22 @@ fn a_huge_world_is_an_error_within_the_limit_not_an_abort() {
             "{text}"
         );
     }
+}
+
+/// A limit past what `Instant` holds is a wait without end, not a panic (a red-team reviewer of
+/// the poll clock found `Bootstrap::timeout(Duration::MAX)` panicking with an `Instant`
+/// overflow).
+#[test]
+fn a_bootstrap_with_an_endless_limit_shares_the_id() {
+    let port = free_port();
+    let got: Vec<[u8; 128]> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| s.spawn(move || rank(r, 2, port, Duration::MAX).share(|| Ok([7u8; 128]))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic").expect("the id"))
+            .collect()
+    });
+    assert!(got.iter().all(|id| *id == [7u8; 128]));
 }

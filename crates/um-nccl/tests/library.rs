@@ -4,17 +4,12 @@
 //! test checks the error instead, and says so.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use um_nccl::{Bootstrap, MIN_VERSION, UniqueId};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+mod common;
+use common::free_port;
 
 #[test]
 fn the_installed_nccl_loads_and_its_unique_id_reaches_every_rank() {
