@@ -12,18 +12,24 @@
 //!
 //! Rank 0 makes the id, listens on `MASTER_PORT` (on the loopback address if `MASTER_ADDR` is
 //! literally one, an address or `localhost`, else on every interface) and serves it until every
-//! other rank has fetched it. Every other rank connects to `MASTER_ADDR:MASTER_PORT`, resolving
-//! the name and retrying while nobody listens yet, and sends a request: the 8-byte magic
-//! `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), and a hash of the
-//! job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with the
-//! magic, a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another job;
-//! 4: that rank was served already, so two processes claim it), and on 0 the 128 bytes of the
-//! id. Every step has a deadline: the whole exchange takes at most the bootstrap's time limit
-//! on every rank (default 120 s), every read and write included, however slowly a peer sends;
-//! rank 0 serves each connection on a thread of its own for at most 5 s of it (64 at once), so
-//! a silent or slow client holds up no other. The name lookup (`getaddrinfo`) is the one step
-//! without a limit of um's. The id is sent in the clear, as torchrun's store sends it: run jobs
-//! on a network you trust.
+//! other rank has acknowledged it. Every other rank connects to `MASTER_ADDR:MASTER_PORT`,
+//! resolving the name and retrying while nobody listens yet, and sends a request: the 8-byte
+//! magic `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), and a hash of
+//! the job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with
+//! the magic and a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another
+//! job; 4: that rank acknowledged the id already, so two processes claim it; 5: that rank is
+//! being served on another connection, try again), and on 0 the 128 bytes of the id, which the
+//! rank acknowledges with one byte (`0x06`): rank 0 counts a rank only then, so a rank that
+//! gave up, died or lost the answer is served again when it comes back.
+//!
+//! Every step has a deadline: the whole exchange takes at most the bootstrap's time limit on
+//! every rank (default 120 s), every read and write included, however slowly a peer sends, and
+//! on rank 0 plus the time `make` takes. Rank 0 serves each connection on a thread of its own,
+//! for at most 5 s (its request within 1 s), at most 512 at once, so a silent or slow client
+//! holds up no other; a flood of more clients than that can keep ranks out until the limit,
+//! which then ends in an error on every rank, not a hang. The name lookup (`getaddrinfo`) is
+//! the one step without a limit of um's. The id is sent in the clear, as torchrun's store
+//! sends it: run jobs on a network you trust.
 //!
 //! Only `std::net` is used, so the same program runs unchanged on one host (loopback) or many.
 
@@ -49,10 +55,18 @@ const WRONG_WORLD: u8 = 1;
 const NOT_A_RANK: u8 = 2;
 const WRONG_JOB: u8 = 3;
 const ALREADY_SERVED: u8 = 4;
+/// That rank is being served on another connection now: try again.
+const BUSY: u8 = 5;
+/// What a rank sends back once it has the whole id; rank 0 counts it served only then.
+const ACK: u8 = 0x06;
 /// The longest rank 0 spends on one connection.
 const PER_CONNECTION: Duration = Duration::from_secs(5);
+/// The longest rank 0 waits for a request once connected (a rank sends it at once).
+const REQUEST_WITHIN: Duration = Duration::from_secs(1);
 /// The most connections rank 0 serves at once.
-const MAX_HANDLERS: usize = 64;
+const MAX_HANDLERS: usize = 512;
+/// The stack of a connection's thread (it holds a few hundred bytes).
+const HANDLER_STACK: usize = 64 << 10;
 
 /// Where this process stands in a multi-process job, and how it reaches rank 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,9 +155,18 @@ impl Bootstrap {
             .ok()
             .filter(|p| *p != 0)
             .ok_or_else(|| bad(format!("MASTER_PORT={port} is not a TCP port (1 to 65535)")))?;
-        let job = ["UM_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]
+        // Every one that is set: torchrun's run id is "none" unless `--rdzv-id` names it, so
+        // alone it would make every torchrun job the same job, SLURM's job id included.
+        let parts: Vec<String> = ["UM_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]
             .iter()
-            .find_map(|name| var(name).filter(|v| !v.is_empty()));
+            .filter_map(|name| {
+                let torchrun_default = |v: &String| *name == "TORCHELASTIC_RUN_ID" && v == "none";
+                var(name)
+                    .filter(|v| !v.is_empty() && !torchrun_default(v))
+                    .map(|v| format!("{name}={v}"))
+            })
+            .collect();
+        let job = (!parts.is_empty()).then(|| parts.join(" "));
         let boot = Bootstrap::new(rank, world_size, local_rank, master_addr, master_port)?;
         Ok(match job {
             Some(job) => boot.job(job),
@@ -159,9 +182,9 @@ impl Bootstrap {
 
     /// The same bootstrap for the job named `job`: rank 0 serves only ranks of the same job,
     /// and a rank refuses a rank 0 of another (an earlier job's rank 0 that still holds the
-    /// port, say). [`from_env`](Bootstrap::from_env) takes it from `UM_JOB_ID`,
-    /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID`, the first one set; without one, any job of the
-    /// same world size matches.
+    /// port, say). [`from_env`](Bootstrap::from_env) makes it of `UM_JOB_ID`,
+    /// `TORCHELASTIC_RUN_ID` (unless it is torchrun's default, `none`) and `SLURM_JOB_ID`,
+    /// every one that is set; without any, any job of the same world size matches.
     pub fn job(mut self, job: impl Into<String>) -> Self {
         self.job = Some(job.into());
         self
@@ -190,7 +213,8 @@ impl Bootstrap {
     }
 
     /// The exchange itself, for any 128 bytes: rank 0 calls `make` and serves its result, the
-    /// others fetch it. Every rank returns the same bytes, or an error within the time limit.
+    /// others fetch it. Every rank returns the same bytes, or an error within the time limit
+    /// (on rank 0, plus the time `make` takes: it is not interrupted).
     pub fn share(
         &self,
         make: impl FnOnce() -> Result<[u8; UNIQUE_ID_BYTES]>,
@@ -208,7 +232,11 @@ impl Bootstrap {
     }
 
     fn master(&self) -> Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = (self.master_addr.as_str(), self.master_port)
+        let host = self
+            .master_addr
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let addrs: Vec<SocketAddr> = (host, self.master_port)
             .to_socket_addrs()
             .map_err(|e| bad(format!("MASTER_ADDR={}: {e}", self.master_addr)))?
             .collect();
@@ -235,10 +263,11 @@ impl Bootstrap {
         Ok(listener)
     }
 
-    /// Rank 0: accepts connections until every other rank has the id, each connection served
-    /// on a thread of its own for at most [`PER_CONNECTION`] (and never past `deadline`), so
-    /// that a silent or slow client holds up nobody else; at most [`MAX_HANDLERS`] at once (a
-    /// connection past them is closed, and a real rank tries again).
+    /// Rank 0: accepts connections until every other rank has acknowledged the id, each
+    /// connection served on a thread of its own for at most [`PER_CONNECTION`] (its request
+    /// within [`REQUEST_WITHIN`], never past `deadline`), so that a silent or slow client holds
+    /// up nobody else; at most [`MAX_HANDLERS`] at once (a connection past them is closed, and
+    /// a real rank tries again).
     fn serve(
         &self,
         listener: &TcpListener,
@@ -282,6 +311,7 @@ impl Bootstrap {
                     let t = Arc::clone(&table);
                     let spawned = std::thread::Builder::new()
                         .name("um-nccl-bootstrap".to_owned())
+                        .stack_size(HANDLER_STACK)
                         .spawn(move || {
                             t.handle(stream, peer, until);
                             t.handlers.fetch_sub(1, Ordering::AcqRel);
@@ -297,10 +327,10 @@ impl Bootstrap {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(bad(format!(
-                        "rank 0 accepting on port {}: {e}",
-                        self.master_port
-                    )));
+                    // Out of descriptors or buffers, a connection aborted in the queue: all
+                    // pass (accept(2)); rank 0 tries again until its deadline, and names it.
+                    table.lock().last_refusal = format!("accepting: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
                 }
             }
         }
@@ -368,8 +398,15 @@ impl Bootstrap {
             OK => {
                 let mut id = [0u8; UNIQUE_ID_BYTES];
                 read_by(&mut stream, &mut id, deadline).map_err(retry)?;
+                // Rank 0 counts this rank served only on the acknowledgement: a lost one
+                // leaves rank 0 waiting (an error there within the limit), never an id short.
+                write_by(&mut stream, &[ACK], deadline).map_err(retry)?;
                 Ok(id)
             }
+            BUSY => Err(Fatal::No(format!(
+                "rank 0 is serving rank {} on another connection",
+                self.rank
+            ))),
             WRONG_WORLD => refused(format!(
                 "rank 0 has another WORLD_SIZE than this rank's {}",
                 self.world_size
@@ -383,9 +420,12 @@ impl Bootstrap {
                 "rank 0 has served rank {} already: two processes have RANK={}",
                 self.rank, self.rank
             )),
-            _ => refused(format!(
+            NOT_A_RANK => refused(format!(
                 "rank 0 refused rank {} as not a rank of the job",
                 self.rank
+            )),
+            other => refused(format!(
+                "rank 0 answered with status {other}, which this version does not know"
             )),
         }
     }
@@ -409,8 +449,7 @@ fn read_by(stream: &mut TcpStream, mut buf: &mut [u8], deadline: Deadline) -> st
         match stream.read(buf) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => timed_out_or(e)?,
         }
     }
     Ok(())
@@ -427,23 +466,35 @@ fn write_by(stream: &mut TcpStream, mut buf: &[u8], deadline: Deadline) -> std::
         match stream.write(buf) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => timed_out_or(e)?,
         }
     }
     stream.flush()
+}
+
+/// `Ok` to go on after an interrupted call; a timed-out socket's error (`WouldBlock` on Linux)
+/// as `TimedOut`; any other error as it is.
+fn timed_out_or(e: std::io::Error) -> std::io::Result<()> {
+    match e.kind() {
+        std::io::ErrorKind::Interrupted => Ok(()),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        )),
+        _ => Err(e),
+    }
 }
 
 /// Where rank 0 listens, given `MASTER_ADDR` and what it resolves to (not empty): its
 /// loopback address where it names one literally, else every interface of its first address's
 /// family.
 fn bind_address(master_addr: &str, addrs: &[SocketAddr], port: u16) -> SocketAddr {
+    // A number, not a name: digits and dots (`127.1` too, which `getaddrinfo` reads), or an
+    // IPv6 address (a name has no `:`).
+    let numeric =
+        master_addr.contains(':') || master_addr.chars().all(|c| c.is_ascii_digit() || c == '.');
     let literal_loopback = master_addr.eq_ignore_ascii_case("localhost")
-        || master_addr
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+        || (numeric && addrs.iter().all(|a| a.ip().is_loopback()));
     match addrs.iter().find(|a| a.ip().is_loopback()) {
         Some(a) if literal_loopback => *a,
         _ if addrs.first().is_some_and(SocketAddr::is_ipv6) => {
@@ -489,10 +540,11 @@ struct Table {
 
 #[derive(Default)]
 struct Served {
-    /// The ranks being given the id or given it (claimed before the answer is sent, released
-    /// if sending fails): a second claim of one is refused.
+    /// The ranks being served on a connection now: another request for one is told to try
+    /// again (its connection may be the same rank's retry after a lost answer).
     claimed: BTreeSet<usize>,
-    /// The ranks given the id.
+    /// The ranks that acknowledged the id: another request for one is refused, two processes
+    /// claim it.
     given: BTreeSet<usize>,
     last_refusal: String,
 }
@@ -515,13 +567,14 @@ impl Table {
     fn answer(&self, stream: &mut TcpStream, until: Deadline) -> std::result::Result<(), String> {
         let io = |e: std::io::Error| e.to_string();
         stream.set_nonblocking(false).map_err(io)?;
+        let first = Deadline::after(REQUEST_WITHIN.min(until.left()));
         let mut magic = [0u8; 8];
-        read_by(stream, &mut magic, until).map_err(io)?;
+        read_by(stream, &mut magic, first).map_err(io)?;
         if magic != MAGIC {
             return Err("not a request of this version of um-nccl".to_owned());
         }
         let mut req = [0u8; REQUEST_BYTES - 8];
-        read_by(stream, &mut req, until).map_err(io)?;
+        read_by(stream, &mut req, first).map_err(io)?;
         let world = u32::from_le_bytes([req[0], req[1], req[2], req[3]]) as usize;
         let rank = u32::from_le_bytes([req[4], req[5], req[6], req[7]]) as usize;
         let job = u64::from_le_bytes([
@@ -533,42 +586,69 @@ impl Table {
             NOT_A_RANK
         } else if job != self.job {
             WRONG_JOB
-        } else if !self.lock().claimed.insert(rank) {
-            ALREADY_SERVED
         } else {
-            OK
+            let mut st = self.lock();
+            if st.given.contains(&rank) {
+                ALREADY_SERVED
+            } else if !st.claimed.insert(rank) {
+                BUSY
+            } else {
+                OK
+            }
         };
-        let mut reply = Vec::with_capacity(9 + UNIQUE_ID_BYTES);
-        reply.extend_from_slice(&MAGIC);
-        reply.push(status);
+        let outcome = self.reply(stream, status, until);
         if status == OK {
-            reply.extend_from_slice(&self.id);
-        }
-        if let Err(e) = write_by(stream, &reply, until) {
-            if status == OK {
-                // Not given after all: the rank may try again.
-                self.lock().claimed.remove(&rank);
+            let mut st = self.lock();
+            st.claimed.remove(&rank);
+            if outcome.is_ok() {
+                st.given.insert(rank);
             }
-            return Err(e.to_string());
         }
+        outcome?;
         match status {
-            OK => {
-                self.lock().given.insert(rank);
-                Ok(())
-            }
+            OK => Ok(()),
             WRONG_WORLD => Err(format!(
                 "rank {rank} has WORLD_SIZE={world}, rank 0 {}",
                 self.world_size
             )),
             WRONG_JOB => Err(format!("rank {rank} is of another job")),
             ALREADY_SERVED => Err(format!(
-                "rank {rank} asked again after it was served: two processes have RANK={rank}"
+                "rank {rank} asked again after it acknowledged the id: two processes have \
+                 RANK={rank}"
+            )),
+            BUSY => Err(format!(
+                "rank {rank} asked while being served on another connection"
             )),
             _ => Err(format!(
                 "rank {rank} is not a rank of a world of {}",
                 self.world_size
             )),
         }
+    }
+
+    /// Sends the answer; on `OK`, the id, then waits for the rank's acknowledgement.
+    fn reply(
+        &self,
+        stream: &mut TcpStream,
+        status: u8,
+        until: Deadline,
+    ) -> std::result::Result<(), String> {
+        let io = |e: std::io::Error| e.to_string();
+        let mut reply = Vec::with_capacity(9 + UNIQUE_ID_BYTES);
+        reply.extend_from_slice(&MAGIC);
+        reply.push(status);
+        if status == OK {
+            reply.extend_from_slice(&self.id);
+        }
+        write_by(stream, &reply, until).map_err(io)?;
+        if status == OK {
+            let mut ack = [0u8; 1];
+            read_by(stream, &mut ack, until).map_err(|e| format!("no acknowledgement: {e}"))?;
+            if ack[0] != ACK {
+                return Err("a wrong acknowledgement".to_owned());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -728,6 +808,11 @@ mod tests {
         );
         assert_eq!(bind_address("::1", &[a("[::1]:9")], 9), a("[::1]:9"));
         assert_eq!(bind_address("[::1]", &[a("[::1]:9")], 9), a("[::1]:9"));
+        // `127.1` is a number that `getaddrinfo` reads as 127.0.0.1: loopback only.
+        assert_eq!(
+            bind_address("127.1", &[a("127.0.0.1:9")], 9),
+            a("127.0.0.1:9")
+        );
         assert_eq!(
             bind_address("LocalHost", &[a("[::1]:9"), a("127.0.0.1:9")], 9),
             a("[::1]:9")
@@ -743,6 +828,29 @@ mod tests {
             missing(&served, 1 << 25),
             format!("2, 4, 5, 6, 7, 8, 9, 10 and {} more", (1 << 25) - 3 - 8)
         );
+    }
+
+    #[test]
+    fn the_job_is_every_job_variable_set_and_torchrun_s_default_is_none() {
+        let base = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ];
+        let job = |extra: &[(&str, &str)]| {
+            let all: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+            Bootstrap::from_vars(vars(&all)).expect("valid").job
+        };
+        assert_eq!(job(&[]), None);
+        assert_eq!(job(&[("TORCHELASTIC_RUN_ID", "none")]), None);
+        // Two SLURM jobs under torchrun without --rdzv-id are two jobs.
+        let a = job(&[("TORCHELASTIC_RUN_ID", "none"), ("SLURM_JOB_ID", "111")]);
+        let b = job(&[("TORCHELASTIC_RUN_ID", "none"), ("SLURM_JOB_ID", "222")]);
+        assert!(a.is_some() && b.is_some() && a != b, "{a:?} {b:?}");
+        let c = job(&[("TORCHELASTIC_RUN_ID", "r7"), ("SLURM_JOB_ID", "111")]);
+        assert_ne!(a, c);
+        assert_eq!(job(&[("UM_JOB_ID", "x")]), Some("UM_JOB_ID=x".to_owned()));
     }
 
     #[test]

@@ -218,3 +218,196 @@ fn a_bootstrap_with_an_endless_limit_shares_the_id() {
     });
     assert!(got.iter().all(|id| *id == [7u8; 128]));
 }
+
+// ------------------------------------------------------------ the second red-team review
+// Rank 0 counted a rank served once its answer was written, not once the rank had it; a rank
+// that gave up or lost the answer was then refused on its retry as a duplicate while rank 0
+// returned Ok. Now a rank acknowledges the id, a claim being served answers "busy" to another
+// request, and rank 0 counts a rank only on its acknowledgement.
+
+/// A request as a rank of a world of `world` sends it, without a job.
+fn request(world: u32, rank: u32) -> Vec<u8> {
+    let mut req = b"umnccl\0\x02".to_vec();
+    req.extend_from_slice(&world.to_le_bytes());
+    req.extend_from_slice(&rank.to_le_bytes());
+    req.extend_from_slice(&0u64.to_le_bytes());
+    req
+}
+
+/// Rank 1 starts first and gives up while its request waits in rank 0's backlog (rank 0's
+/// `make` is slow); rank 0 writes the id to a closed connection. The retry must get the id.
+#[test]
+fn a_rank_that_gave_up_in_rank_0_s_backlog_is_served_on_its_retry() {
+    let port = free_port();
+    let id = [0x5Au8; 128];
+    let (r0, first, retry) = std::thread::scope(|s| {
+        let first =
+            s.spawn(move || rank(1, 2, port, Duration::from_secs(2)).share(|| Ok([0u8; 128])));
+        let r0 = s.spawn(move || {
+            std::thread::sleep(Duration::from_secs(1));
+            rank(0, 2, port, Duration::from_secs(3)).share(|| {
+                std::thread::sleep(Duration::from_millis(1500));
+                Ok(id)
+            })
+        });
+        let first = first.join().expect("no panic");
+        let retry = rank(1, 2, port, Duration::from_secs(4)).share(|| Ok([0u8; 128]));
+        (r0.join().expect("no panic"), first, retry)
+    });
+    assert!(
+        first.is_err(),
+        "the first rank 1 gave up before rank 0 served"
+    );
+    assert_eq!(retry.expect("the retry is served"), id);
+    assert_eq!(r0.expect("rank 0 done"), id);
+}
+
+/// A rank's process that dies right after its request: not counted; its restart is served.
+#[test]
+fn a_rank_that_dies_after_its_request_is_served_when_it_comes_back() {
+    let port = free_port();
+    let id = [0x33u8; 128];
+    let (r0, again) = std::thread::scope(|s| {
+        let r0 = s.spawn(move || rank(0, 3, port, Duration::from_secs(5)).share(|| Ok(id)));
+        let r1 = s.spawn(move || rank(1, 3, port, Duration::from_secs(5)).share(|| Ok([0u8; 128])));
+        let mut c = connect(port);
+        c.write_all(&request(3, 2)).expect("request");
+        drop(c);
+        std::thread::sleep(Duration::from_millis(300));
+        let again = rank(2, 3, port, Duration::from_secs(4)).share(|| Ok([0u8; 128]));
+        assert_eq!(r1.join().expect("no panic").expect("rank 1"), id);
+        (r0.join().expect("no panic"), again)
+    });
+    assert_eq!(again.expect("the restarted rank 2"), id);
+    assert_eq!(r0.expect("rank 0 done"), id);
+}
+
+/// The answer is lost on the way (a proxy drops the rank's connection once, after rank 0 wrote
+/// it): the rank retries and is served; rank 0 counts it once it acknowledges.
+#[test]
+fn a_rank_whose_answer_was_lost_is_served_on_its_retry() {
+    let rank0_port = free_port();
+    let proxy = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let proxy_port = proxy.local_addr().expect("addr").port();
+    let id = [0x77u8; 128];
+    let (r0, r1) = std::thread::scope(|s| {
+        let r0 = s.spawn(move || rank(0, 2, rank0_port, Duration::from_secs(5)).share(|| Ok(id)));
+        let r1 = s
+            .spawn(move || rank(1, 2, proxy_port, Duration::from_secs(5)).share(|| Ok([0u8; 128])));
+        proxy.set_nonblocking(true).expect("nonblocking");
+        let mut lost_one = false;
+        while !r1.is_finished() {
+            let Ok((mut c, _)) = proxy.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            c.set_nonblocking(false).expect("blocking");
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            let Ok(mut up) = TcpStream::connect(("127.0.0.1", rank0_port)) else {
+                continue;
+            };
+            let _ = up.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut req = [0u8; 24];
+            let mut head = [0u8; 9];
+            if c.read_exact(&mut req).is_err()
+                || up.write_all(&req).is_err()
+                || up.read_exact(&mut head).is_err()
+            {
+                continue;
+            }
+            let mut rest = vec![0u8; if head[8] == 0 { 128 } else { 0 }];
+            if up.read_exact(&mut rest).is_err() {
+                continue;
+            }
+            if !lost_one && head[8] == 0 {
+                lost_one = true;
+                continue; // both connections dropped: the answer is lost
+            }
+            let mut ack = [0u8; 1];
+            let _ = c.write_all(&head);
+            let _ = c.write_all(&rest);
+            if head[8] == 0 && c.read_exact(&mut ack).is_ok() {
+                let _ = up.write_all(&ack);
+            }
+        }
+        (r0.join().expect("no panic"), r1.join().expect("no panic"))
+    });
+    assert_eq!(r1.expect("rank 1, on its retry"), id);
+    assert_eq!(r0.expect("rank 0, once rank 1 acknowledged"), id);
+}
+
+/// 64 clients that connect, say nothing and connect again at once do not keep a real rank out.
+#[test]
+fn sixty_four_silent_clients_that_reconnect_do_not_keep_a_rank_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let port = free_port();
+    let limit = Duration::from_secs(12);
+    let stop = AtomicBool::new(false);
+    let (r0, r1) = std::thread::scope(|s| {
+        let r0 = s.spawn(move || rank(0, 2, port, limit).share(|| Ok([8u8; 128])));
+        drop(connect(port));
+        for _ in 0..64 {
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) else {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+                    let mut b = [0u8; 1];
+                    // Until rank 0 drops it, then at once again.
+                    loop {
+                        match c.read(&mut b) {
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) && !stop.load(Ordering::Relaxed) => {}
+                            _ => break,
+                        }
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let r1 = rank(1, 2, port, limit).share(|| Ok([0u8; 128]));
+        let r0 = r0.join().expect("no panic");
+        stop.store(true, Ordering::Relaxed);
+        (r0, r1)
+    });
+    assert_eq!(
+        r1.expect("rank 1 served beside the silent clients"),
+        [8u8; 128]
+    );
+    assert_eq!(r0.expect("rank 0 done"), [8u8; 128]);
+}
+
+/// `MASTER_ADDR=[::1]`, a bracketed IPv6 loopback address, works where the host has IPv6.
+#[test]
+fn a_bracketed_ipv6_master_addr_works() {
+    if TcpListener::bind("[::1]:0").is_err() {
+        println!("no IPv6 loopback on this host: not checked");
+        return;
+    }
+    let port = free_port();
+    let got: Vec<Result<[u8; 128]>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                s.spawn(move || {
+                    Bootstrap::new(r, 2, r, "[::1]", port)
+                        .expect("valid")
+                        .timeout(Duration::from_secs(5))
+                        .share(|| Ok([4u8; 128]))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for g in got {
+        assert_eq!(g.expect("served over [::1]"), [4u8; 128]);
+    }
+}
