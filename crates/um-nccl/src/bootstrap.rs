@@ -14,13 +14,20 @@
 //! literally one, an address or `localhost`, else on every interface) and serves it until every
 //! other rank has acknowledged it. Every other rank connects to `MASTER_ADDR:MASTER_PORT`,
 //! resolving the name and retrying while nobody listens yet, and sends a request: the 8-byte
-//! magic `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), and a hash of
-//! the job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with
-//! the magic and a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another
-//! job; 4: that rank acknowledged the id already, so two processes claim it; 5: that rank is
-//! being served on another connection, try again), and on 0 the 128 bytes of the id, which the
-//! rank acknowledges with one byte (`0x06`): rank 0 counts a rank only then, so a rank that
-//! gave up, died or lost the answer is served again when it comes back.
+//! magic `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), a hash of the
+//! job's id ([`Bootstrap::job`]; 0 without one) and the exchange's number (two little-endian
+//! `u64`: 1 + the exchanges this process completed with this rank 0 as this rank, so that
+//! every rank may call the bootstrap again on the same port). Rank 0 answers with the magic and
+//! a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another job; 4: that
+//! rank was counted already, so two processes claim it; 5: that rank is being served on
+//! another connection, try again; 6: rank 0 still serves the exchange before, try again; 7:
+//! rank 0 is past that exchange), and on 0 the 128 bytes of the id. The rank acknowledges them
+//! (`0x06`), rank 0 counts it and says so (`0x07`), and only then does the rank return the id:
+//! a rank that gave up, died or lost the answer is served when it comes back, and a rank never
+//! returns the id uncounted. Where the last word is lost (rank 0 counted the rank, the rank
+//! never heard), the rank's retry is refused and it returns an error while rank 0 goes on; its
+//! communicator's creation then fails within its time limit on the other ranks (nonblocking
+//! communicators).
 //!
 //! Every step has a deadline: the whole exchange takes at most the bootstrap's time limit on
 //! every rank (default 120 s), every read and write included, however slowly a peer sends, and
@@ -28,12 +35,13 @@
 //! for at most 5 s (its request within 1 s), at most 512 at once, so a silent or slow client
 //! holds up no other; a flood of more clients than that can keep ranks out until the limit,
 //! which then ends in an error on every rank, not a hang. The name lookup (`getaddrinfo`) is
-//! the one step without a limit of um's. The id is sent in the clear, as torchrun's store
-//! sends it: run jobs on a network you trust.
+//! the one step without a limit of um's. Nothing is authenticated, as in torchrun's store: the
+//! id goes in the clear, and a peer on the network that speaks this protocol can take a rank's
+//! place or keep it out until the limit. Run jobs on a network you trust.
 //!
 //! Only `std::net` is used, so the same program runs unchanged on one host (loopback) or many.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,8 +56,9 @@ use crate::types::UniqueId;
 
 /// The protocol's magic and version (2: the request carries the job's id).
 const MAGIC: [u8; 8] = *b"umnccl\0\x02";
-/// A request: the magic, the world size and the rank (`u32` each), the job's hash (`u64`).
-const REQUEST_BYTES: usize = 24;
+/// A request: the magic, the world size and the rank (`u32` each), the job's hash and the
+/// exchange's number (`u64` each).
+const REQUEST_BYTES: usize = 32;
 const OK: u8 = 0;
 const WRONG_WORLD: u8 = 1;
 const NOT_A_RANK: u8 = 2;
@@ -57,8 +66,27 @@ const WRONG_JOB: u8 = 3;
 const ALREADY_SERVED: u8 = 4;
 /// That rank is being served on another connection now: try again.
 const BUSY: u8 = 5;
+/// Rank 0 is at an earlier exchange than this rank's (it still serves the one before): try again.
+const NOT_YET: u8 = 6;
+/// Rank 0 is at a later exchange than this rank's: the processes called the bootstrap a
+/// different number of times.
+const STALE: u8 = 7;
 /// What a rank sends back once it has the whole id; rank 0 counts it served only then.
 const ACK: u8 = 0x06;
+/// Rank 0's answer to the acknowledgement: the rank is counted, and returns the id only then.
+const COUNTED: u8 = 0x07;
+
+/// How many exchanges this process completed, per rank 0 (`MASTER_ADDR`, `MASTER_PORT`) and
+/// rank: a call of [`Bootstrap::share`] is exchange 1 + that, on every rank alike (a failed one
+/// is tried again under the same number), so that a rank one exchange ahead of rank 0 waits
+/// for it instead of taking the id of the one before.
+static EXCHANGES: Mutex<BTreeMap<(String, u16, usize), u64>> = Mutex::new(BTreeMap::new());
+
+fn exchanges() -> std::sync::MutexGuard<'static, BTreeMap<(String, u16, usize), u64>> {
+    EXCHANGES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 /// The longest rank 0 spends on one connection.
 const PER_CONNECTION: Duration = Duration::from_secs(5);
 /// The longest rank 0 waits for a request once connected (a rank sends it at once).
@@ -220,15 +248,19 @@ impl Bootstrap {
         make: impl FnOnce() -> Result<[u8; UNIQUE_ID_BYTES]>,
     ) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let deadline = Deadline::after(self.timeout);
-        if self.rank == 0 {
+        let key = (self.master_addr.clone(), self.master_port, self.rank);
+        let exchange = exchanges().get(&key).copied().unwrap_or(0).wrapping_add(1);
+        let id = if self.rank == 0 {
             // Listen first, so that early ranks find the port open as soon as possible.
             let listener = self.listen()?;
             let id = make()?;
-            self.serve(&listener, id, deadline)?;
-            Ok(id)
+            self.serve(&listener, id, exchange, deadline)?;
+            id
         } else {
-            self.fetch(deadline)
-        }
+            self.fetch(exchange, deadline)?
+        };
+        exchanges().insert(key, exchange);
+        Ok(id)
     }
 
     fn master(&self) -> Result<Vec<SocketAddr>> {
@@ -272,11 +304,13 @@ impl Bootstrap {
         &self,
         listener: &TcpListener,
         id: [u8; UNIQUE_ID_BYTES],
+        exchange: u64,
         deadline: Deadline,
     ) -> Result<()> {
         let table = Arc::new(Table {
             world_size: self.world_size,
             job: job_hash(self.job.as_deref()),
+            exchange,
             id,
             state: Mutex::new(Served::default()),
             handlers: AtomicUsize::new(0),
@@ -336,7 +370,7 @@ impl Bootstrap {
         }
     }
 
-    fn fetch(&self, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
+    fn fetch(&self, exchange: u64, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let mut last = String::from("nothing tried");
         loop {
             if deadline.passed() {
@@ -358,7 +392,7 @@ impl Bootstrap {
                             break;
                         }
                         match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(1))) {
-                            Ok(stream) => match self.request(stream, deadline) {
+                            Ok(stream) => match self.request(stream, exchange, deadline) {
                                 Ok(id) => return Ok(id),
                                 Err(Fatal::Yes(e)) => return Err(e),
                                 Err(Fatal::No(why)) => last = format!("{addr}: {why}"),
@@ -375,6 +409,7 @@ impl Bootstrap {
     fn request(
         &self,
         mut stream: TcpStream,
+        exchange: u64,
         deadline: Deadline,
     ) -> std::result::Result<[u8; UNIQUE_ID_BYTES], Fatal> {
         let retry = |e: std::io::Error| Fatal::No(e.to_string());
@@ -384,6 +419,7 @@ impl Bootstrap {
         req.extend_from_slice(&(self.world_size as u32).to_le_bytes());
         req.extend_from_slice(&(self.rank as u32).to_le_bytes());
         req.extend_from_slice(&job_hash(self.job.as_deref()).to_le_bytes());
+        req.extend_from_slice(&exchange.to_le_bytes());
         write_by(&mut stream, &req, deadline).map_err(retry)?;
         let mut head = [0u8; 9];
         read_by(&mut stream, &mut head, deadline).map_err(retry)?;
@@ -398,11 +434,24 @@ impl Bootstrap {
             OK => {
                 let mut id = [0u8; UNIQUE_ID_BYTES];
                 read_by(&mut stream, &mut id, deadline).map_err(retry)?;
-                // Rank 0 counts this rank served only on the acknowledgement: a lost one
-                // leaves rank 0 waiting (an error there within the limit), never an id short.
+                // Rank 0 counts this rank only on the acknowledgement, and says so: the id is
+                // returned only once counted. A lost or late word leaves one side with an
+                // error (see the module's documentation), never a rank Ok and uncounted.
                 write_by(&mut stream, &[ACK], deadline).map_err(retry)?;
+                let mut counted = [0u8; 1];
+                read_by(&mut stream, &mut counted, deadline).map_err(retry)?;
+                if counted[0] != COUNTED {
+                    return Err(Fatal::No("rank 0 did not count this rank".to_owned()));
+                }
                 Ok(id)
             }
+            NOT_YET => Err(Fatal::No(format!(
+                "rank 0 still serves its exchange before this rank's number {exchange}"
+            ))),
+            STALE => refused(format!(
+                "rank 0 is past this rank's exchange number {exchange}: the processes called \
+                 the bootstrap a different number of times"
+            )),
             BUSY => Err(Fatal::No(format!(
                 "rank 0 is serving rank {} on another connection",
                 self.rank
@@ -417,7 +466,8 @@ impl Bootstrap {
                 self.master_addr, self.master_port, self.job
             )),
             ALREADY_SERVED => refused(format!(
-                "rank 0 has served rank {} already: two processes have RANK={}",
+                "rank 0 has counted rank {} already: two processes have RANK={}, or this \
+                 rank's word that it was counted was lost",
                 self.rank, self.rank
             )),
             NOT_A_RANK => refused(format!(
@@ -532,6 +582,7 @@ fn missing(served: &BTreeSet<usize>, world_size: usize) -> String {
 struct Table {
     world_size: usize,
     job: u64,
+    exchange: u64,
     id: [u8; UNIQUE_ID_BYTES],
     state: Mutex<Served>,
     /// Connections being served now.
@@ -577,15 +628,22 @@ impl Table {
         read_by(stream, &mut req, first).map_err(io)?;
         let world = u32::from_le_bytes([req[0], req[1], req[2], req[3]]) as usize;
         let rank = u32::from_le_bytes([req[4], req[5], req[6], req[7]]) as usize;
-        let job = u64::from_le_bytes([
-            req[8], req[9], req[10], req[11], req[12], req[13], req[14], req[15],
-        ]);
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&req[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (job, exchange) = (word(8), word(16));
         let status = if world != self.world_size {
             WRONG_WORLD
         } else if rank == 0 || rank >= self.world_size {
             NOT_A_RANK
         } else if job != self.job {
             WRONG_JOB
+        } else if exchange > self.exchange {
+            NOT_YET
+        } else if exchange < self.exchange {
+            STALE
         } else {
             let mut st = self.lock();
             if st.given.contains(&rank) {
@@ -598,10 +656,17 @@ impl Table {
         };
         let outcome = self.reply(stream, status, until);
         if status == OK {
-            let mut st = self.lock();
-            st.claimed.remove(&rank);
+            {
+                let mut st = self.lock();
+                st.claimed.remove(&rank);
+                if outcome.is_ok() {
+                    st.given.insert(rank);
+                }
+            }
             if outcome.is_ok() {
-                st.given.insert(rank);
+                // Counted: say so (if this word is lost, the rank's retry is refused, and it
+                // errs while rank 0 goes on).
+                let _ = write_by(stream, &[COUNTED], until);
             }
         }
         outcome?;
@@ -618,6 +683,10 @@ impl Table {
             )),
             BUSY => Err(format!(
                 "rank {rank} asked while being served on another connection"
+            )),
+            NOT_YET | STALE => Err(format!(
+                "rank {rank} asked for exchange {exchange}, rank 0 serves {}",
+                self.exchange
             )),
             _ => Err(format!(
                 "rank {rank} is not a rank of a world of {}",

@@ -147,7 +147,7 @@ fn a_rank_0_that_drips_its_answer_holds_a_rank_no_longer_than_its_limit() {
             (t0.elapsed(), r)
         });
         let (mut c, _) = listener.accept().expect("accept");
-        let mut req = [0u8; 24];
+        let mut req = [0u8; 32];
         let _ = c.read_exact(&mut req);
         let mut reply = b"umnccl\0\x02\0".to_vec();
         reply.extend_from_slice(&[9u8; 128]);
@@ -225,12 +225,13 @@ fn a_bootstrap_with_an_endless_limit_shares_the_id() {
 // returned Ok. Now a rank acknowledges the id, a claim being served answers "busy" to another
 // request, and rank 0 counts a rank only on its acknowledgement.
 
-/// A request as a rank of a world of `world` sends it, without a job.
+/// A request as a rank of a world of `world` sends it at its first exchange, without a job.
 fn request(world: u32, rank: u32) -> Vec<u8> {
     let mut req = b"umnccl\0\x02".to_vec();
     req.extend_from_slice(&world.to_le_bytes());
     req.extend_from_slice(&rank.to_le_bytes());
     req.extend_from_slice(&0u64.to_le_bytes());
+    req.extend_from_slice(&1u64.to_le_bytes());
     req
 }
 
@@ -283,17 +284,28 @@ fn a_rank_that_dies_after_its_request_is_served_when_it_comes_back() {
 }
 
 /// The answer is lost on the way (a proxy drops the rank's connection once, after rank 0 wrote
-/// it): the rank retries and is served; rank 0 counts it once it acknowledges.
+/// it), or the rank's acknowledgement comes 6 s late (past rank 0's 5 s for a connection): the
+/// rank retries and is served; rank 0 counts it once it acknowledges, and the rank returns
+/// the id only once counted.
 #[test]
 fn a_rank_whose_answer_was_lost_is_served_on_its_retry() {
+    proxied(false);
+}
+
+#[test]
+fn a_rank_whose_acknowledgement_came_late_is_served_on_its_retry() {
+    proxied(true);
+}
+
+fn proxied(late_ack: bool) {
     let rank0_port = free_port();
     let proxy = TcpListener::bind("127.0.0.1:0").expect("bind");
     let proxy_port = proxy.local_addr().expect("addr").port();
     let id = [0x77u8; 128];
     let (r0, r1) = std::thread::scope(|s| {
-        let r0 = s.spawn(move || rank(0, 2, rank0_port, Duration::from_secs(5)).share(|| Ok(id)));
-        let r1 = s
-            .spawn(move || rank(1, 2, proxy_port, Duration::from_secs(5)).share(|| Ok([0u8; 128])));
+        let limit = Duration::from_secs(if late_ack { 12 } else { 5 });
+        let r0 = s.spawn(move || rank(0, 2, rank0_port, limit).share(|| Ok(id)));
+        let r1 = s.spawn(move || rank(1, 2, proxy_port, limit).share(|| Ok([0u8; 128])));
         proxy.set_nonblocking(true).expect("nonblocking");
         let mut lost_one = false;
         while !r1.is_finished() {
@@ -307,7 +319,7 @@ fn a_rank_whose_answer_was_lost_is_served_on_its_retry() {
                 continue;
             };
             let _ = up.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut req = [0u8; 24];
+            let mut req = [0u8; 32];
             let mut head = [0u8; 9];
             if c.read_exact(&mut req).is_err()
                 || up.write_all(&req).is_err()
@@ -319,15 +331,22 @@ fn a_rank_whose_answer_was_lost_is_served_on_its_retry() {
             if up.read_exact(&mut rest).is_err() {
                 continue;
             }
-            if !lost_one && head[8] == 0 {
+            if !lost_one && head[8] == 0 && !late_ack {
                 lost_one = true;
                 continue; // both connections dropped: the answer is lost
             }
             let mut ack = [0u8; 1];
+            let mut counted = [0u8; 1];
             let _ = c.write_all(&head);
             let _ = c.write_all(&rest);
             if head[8] == 0 && c.read_exact(&mut ack).is_ok() {
-                let _ = up.write_all(&ack);
+                if !lost_one && late_ack {
+                    lost_one = true;
+                    std::thread::sleep(Duration::from_secs(6));
+                }
+                if up.write_all(&ack).is_ok() && up.read_exact(&mut counted).is_ok() {
+                    let _ = c.write_all(&counted);
+                }
             }
         }
         (r0.join().expect("no panic"), r1.join().expect("no panic"))
@@ -409,5 +428,40 @@ fn a_bracketed_ipv6_master_addr_works() {
     });
     for g in got {
         assert_eq!(g.expect("served over [::1]"), [4u8; 128]);
+    }
+}
+
+/// Every rank calls the bootstrap twice on one port (`Comm::from_env` twice, say), rank 2 late:
+/// rank 1, done with the first exchange, asks for the second while rank 0 still serves the
+/// first, and waits for it instead of being refused (a third red-team review found it refused
+/// as a duplicate).
+#[test]
+fn two_exchanges_on_one_port_give_every_rank_both_ids() {
+    let port = free_port();
+    let limit = Duration::from_secs(6);
+    let got: Vec<Vec<[u8; 128]>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|r| {
+                s.spawn(move || {
+                    if r == 2 {
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    (1..=2u8)
+                        .map(|k| {
+                            rank(r, 3, port, limit)
+                                .share(|| Ok([k; 128]))
+                                .expect("every exchange")
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for ids in got {
+        assert_eq!(ids, vec![[1u8; 128], [2u8; 128]]);
     }
 }
