@@ -14,24 +14,25 @@
 //! literally one, an address or `localhost`, else on every interface) and serves it until every
 //! other rank has acknowledged it. Every other rank connects to `MASTER_ADDR:MASTER_PORT`,
 //! resolving the name and retrying while nobody listens yet, and sends a request: the 8-byte
-//! magic `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), a hash of the
-//! job's id ([`Bootstrap::job`]; 0 without one) and the exchange's number (two little-endian
-//! `u64`: 1 + the exchanges this process completed with this rank 0 as this rank, so that
-//! every rank may call the bootstrap again on the same port). Rank 0 answers with the magic and
-//! a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another job; 4: that
-//! rank was counted already, so two processes claim it; 5: that rank is being served on
-//! another connection, try again; 6: rank 0 still serves the exchange before, try again; 7:
-//! rank 0 is past that exchange), and on 0 the 128 bytes of the id. The rank acknowledges them
-//! (`0x06`), rank 0 counts it and says so (`0x07`), and only then does the rank return the id:
-//! a rank that gave up, died or lost the answer is served when it comes back, and a rank never
-//! returns the id uncounted. Where the last word is lost (rank 0 counted the rank, the rank
-//! never heard), the rank's retry is refused and it returns an error while rank 0 goes on; its
-//! communicator's creation then fails within its time limit on the other ranks (nonblocking
-//! communicators).
+//! magic `umnccl\0\x02`, its world size and its rank (two little-endian `u32`), and a hash of
+//! the job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with
+//! the magic and a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another
+//! job; 4: that rank was counted already in this exchange; 5: that rank is being served on
+//! another connection), and on 0 the 128 bytes of the id. The rank acknowledges them (`0x06`),
+//! rank 0 counts it and says so (`0x07`), and only then does the rank return the id: a rank
+//! that gave up, died or lost the answer is served when it comes back, and a rank never
+//! returns the id uncounted. On 4 and 5 a rank tries again until its limit: rank 0 may still
+//! serve an exchange before this one (a program that bootstraps twice on one port) and then
+//! begin this one; two processes with one `RANK` thus end with one of them in an error at its
+//! limit. Rank 0 keeps nothing from one exchange to the next. Where rank 0's last word is lost
+//! (rank 0 counted the rank, the rank never heard), rank 0 goes on while the rank returns an
+//! error; where rank 0 fails (a rank never came), the ranks it counted have returned the id.
+//! Either way communicator creation fails within its time limit on the ranks that went on
+//! (nonblocking communicators), and every process may bootstrap again.
 //!
 //! Every step has a deadline: the whole exchange takes at most the bootstrap's time limit on
 //! every rank (default 120 s), every read and write included, however slowly a peer sends, and
-//! on rank 0 plus the time `make` takes. Rank 0 serves each connection on a thread of its own,
+//! on rank 0 plus the time `make` takes; a rank tries a fresh connection after 6 s on one. Rank 0 serves each connection on a thread of its own,
 //! for at most 5 s (its request within 1 s), at most 512 at once, so a silent or slow client
 //! holds up no other; a flood of more clients than that can keep ranks out until the limit,
 //! which then ends in an error on every rank, not a hang. The name lookup (`getaddrinfo`) is
@@ -41,7 +42,7 @@
 //!
 //! Only `std::net` is used, so the same program runs unchanged on one host (loopback) or many.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,9 +57,8 @@ use crate::types::UniqueId;
 
 /// The protocol's magic and version (2: the request carries the job's id).
 const MAGIC: [u8; 8] = *b"umnccl\0\x02";
-/// A request: the magic, the world size and the rank (`u32` each), the job's hash and the
-/// exchange's number (`u64` each).
-const REQUEST_BYTES: usize = 32;
+/// A request: the magic, the world size and the rank (`u32` each), the job's hash (`u64`).
+const REQUEST_BYTES: usize = 24;
 const OK: u8 = 0;
 const WRONG_WORLD: u8 = 1;
 const NOT_A_RANK: u8 = 2;
@@ -66,29 +66,16 @@ const WRONG_JOB: u8 = 3;
 const ALREADY_SERVED: u8 = 4;
 /// That rank is being served on another connection now: try again.
 const BUSY: u8 = 5;
-/// Rank 0 is at an earlier exchange than this rank's (it still serves the one before): try again.
-const NOT_YET: u8 = 6;
-/// Rank 0 is at a later exchange than this rank's: the processes called the bootstrap a
-/// different number of times.
-const STALE: u8 = 7;
 /// What a rank sends back once it has the whole id; rank 0 counts it served only then.
 const ACK: u8 = 0x06;
 /// Rank 0's answer to the acknowledgement: the rank is counted, and returns the id only then.
 const COUNTED: u8 = 0x07;
 
-/// How many exchanges this process completed, per rank 0 (`MASTER_ADDR`, `MASTER_PORT`) and
-/// rank: a call of [`Bootstrap::share`] is exchange 1 + that, on every rank alike (a failed one
-/// is tried again under the same number), so that a rank one exchange ahead of rank 0 waits
-/// for it instead of taking the id of the one before.
-static EXCHANGES: Mutex<BTreeMap<(String, u16, usize), u64>> = Mutex::new(BTreeMap::new());
-
-fn exchanges() -> std::sync::MutexGuard<'static, BTreeMap<(String, u16, usize), u64>> {
-    EXCHANGES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 /// The longest rank 0 spends on one connection.
 const PER_CONNECTION: Duration = Duration::from_secs(5);
+/// The longest a rank waits on one connection before it tries a fresh one (a connection whose
+/// answer got lost on the way while rank 0 goes on serving).
+const PER_ATTEMPT: Duration = Duration::from_secs(6);
 /// The longest rank 0 waits for a request once connected (a rank sends it at once).
 const REQUEST_WITHIN: Duration = Duration::from_secs(1);
 /// The most connections rank 0 serves at once.
@@ -248,19 +235,15 @@ impl Bootstrap {
         make: impl FnOnce() -> Result<[u8; UNIQUE_ID_BYTES]>,
     ) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let deadline = Deadline::after(self.timeout);
-        let key = (self.master_addr.clone(), self.master_port, self.rank);
-        let exchange = exchanges().get(&key).copied().unwrap_or(0).wrapping_add(1);
-        let id = if self.rank == 0 {
+        if self.rank == 0 {
             // Listen first, so that early ranks find the port open as soon as possible.
             let listener = self.listen()?;
             let id = make()?;
-            self.serve(&listener, id, exchange, deadline)?;
-            id
+            self.serve(&listener, id, deadline)?;
+            Ok(id)
         } else {
-            self.fetch(exchange, deadline)?
-        };
-        exchanges().insert(key, exchange);
-        Ok(id)
+            self.fetch(deadline)
+        }
     }
 
     fn master(&self) -> Result<Vec<SocketAddr>> {
@@ -304,13 +287,11 @@ impl Bootstrap {
         &self,
         listener: &TcpListener,
         id: [u8; UNIQUE_ID_BYTES],
-        exchange: u64,
         deadline: Deadline,
     ) -> Result<()> {
         let table = Arc::new(Table {
             world_size: self.world_size,
             job: job_hash(self.job.as_deref()),
-            exchange,
             id,
             state: Mutex::new(Served::default()),
             handlers: AtomicUsize::new(0),
@@ -370,7 +351,7 @@ impl Bootstrap {
         }
     }
 
-    fn fetch(&self, exchange: u64, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
+    fn fetch(&self, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let mut last = String::from("nothing tried");
         loop {
             if deadline.passed() {
@@ -392,7 +373,7 @@ impl Bootstrap {
                             break;
                         }
                         match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(1))) {
-                            Ok(stream) => match self.request(stream, exchange, deadline) {
+                            Ok(stream) => match self.request(stream, deadline) {
                                 Ok(id) => return Ok(id),
                                 Err(Fatal::Yes(e)) => return Err(e),
                                 Err(Fatal::No(why)) => last = format!("{addr}: {why}"),
@@ -409,17 +390,17 @@ impl Bootstrap {
     fn request(
         &self,
         mut stream: TcpStream,
-        exchange: u64,
         deadline: Deadline,
     ) -> std::result::Result<[u8; UNIQUE_ID_BYTES], Fatal> {
         let retry = |e: std::io::Error| Fatal::No(e.to_string());
+        // One connection for at most `PER_ATTEMPT`, then a fresh one.
+        let deadline = Deadline::after(PER_ATTEMPT.min(deadline.left()));
         let mut req = Vec::with_capacity(REQUEST_BYTES);
         req.extend_from_slice(&MAGIC);
         // Both fit: `new` checked the world size, and the rank is below it.
         req.extend_from_slice(&(self.world_size as u32).to_le_bytes());
         req.extend_from_slice(&(self.rank as u32).to_le_bytes());
         req.extend_from_slice(&job_hash(self.job.as_deref()).to_le_bytes());
-        req.extend_from_slice(&exchange.to_le_bytes());
         write_by(&mut stream, &req, deadline).map_err(retry)?;
         let mut head = [0u8; 9];
         read_by(&mut stream, &mut head, deadline).map_err(retry)?;
@@ -445,13 +426,6 @@ impl Bootstrap {
                 }
                 Ok(id)
             }
-            NOT_YET => Err(Fatal::No(format!(
-                "rank 0 still serves its exchange before this rank's number {exchange}"
-            ))),
-            STALE => refused(format!(
-                "rank 0 is past this rank's exchange number {exchange}: the processes called \
-                 the bootstrap a different number of times"
-            )),
             BUSY => Err(Fatal::No(format!(
                 "rank 0 is serving rank {} on another connection",
                 self.rank
@@ -465,11 +439,14 @@ impl Bootstrap {
                  rank 0 of an earlier job may still hold the port",
                 self.master_addr, self.master_port, self.job
             )),
-            ALREADY_SERVED => refused(format!(
-                "rank 0 has counted rank {} already: two processes have RANK={}, or this \
-                 rank's word that it was counted was lost",
+            // Tried again until the limit: rank 0 may still serve the program's exchange
+            // before this one (a second bootstrap on the port), then begin this one.
+            ALREADY_SERVED => Err(Fatal::No(format!(
+                "rank 0 has counted rank {} already in the exchange it serves: two processes \
+                 have RANK={}, or rank 0 has not begun this exchange yet, or this rank's \
+                 word that it was counted was lost",
                 self.rank, self.rank
-            )),
+            ))),
             NOT_A_RANK => refused(format!(
                 "rank 0 refused rank {} as not a rank of the job",
                 self.rank
@@ -582,7 +559,6 @@ fn missing(served: &BTreeSet<usize>, world_size: usize) -> String {
 struct Table {
     world_size: usize,
     job: u64,
-    exchange: u64,
     id: [u8; UNIQUE_ID_BYTES],
     state: Mutex<Served>,
     /// Connections being served now.
@@ -633,17 +609,13 @@ impl Table {
             b.copy_from_slice(&req[at..at + 8]);
             u64::from_le_bytes(b)
         };
-        let (job, exchange) = (word(8), word(16));
+        let job = word(8);
         let status = if world != self.world_size {
             WRONG_WORLD
         } else if rank == 0 || rank >= self.world_size {
             NOT_A_RANK
         } else if job != self.job {
             WRONG_JOB
-        } else if exchange > self.exchange {
-            NOT_YET
-        } else if exchange < self.exchange {
-            STALE
         } else {
             let mut st = self.lock();
             if st.given.contains(&rank) {
@@ -683,10 +655,6 @@ impl Table {
             )),
             BUSY => Err(format!(
                 "rank {rank} asked while being served on another connection"
-            )),
-            NOT_YET | STALE => Err(format!(
-                "rank {rank} asked for exchange {exchange}, rank 0 serves {}",
-                self.exchange
             )),
             _ => Err(format!(
                 "rank {rank} is not a rank of a world of {}",

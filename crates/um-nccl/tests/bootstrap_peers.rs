@@ -56,8 +56,8 @@ fn two_processes_claiming_one_rank_get_the_id_once() {
     let (got, refused): (Claims, Claims) = [a, b].into_iter().partition(|r| r.is_ok());
     assert_eq!(got.len(), 1, "exactly one claimant of rank 1 gets the id");
     assert_eq!(*got[0].as_ref().expect("ok"), [42u8; 128]);
-    let why = refused[0].as_ref().expect_err("refused").to_string();
-    assert!(why.contains("two processes have RANK=1"), "{why}");
+    // The other tries again until its limit (rank 0 might begin a later exchange), then errs.
+    assert!(refused[0].is_err());
     let r0 = r0.expect_err("rank 2 never came").to_string();
     assert!(r0.contains("rank(s) 2 never fetched"), "{r0}");
 }
@@ -147,7 +147,7 @@ fn a_rank_0_that_drips_its_answer_holds_a_rank_no_longer_than_its_limit() {
             (t0.elapsed(), r)
         });
         let (mut c, _) = listener.accept().expect("accept");
-        let mut req = [0u8; 32];
+        let mut req = [0u8; 24];
         let _ = c.read_exact(&mut req);
         let mut reply = b"umnccl\0\x02\0".to_vec();
         reply.extend_from_slice(&[9u8; 128]);
@@ -225,13 +225,12 @@ fn a_bootstrap_with_an_endless_limit_shares_the_id() {
 // returned Ok. Now a rank acknowledges the id, a claim being served answers "busy" to another
 // request, and rank 0 counts a rank only on its acknowledgement.
 
-/// A request as a rank of a world of `world` sends it at its first exchange, without a job.
+/// A request as a rank of a world of `world` sends it, without a job.
 fn request(world: u32, rank: u32) -> Vec<u8> {
     let mut req = b"umnccl\0\x02".to_vec();
     req.extend_from_slice(&world.to_le_bytes());
     req.extend_from_slice(&rank.to_le_bytes());
     req.extend_from_slice(&0u64.to_le_bytes());
-    req.extend_from_slice(&1u64.to_le_bytes());
     req
 }
 
@@ -319,7 +318,7 @@ fn proxied(late_ack: bool) {
                 continue;
             };
             let _ = up.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut req = [0u8; 32];
+            let mut req = [0u8; 24];
             let mut head = [0u8; 9];
             if c.read_exact(&mut req).is_err()
                 || up.write_all(&req).is_err()
@@ -433,8 +432,8 @@ fn a_bracketed_ipv6_master_addr_works() {
 
 /// Every rank calls the bootstrap twice on one port (`Comm::from_env` twice, say), rank 2 late:
 /// rank 1, done with the first exchange, asks for the second while rank 0 still serves the
-/// first, and waits for it instead of being refused (a third red-team review found it refused
-/// as a duplicate).
+/// first, and tries again until rank 0 begins it (a third red-team review found it refused as
+/// a duplicate).
 #[test]
 fn two_exchanges_on_one_port_give_every_rank_both_ids() {
     let port = free_port();
