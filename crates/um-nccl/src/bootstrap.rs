@@ -24,9 +24,9 @@
 //! returns the id uncounted. On 4 and 5 a rank tries again until its limit: rank 0 may still
 //! serve an exchange before this one (a program that bootstraps twice on one port) and then
 //! begin this one; two processes with one `RANK` thus end with one of them in an error at its
-//! limit. Rank 0 keeps nothing from one exchange to the next. Where rank 0's last word is lost
-//! (rank 0 counted the rank, the rank never heard), rank 0 goes on while the rank returns an
-//! error; where rank 0 fails (a rank never came), the ranks it counted have returned the id.
+//! limit. Rank 0 keeps nothing from one exchange to the next; a rank keeps the id it received
+//! within one call, and takes no other on a retry. Where rank 0's last word is lost (rank 0
+//! counted the rank, the rank never heard), rank 0 goes on while the rank returns an error; where rank 0 fails (a rank never came), the ranks it counted have returned the id.
 //! Either way communicator creation fails within its time limit on the ranks that went on
 //! (nonblocking communicators), and every process may bootstrap again.
 //!
@@ -353,6 +353,9 @@ impl Bootstrap {
 
     fn fetch(&self, deadline: Deadline) -> Result<[u8; UNIQUE_ID_BYTES]> {
         let mut last = String::from("nothing tried");
+        // The id this call received and acknowledged, if its count was not confirmed: a retry
+        // takes only the same id (rank 0 may have moved on to a next exchange on the port).
+        let mut received = None;
         loop {
             if deadline.passed() {
                 return Err(bad(format!(
@@ -373,7 +376,7 @@ impl Bootstrap {
                             break;
                         }
                         match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(1))) {
-                            Ok(stream) => match self.request(stream, deadline) {
+                            Ok(stream) => match self.request(stream, &mut received, deadline) {
                                 Ok(id) => return Ok(id),
                                 Err(Fatal::Yes(e)) => return Err(e),
                                 Err(Fatal::No(why)) => last = format!("{addr}: {why}"),
@@ -390,6 +393,7 @@ impl Bootstrap {
     fn request(
         &self,
         mut stream: TcpStream,
+        received: &mut Option<[u8; UNIQUE_ID_BYTES]>,
         deadline: Deadline,
     ) -> std::result::Result<[u8; UNIQUE_ID_BYTES], Fatal> {
         let retry = |e: std::io::Error| Fatal::No(e.to_string());
@@ -415,6 +419,14 @@ impl Bootstrap {
             OK => {
                 let mut id = [0u8; UNIQUE_ID_BYTES];
                 read_by(&mut stream, &mut id, deadline).map_err(retry)?;
+                if received.is_some_and(|r| r != id) {
+                    return Err(Fatal::Yes(bad(format!(
+                        "rank {} received rank 0's id, but no word that it was counted, and \
+                         rank 0 has moved on to another exchange on port {}",
+                        self.rank, self.master_port
+                    ))));
+                }
+                *received = Some(id);
                 // Rank 0 counts this rank only on the acknowledgement, and says so: the id is
                 // returned only once counted. A lost or late word leaves one side with an
                 // error (see the module's documentation), never a rank Ok and uncounted.
