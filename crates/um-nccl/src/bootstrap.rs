@@ -18,7 +18,8 @@
 //! the job's id ([`Bootstrap::job`], a little-endian `u64`; 0 without one). Rank 0 answers with
 //! the magic and a status byte (0: here it is; 1: another world size; 2: not a rank; 3: another
 //! job; 4: that rank was counted already in this exchange; 5: that rank is being served on
-//! another connection), and on 0 the 128 bytes of the id. The rank acknowledges them (`0x06`),
+//! another connection), and on 0 the 128 bytes of the id. The rank acknowledges them (`0x06`
+//! and the id's hash, so that a copy of another exchange's acknowledgement counts for nothing),
 //! rank 0 counts it and says so (`0x07`), and only then does the rank return the id: a rank
 //! that gave up, died or lost the answer is served when it comes back, and a rank never
 //! returns the id uncounted. On 4 and 5 a rank tries again until its limit: rank 0 may still
@@ -33,7 +34,8 @@
 //! Every step has a deadline: the whole exchange takes at most the bootstrap's time limit on
 //! every rank (default 120 s), every read and write included, however slowly a peer sends, and
 //! on rank 0 plus the time `make` takes; a rank tries a fresh connection after 6 s on one. Rank 0 serves each connection on a thread of its own,
-//! for at most 5 s (its request within 1 s), at most 512 at once, so a silent or slow client
+//! for at most 5 s (its request within 3 s: a link slower than that one way cannot bootstrap),
+//! at most 512 at once, so a silent or slow client
 //! holds up no other; a flood of more clients than that can keep ranks out until the limit,
 //! which then ends in an error on every rank, not a hang. The name lookup (`getaddrinfo`) is
 //! the one step without a limit of um's. Nothing is authenticated, as in torchrun's store: the
@@ -66,7 +68,9 @@ const WRONG_JOB: u8 = 3;
 const ALREADY_SERVED: u8 = 4;
 /// That rank is being served on another connection now: try again.
 const BUSY: u8 = 5;
-/// What a rank sends back once it has the whole id; rank 0 counts it served only then.
+/// What a rank sends back once it has the whole id, followed by the id's hash (so that a copy
+/// of an acknowledgement of another exchange's id counts for nothing); rank 0 counts it served
+/// only then.
 const ACK: u8 = 0x06;
 /// Rank 0's answer to the acknowledgement: the rank is counted, and returns the id only then.
 const COUNTED: u8 = 0x07;
@@ -76,8 +80,9 @@ const PER_CONNECTION: Duration = Duration::from_secs(5);
 /// The longest a rank waits on one connection before it tries a fresh one (a connection whose
 /// answer got lost on the way while rank 0 goes on serving).
 const PER_ATTEMPT: Duration = Duration::from_secs(6);
-/// The longest rank 0 waits for a request once connected (a rank sends it at once).
-const REQUEST_WITHIN: Duration = Duration::from_secs(1);
+/// The longest rank 0 waits for a request once connected (a rank sends it at once; a link
+/// slower than this one way cannot bootstrap).
+const REQUEST_WITHIN: Duration = Duration::from_secs(3);
 /// The most connections rank 0 serves at once.
 const MAX_HANDLERS: usize = 512;
 /// The stack of a connection's thread (it holds a few hundred bytes).
@@ -430,7 +435,7 @@ impl Bootstrap {
                 // Rank 0 counts this rank only on the acknowledgement, and says so: the id is
                 // returned only once counted. A lost or late word leaves one side with an
                 // error (see the module's documentation), never a rank Ok and uncounted.
-                write_by(&mut stream, &[ACK], deadline).map_err(retry)?;
+                write_by(&mut stream, &ack_of(&id), deadline).map_err(retry)?;
                 let mut counted = [0u8; 1];
                 read_by(&mut stream, &mut counted, deadline).map_err(retry)?;
                 if counted[0] != COUNTED {
@@ -541,6 +546,16 @@ fn bind_address(master_addr: &str, addrs: &[SocketAddr], port: u16) -> SocketAdd
         }
         _ => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
     }
+}
+
+/// A rank's acknowledgement of `id`: [`ACK`] and the id's FNV-1a hash.
+fn ack_of(id: &[u8; UNIQUE_ID_BYTES]) -> [u8; 9] {
+    let h = id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut ack = [ACK; 9];
+    ack[1..].copy_from_slice(&h.to_le_bytes());
+    ack
 }
 
 /// The job's identity on the wire: FNV-1a of its id, 0 without one.
@@ -691,10 +706,10 @@ impl Table {
         }
         write_by(stream, &reply, until).map_err(io)?;
         if status == OK {
-            let mut ack = [0u8; 1];
+            let mut ack = [0u8; 9];
             read_by(stream, &mut ack, until).map_err(|e| format!("no acknowledgement: {e}"))?;
-            if ack[0] != ACK {
-                return Err("a wrong acknowledgement".to_owned());
+            if ack != ack_of(&self.id) {
+                return Err("an acknowledgement of another id".to_owned());
             }
         }
         Ok(())

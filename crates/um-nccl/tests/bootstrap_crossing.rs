@@ -79,7 +79,7 @@ fn relay(front: TcpListener, back: u16, word: LastWord, stop: Arc<AtomicBool>) {
         }
         let _ = c.write_all(&head);
         let _ = c.write_all(&rest);
-        let mut ack = [0u8; 1];
+        let mut ack = [0u8; 9];
         let mut counted = [0u8; 1];
         if head[8] == 0
             && c.read_exact(&mut ack).is_ok()

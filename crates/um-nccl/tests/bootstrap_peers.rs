@@ -334,7 +334,7 @@ fn proxied(late_ack: bool) {
                 lost_one = true;
                 continue; // both connections dropped: the answer is lost
             }
-            let mut ack = [0u8; 1];
+            let mut ack = [0u8; 9];
             let mut counted = [0u8; 1];
             let _ = c.write_all(&head);
             let _ = c.write_all(&rest);

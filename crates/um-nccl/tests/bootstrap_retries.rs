@@ -129,7 +129,7 @@ fn relay(
         }
         let _ = c.write_all(&head);
         let _ = c.write_all(&rest);
-        let mut ack = [0u8; 1];
+        let mut ack = [0u8; 9];
         let mut counted = [0u8; 1];
         if head[8] == 0
             && c.read_exact(&mut ack).is_ok()
