@@ -18,6 +18,7 @@ use um_core::Result;
 use um_nccl::Bootstrap;
 
 mod common;
+mod relay;
 use common::free_port;
 
 /// Connects to rank 0 on `port`, waiting for it to listen.
@@ -308,44 +309,26 @@ fn proxied(late_ack: bool) {
         proxy.set_nonblocking(true).expect("nonblocking");
         let mut lost_one = false;
         while !r1.is_finished() {
-            let Ok((mut c, _)) = proxy.accept() else {
-                std::thread::sleep(Duration::from_millis(5));
+            let Some(mut t) = relay::next_turn(&proxy, rank0_port, Duration::from_secs(1)) else {
                 continue;
             };
-            c.set_nonblocking(false).expect("blocking");
-            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
-            let Ok(mut up) = TcpStream::connect(("127.0.0.1", rank0_port)) else {
-                continue;
-            };
-            let _ = up.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut req = [0u8; 24];
-            let mut head = [0u8; 9];
-            if c.read_exact(&mut req).is_err()
-                || up.write_all(&req).is_err()
-                || up.read_exact(&mut head).is_err()
-            {
-                continue;
-            }
-            let mut rest = vec![0u8; if head[8] == 0 { 128 } else { 0 }];
-            if up.read_exact(&mut rest).is_err() {
-                continue;
-            }
-            if !lost_one && head[8] == 0 && !late_ack {
+            if !lost_one && t.served() && !late_ack {
                 lost_one = true;
                 continue; // both connections dropped: the answer is lost
             }
-            let mut ack = [0u8; 9];
-            let mut counted = [0u8; 1];
-            let _ = c.write_all(&head);
-            let _ = c.write_all(&rest);
-            if head[8] == 0 && c.read_exact(&mut ack).is_ok() {
-                if !lost_one && late_ack {
-                    lost_one = true;
-                    std::thread::sleep(Duration::from_secs(6));
-                }
-                if up.write_all(&ack).is_ok() && up.read_exact(&mut counted).is_ok() {
-                    let _ = c.write_all(&counted);
-                }
+            t.answer();
+            if !t.served() {
+                continue;
+            }
+            let Some(ack) = t.take_ack() else {
+                continue;
+            };
+            if !lost_one && late_ack {
+                lost_one = true;
+                std::thread::sleep(Duration::from_secs(6));
+            }
+            if let Some(counted) = t.pass_ack(ack) {
+                let _ = t.client.write_all(&counted);
             }
         }
         (r0.join().expect("no panic"), r1.join().expect("no panic"))

@@ -6,8 +6,8 @@
 //! 6 s on one. No GPU or NCCL is needed.
 #![allow(clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use um_core::Result;
 use um_nccl::Bootstrap;
 
 mod common;
+mod relay;
 use common::free_port;
 
 fn boot(r: usize, world: usize, addr: &str, port: u16, limit: Duration) -> Bootstrap {
@@ -100,48 +101,26 @@ fn relay(
     let mut first = true;
     let mut held = Vec::new();
     while !stop.load(Ordering::Acquire) {
-        let Ok((mut c, _)) = front.accept() else {
-            std::thread::sleep(Duration::from_millis(5));
+        let Some(mut t) = relay::next_turn(&front, back, Duration::from_secs(2)) else {
             continue;
         };
-        c.set_nonblocking(false).expect("blocking");
-        let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-        let Ok(mut up) = TcpStream::connect(("127.0.0.1", back)) else {
-            continue;
-        };
-        let _ = up.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut req = [0u8; 24];
-        let mut head = [0u8; 9];
-        if c.read_exact(&mut req).is_err()
-            || up.write_all(&req).is_err()
-            || up.read_exact(&mut head).is_err()
-        {
-            continue;
-        }
-        let mut rest = vec![0u8; if head[8] == 0 { 128 } else { 0 }];
-        if up.read_exact(&mut rest).is_err() {
-            continue;
-        }
-        if stall_first && first && head[8] == 0 {
+        if stall_first && first && t.served() {
             first = false;
-            held.push((c, up)); // never answered, never closed
+            held.push(t); // never answered, never closed
             continue;
         }
-        let _ = c.write_all(&head);
-        let _ = c.write_all(&rest);
-        let mut ack = [0u8; 9];
-        let mut counted = [0u8; 1];
-        if head[8] == 0
-            && c.read_exact(&mut ack).is_ok()
-            && up.write_all(&ack).is_ok()
-            && up.read_exact(&mut counted).is_ok()
-        {
-            if lose_counted && first {
-                first = false;
-                continue; // both dropped: the last word is lost
-            }
-            let _ = c.write_all(&counted);
+        t.answer();
+        if !t.served() {
+            continue;
         }
+        let Some(counted) = t.take_ack().and_then(|ack| t.pass_ack(ack)) else {
+            continue;
+        };
+        if lose_counted && first {
+            first = false;
+            continue; // both dropped: the last word is lost
+        }
+        let _ = t.client.write_all(&counted);
     }
 }
 
