@@ -9,27 +9,20 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use um_core::Result;
 use um_nccl::Bootstrap;
 
 mod common;
 mod relay;
+mod timing;
 use common::free_port;
+use timing::{Got, timed};
 
 fn boot(r: usize, world: usize, port: u16, limit: Duration) -> Bootstrap {
     Bootstrap::new(r, world, r, "127.0.0.1", port)
         .expect("valid")
         .timeout(limit)
-}
-
-type Got = (Result<[u8; 128]>, Duration);
-
-fn timed(f: impl FnOnce() -> Result<[u8; 128]>) -> Got {
-    let t0 = Instant::now();
-    let r = f();
-    (r, t0.elapsed())
 }
 
 fn show(g: &Got) -> String {

@@ -17,20 +17,14 @@ use um_nccl::Bootstrap;
 
 mod common;
 mod relay;
+mod timing;
 use common::free_port;
+use timing::{Got, timed};
 
 fn boot(r: usize, world: usize, addr: &str, port: u16, limit: Duration) -> Bootstrap {
     Bootstrap::new(r, world, r, addr, port)
         .expect("valid")
         .timeout(limit)
-}
-
-type Got = (Result<[u8; 128]>, Duration);
-
-fn timed(f: impl FnOnce() -> Result<[u8; 128]>) -> Got {
-    let t0 = Instant::now();
-    let r = f();
-    (r, t0.elapsed())
 }
 
 /// World 3. Exchange 1: rank 2 is late (dies and is relaunched, say), so rank 0 times out
