@@ -631,12 +631,9 @@ impl Table {
         read_by(stream, &mut req, first).map_err(io)?;
         let world = u32::from_le_bytes([req[0], req[1], req[2], req[3]]) as usize;
         let rank = u32::from_le_bytes([req[4], req[5], req[6], req[7]]) as usize;
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&req[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
-        let job = word(8);
+        let mut job = [0u8; 8];
+        job.copy_from_slice(&req[8..16]);
+        let job = u64::from_le_bytes(job);
         let status = if world != self.world_size {
             WRONG_WORLD
         } else if rank == 0 || rank >= self.world_size {
