@@ -17,6 +17,8 @@
 //! * `--um streams|mirrors|group`: the loop on um's streams, with raw buffers, um's mirrors, or
 //!   um's `Group` (with `--comm um`).
 //!
+//! * `--ab ROUNDS` (with `--comm um`): um's pieces added one at a time, side by side in one
+//!   process (`nccl_probe/ab.rs`).
 //! * `--poll ROUNDS [--blocking]`: only the study of `poll.rs` (how um's host time per step on nonblocking
 //!   communicators compares with raw calls polled in several ways).
 //!
@@ -30,6 +32,8 @@ use cust::sys as cu;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "nccl_probe/ab.rs"]
+mod ab;
 #[path = "nccl_probe/poll.rs"]
 mod poll;
 #[path = "um_bench/raw_nccl.rs"]
@@ -117,6 +121,21 @@ fn main() -> Res<()> {
         nccl_ok("ncclCommInitAll", unsafe {
             (nccl.init_all)(raw_comms.as_mut_ptr(), gpus as c_int, devs.as_ptr())
         })?;
+    }
+    if let Some(rounds) = arg("--ab") {
+        if !um_comm {
+            return Err("--ab needs --comm um".into());
+        }
+        let c: Vec<um::Context> = (0..gpus).map(um::Context::new).collect::<um::Result<_>>()?;
+        return ab::study(
+            &nccl,
+            &raw_ctx,
+            &streams,
+            &c,
+            &um_comms,
+            &sizes,
+            rounds.parse()?,
+        );
     }
     if let Some(what) = arg("--touch") {
         // One all-reduce on the blocking um communicators, on unified or coherent memory,

@@ -42,6 +42,10 @@ pub(crate) fn iters(bytes: usize) -> usize {
     ((4usize << 30) / bytes.max(1)).clamp(20, 1000)
 }
 
+/// The index in [`VARIANTS`] of the raw calls on um's mirrors: the reference of the ratios
+/// within one process.
+const RAW: usize = 5;
+
 /// The um variants of the bandwidth table, in its column order.
 pub(crate) const VARIANTS: [&str; 6] = [
     "mirror (device half), blocking",
@@ -310,10 +314,11 @@ fn stop_limits(mirror: &[Vec<f64>]) -> String {
 /// that does not fit, `{"stop":V,"bytes":B}` where a unified row stops (`LIMITS`:
 /// [`stop_limits`]), `{"note":"..."}` for a coherent row that cannot run.
 pub(crate) fn child(args: &[String]) -> Res<String> {
-    let (phase, limits) = match args {
-        [p] => (p.as_str(), ""),
-        [p, l] => (p.as_str(), l.as_str()),
-        _ => return Err("expected `nccl KIND [LIMITS]`".into()),
+    let (phase, limits, round) = match args {
+        [p] => (p.as_str(), "", 0),
+        [p, l] => (p.as_str(), l.as_str(), 0),
+        [p, l, r] => (p.as_str(), l.as_str(), r.parse::<usize>()?),
+        _ => return Err("expected `nccl KIND [LIMITS [ROUND]]`".into()),
     };
     if !PHASES.concat().contains(&phase) {
         return Err(format!("no kind {phase:?}: expected one of {PHASES:?}").into());
@@ -354,24 +359,30 @@ pub(crate) fn child(args: &[String]) -> Res<String> {
         }
         match phase {
             "blocking" => {
-                put(
-                    0,
-                    bytes,
-                    bandwidth_once(&ctxs, &comms, bytes, mirror, od, None)?,
-                );
-                match bandwidth_once(&ctxs, &comms, bytes, coherent, od, None) {
-                    Ok(t) => put(1, bytes, t),
-                    Err(e) if i == 0 => {
-                        let e = e.to_string().replace(['"', '\\'], "'");
-                        let _ = writeln!(extra, "{{\"note\":\"coherent: {e}\"}}");
+                // The three rows of one process, in an order that rotates by round, so that
+                // none is always the first measured after a size change.
+                for k in 0..3 {
+                    match (round + i + k) % 3 {
+                        0 => put(
+                            0,
+                            bytes,
+                            bandwidth_once(&ctxs, &comms, bytes, mirror, od, None)?,
+                        ),
+                        1 => match bandwidth_once(&ctxs, &comms, bytes, coherent, od, None) {
+                            Ok(t) => put(1, bytes, t),
+                            Err(e) if i == 0 => {
+                                let e = e.to_string().replace(['"', '\\'], "'");
+                                let _ = writeln!(extra, "{{\"note\":\"coherent: {e}\"}}");
+                            }
+                            Err(_) => {}
+                        },
+                        _ => put(
+                            5,
+                            bytes,
+                            bandwidth_once(&ctxs, &comms, bytes, mirror, od, Some(&raw))?,
+                        ),
                     }
-                    Err(_) => {}
                 }
-                put(
-                    5,
-                    bytes,
-                    bandwidth_once(&ctxs, &comms, bytes, mirror, od, Some(&raw))?,
-                );
                 continue;
             }
             "nonblocking" => {
@@ -438,6 +449,10 @@ pub(crate) fn nccl(
         .collect::<Vec<_>>()
         .join(",");
     let mut stopped = [false; VARIANTS.len()];
+    // Per size, round by round: the mirror's and coherent memory's busbw over the raw calls'
+    // in the same process (blocking communicators).
+    let mut same_process: [Vec<Vec<f64>>; 2] =
+        [vec![Vec::new(); sizes.len()], vec![Vec::new(); sizes.len()]];
     let mut host = Vec::new();
     // Two phases: every device-resident variant first (with the C++ baseline and the host
     // times), unified memory last, each round of each in a fresh process (`child`). One collective on unified memory slows every later
@@ -484,9 +499,13 @@ pub(crate) fn nccl(
                         stop_limits(&um_t[0])
                     };
                     let mut text = String::new();
+                    let round_arg = round.to_string();
                     for kind in *kinds {
-                        text += &crate::runs::child_output(&["nccl", kind, &limits])?;
+                        text += &crate::runs::child_output(&["nccl", kind, &limits, &round_arg])?;
                     }
+                    // This round's seconds by size and variant: the um rows' ratios to the raw
+                    // calls of the same process.
+                    let mut this_round = vec![[None::<f64>; VARIANTS.len()]; sizes.len()];
                     for line in text.lines().filter(|l| !l.trim().is_empty()) {
                         if let Some(b) = cpp::field(line, "skip") {
                             if round == 0 {
@@ -513,8 +532,17 @@ pub(crate) fn nccl(
                                 .iter()
                                 .position(|s| *s == bytes)
                                 .ok_or("no such size")?;
-                            um_t.get_mut(v).ok_or("no such variant")?[i]
-                                .push(cpp::number(line, "secs")?);
+                            let secs = cpp::number(line, "secs")?;
+                            um_t.get_mut(v).ok_or("no such variant")?[i].push(secs);
+                            this_round[i][v] = Some(secs);
+                        }
+                    }
+                    for (i, t) in this_round.iter().enumerate() {
+                        for (v, ratios) in same_process.iter_mut().enumerate() {
+                            if let (Some(u), Some(r)) = (t[v], t[RAW]) {
+                                // um's busbw over the raw calls': their time over um's.
+                                ratios[i].push(r / u);
+                            }
                         }
                     }
                 }
@@ -573,6 +601,21 @@ pub(crate) fn nccl(
             if !um_t[v][i].is_empty() {
                 out.push(record("um", name, bytes, &um_t[v][i]));
             }
+        }
+    }
+    for (v, ratios) in same_process.iter().enumerate() {
+        for (i, r) in ratios.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+            out.push(Record {
+                scenario: "nccl_same_process",
+                imp: "um".to_owned(),
+                variant: VARIANTS[v].to_owned(),
+                bytes: sizes[i],
+                threads: count,
+                median: median(r),
+                min: r.iter().copied().fold(f64::INFINITY, f64::min),
+                unit: "x",
+                ..Record::default()
+            });
         }
     }
     let estimators = [(0, ""), (2, MEDIAN_STEP)];
@@ -653,19 +696,26 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's rows, which run in fresh processes too (`um_bench --child nccl`), each with one set of communicators as the baseline's: blocking ones for the mirror, coherent and raw rows, nonblocking ones for the nonblocking row (a process's NCCL setup moves the small sizes by up to a third from one process to the next). Unified memory is measured last, in processes of its own after every other row and the host times: one collective on unified memory slows every later collective of its process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
+        "\n{}\n\nOne process, one thread, every GPU: per step a group of all-reduces (f32, sum, out of place), one per GPU, as nccl-tests runs with `-g {gpus}`. Bus bandwidth by nccl-tests' formula, busbw = algbw x 2(n-1)/n, from the median time per step of each round's run (median of rounds); \"best\" from the fastest run. The C++ baseline (`bench/nccl_baseline.cpp`: `ncclCommInitAll`, `cuMemAlloc` buffers, blocking communicators) runs as a subprocess in every round, alternating with um's rows, which run in fresh processes too (`um_bench --child nccl`), each with one set of communicators as the baseline's: blocking ones for the mirror, coherent and raw rows, nonblocking ones for the nonblocking row (a process's NCCL setup moves the small sizes by up to a third from one process to the next). Unified memory is measured last, in processes of its own after every other row and the host times: one collective on unified memory slows every later collective of its process, on any memory, about 9x at small sizes (`bench/nccl_probe --touch unified`). um's rows: `Group::all_reduce` on a mirror's device half, on coherent memory, and on unified memory prefetched to the GPU at `attach` (`Transfer::Prefetch`) and not (`OnDemand`), each with blocking communicators as the baseline's; mirrors with um's default, nonblocking communicators (NCCL 2.28 starts a thread for every call on those); and, last, the baseline's NCCL calls made raw from Rust on um's blocking communicators, streams and mirrors, in the same process: the gap between it and the first um column is um's own code, the gap between it and C++ is not. A blocking process measures its three rows at each size in an order that rotates by round. The last two columns divide um's busbw by the raw calls' of the same process, round by round (median of the rounds' ratios): a process's setup puts it in a fast or a slow state for its whole life (1 MiB at about 75 or about 50 GB/s on 2x H200, the C++ baseline's processes as um's, whatever CPU they are pinned to, with the same NCCL setup in NCCL's log: `bench/nccl_probe --ab`), so that a median across processes compares draws of that state, and a ratio within one process does not. `NCCL_NVLS_ENABLE=0`.\n\n### Bus bandwidth, GB/s (median / best)\n",
         heading(gpus)
     );
     let _ = write!(md, "| size | C++ |");
     for v in VARIANTS {
         let _ = write!(md, " um {v} |");
     }
-    let _ = writeln!(md, " um mirror blocking / C++ |");
     let _ = writeln!(
         md,
-        "| ---: | ---: |{} ---: |",
+        " um mirror blocking / C++ | um mirror blocking / raw calls, same process | um coherent blocking / raw calls, same process |"
+    );
+    let _ = writeln!(
+        md,
+        "| ---: | ---: |{} ---: | ---: | ---: |",
         " ---: |".repeat(VARIANTS.len())
     );
+    let same: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.scenario == "nccl_same_process")
+        .collect();
     let mut sizes: Vec<usize> = Vec::new();
     for r in &bw {
         if !sizes.contains(&r.bytes) {
@@ -692,11 +742,19 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         let ratio = c
             .zip(find("um", VARIANTS[0], bytes))
             .map(|(c, u)| u.median / c.median);
-        let _ = writeln!(
+        let _ = write!(
             md,
             " {} |",
             ratio.map_or("".to_owned(), |r| format!("{r:.3}x"))
         );
+        for v in &VARIANTS[..2] {
+            let r = same
+                .iter()
+                .find(|r| r.variant == *v && r.bytes == bytes)
+                .map_or(String::new(), |r| format!("{:.3}x", r.median));
+            let _ = write!(md, " {r} |");
+        }
+        let _ = writeln!(md);
         if let Some(r) = ratio.filter(|_| bytes >= 1 << 20) {
             if worst.is_none_or(|(w, _)| r < w) {
                 worst = Some((r, bytes));
