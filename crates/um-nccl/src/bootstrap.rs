@@ -37,7 +37,8 @@
 //! for at most 5 s (its request within 3 s: a link slower than that one way cannot bootstrap),
 //! at most 512 at once, so a silent or slow client
 //! holds up no other; a flood of more clients than that can keep ranks out until the limit,
-//! which then ends in an error on every rank, not a hang. The name lookup (`getaddrinfo`) is
+//! which then ends in an error on every rank, not a hang. A silent copy of one rank's request
+//! keeps that rank out ("busy") for that connection's 5 s; the rank, retrying, is served then. The name lookup (`getaddrinfo`) is
 //! the one step without a limit of um's. Nothing is authenticated, as in torchrun's store: the
 //! id goes in the clear, and a peer on the network that speaks this protocol can take a rank's
 //! place or keep it out until the limit. Run jobs on a network you trust.

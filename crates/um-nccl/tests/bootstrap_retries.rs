@@ -284,3 +284,68 @@ fn zero_and_huge_limits_do_not_panic() {
         assert_eq!(g.expect("huge limits"), [5; 128]);
     }
 }
+
+/// A copy of rank 1's request (a second process with RANK=1 that never goes on, or a
+/// duplicated stream) reaches rank 0 first and then stays silent: rank 0 holds rank 1's place
+/// for that connection, and answers the real rank 1 "busy" until it drops the copy, at most 5 s
+/// after it connected. The real rank, retrying, is then served, well within its limit.
+#[test]
+fn a_silent_copy_of_a_request_keeps_the_rank_out_for_at_most_one_connection() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let port = free_port();
+    let limit = Duration::from_secs(30);
+    // The request's bytes, from a throwaway rank 1 that talks to a listener of the test's.
+    let catcher = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let catcher_port = catcher.local_addr().expect("addr").port();
+    let request = std::thread::scope(|s| {
+        let caught = s.spawn(move || {
+            let (mut c, _) = catcher.accept().expect("the throwaway rank connects");
+            let mut req = [0u8; 24];
+            c.read_exact(&mut req).expect("a request");
+            req
+        });
+        let _ = boot(1, 2, "127.0.0.1", catcher_port, Duration::from_secs(1))
+            .share(|| panic!("rank 1 makes no id"));
+        caught.join().expect("no panic")
+    });
+    let (r0, r1, held) = std::thread::scope(|s| {
+        let r0 =
+            s.spawn(move || timed(|| boot(0, 2, "127.0.0.1", port, limit).share(|| Ok([7; 128]))));
+        // The copy: connects, sends the request, reads rank 0's answer (so rank 0 holds rank 1's
+        // place now), and says nothing more.
+        let mut copy = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(c) => break c,
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        copy.write_all(&request).expect("the copy's request");
+        let mut answer = [0u8; 9 + 128];
+        copy.read_exact(&mut answer)
+            .expect("rank 0 answers the copy");
+        assert_eq!(answer[8], 0, "the copy is served first (status OK)");
+        let held = Instant::now();
+        let r1 =
+            timed(|| boot(1, 2, "127.0.0.1", port, limit).share(|| panic!("rank 1 makes no id")));
+        let out = (r0.join().expect("no panic"), r1, held.elapsed());
+        drop(copy);
+        out
+    });
+    eprintln!(
+        "rank 1 served {:?} after the copy was answered; rank 0 returned after {:?}",
+        held, r0.1
+    );
+    assert_eq!(
+        r1.0.expect("the real rank 1 is served once the copy is dropped"),
+        [7; 128]
+    );
+    assert_eq!(r0.0.expect("rank 0"), [7; 128]);
+    // 5 s on rank 0's connection to the copy, then a retry of the rank's every 50 ms: 10 s
+    // leaves room for a loaded machine, and is a third of the rank's limit.
+    assert!(
+        r1.1 < Duration::from_secs(10),
+        "rank 1 kept out for {:?}",
+        r1.1
+    );
+}
