@@ -8,7 +8,10 @@
 //! * `raw`: NCCL's calls on `cuStreamCreate` streams and `cuMemAlloc` buffers (the C++ loop);
 //! * `raw on um streams`: the same calls and buffers on um's streams;
 //! * `raw on um mirrors`: the same calls on um's streams, on the device halves of um's mirrors;
-//! * `um Group`: `Group::all_reduce` on those streams and mirrors.
+//! * `um Group`: `Group::all_reduce` on those streams and mirrors;
+//! * then the raw calls on um's mirrors after um's `Group` was built (every check) and dropped
+//!   unlaunched, once, and twice in a row: what the checks cost as NCCL's last step left the
+//!   thread's caches, and once they are warm.
 //!
 //! One JSON line per round and variant: `{"ab":V,"round":R,"bytes":B,"time_us":T,"busbw":X}`.
 
@@ -19,7 +22,14 @@ use cust::sys as cu;
 
 use super::{Nccl, Res, check, iters_for, nccl_ok};
 
-const VARIANTS: [&str; 4] = ["raw", "raw on um streams", "raw on um mirrors", "um Group"];
+const VARIANTS: [&str; 6] = [
+    "raw",
+    "raw on um streams",
+    "raw on um mirrors",
+    "um Group",
+    "um Group built and dropped, then raw on um mirrors",
+    "um Group built and dropped twice, then raw on um mirrors",
+];
 
 /// The study (see the module's documentation): `raw_ctx` and `raw_streams` per GPU, um's
 /// contexts and blocking communicators of the same GPUs.
@@ -74,6 +84,15 @@ pub(crate) fn study(
                     for j in 0..VARIANTS.len() {
                         let v = (round + j) % VARIANTS.len();
                         let mut step = || -> Res<()> {
+                            // Variants 4 and 5: the checks' cost, with the thread's caches as
+                            // NCCL's last step left them, and (5) once more right after.
+                            for _ in 0..v.saturating_sub(3) {
+                                let mut g = um::nccl::Group::new();
+                                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(comms) {
+                                    g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
+                                }
+                                drop(std::hint::black_box(g));
+                            }
                             if v == 3 {
                                 let mut g = um::nccl::Group::new();
                                 for (((a, b), s), c) in on.iter_mut().zip(streams).zip(comms) {
@@ -89,7 +108,7 @@ pub(crate) fn study(
                             unsafe {
                                 nccl_ok("ncclGroupStart", (nccl.group_start)())?;
                                 for (g, ((a, b), s)) in on.iter_mut().zip(streams).enumerate() {
-                                    let (p, q) = if v == 2 {
+                                    let (p, q) = if v >= 2 {
                                         (
                                             a.as_device_ptr().address(),
                                             b.as_device_ptr_mut().address(),
