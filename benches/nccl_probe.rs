@@ -332,38 +332,24 @@ fn um_streams(
         }
         let mut step = || -> Res<()> {
             if mode == "group" {
-                let mut g = um::nccl::Group::new();
-                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(um_comms) {
-                    g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
-                }
-                g.launch()?;
+                mirror_group(&mut on, streams, um_comms)?.launch()?;
                 return Ok(());
             }
-            // SAFETY: live blocking communicators of this thread; `n` f32 per buffer, of each
-            // stream's device, owned by that stream; group start matched by group end.
-            unsafe {
-                nccl_ok("ncclGroupStart", (nccl.group_start)())?;
-                for (g, ((a, b), s)) in on.iter_mut().zip(streams).enumerate() {
+            let calls = on
+                .iter_mut()
+                .zip(streams)
+                .enumerate()
+                .map(|(g, ((a, b), s))| {
                     let (p, q) = if mode == "mirrors" {
                         (a.as_device_ptr().address(), b.as_device_ptr_mut().address())
                     } else {
                         raw_bufs[g]
                     };
-                    nccl_ok(
-                        "ncclAllReduce",
-                        (nccl.all_reduce)(
-                            p as *const c_void,
-                            q as *mut c_void,
-                            n,
-                            7,
-                            0,
-                            raw_comms[g],
-                            s.as_raw(),
-                        ),
-                    )?;
-                }
-                nccl_ok("ncclGroupEnd", (nccl.group_end)())
-            }
+                    (p, q, s.as_raw())
+                });
+            // SAFETY: live blocking communicators of this thread; `n` f32 per buffer, of each
+            // stream's device, owned by that stream.
+            unsafe { raw_all_reduce(nccl, calls, raw_comms, n) }
         };
         let run = |step: &mut dyn FnMut() -> Res<()>, times: usize| -> Res<()> {
             for _ in 0..times {
@@ -396,6 +382,48 @@ fn um_streams(
         }
     }
     Ok(us)
+}
+
+/// A mirror of f32 owned by a stream of a stream set.
+type OnStream<'s> = um::Managed<[f32], um::StreamOwned<'s, um::Created>, um::Mirror>;
+
+/// um's `Group` of one all-reduce (sum) per GPU: each pair of mirrors on its stream and the
+/// communicator of the same index.
+fn mirror_group<'b, 's>(
+    on: &'b mut [(OnStream<'s>, OnStream<'s>)],
+    streams: &'b [um::Stream<'s, um::Created>],
+    comms: &'b [um::nccl::Comm],
+) -> um::Result<um::nccl::Group<'b>> {
+    let mut g = um::nccl::Group::new();
+    for (((a, b), s), c) in on.iter_mut().zip(streams).zip(comms) {
+        g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
+    }
+    Ok(g)
+}
+
+/// The C++ baseline's step made raw: group start, one all-reduce (f32, sum) of `n` elements
+/// per `(send, recv, stream)` of `calls` on the communicator of the same index, group end.
+///
+/// # Safety
+/// Live blocking communicators used by this thread only; each address is device memory of at
+/// least `n` f32 of its stream's device (the communicator's), used by nothing else meanwhile.
+unsafe fn raw_all_reduce(
+    nccl: &Nccl,
+    calls: impl Iterator<Item = (u64, u64, *mut c_void)>,
+    comms: &[*mut c_void],
+    n: usize,
+) -> Res<()> {
+    // SAFETY: the caller's guarantees; group start matched by group end.
+    unsafe {
+        nccl_ok("ncclGroupStart", (nccl.group_start)())?;
+        for ((p, q, st), &c) in calls.zip(comms) {
+            nccl_ok(
+                "ncclAllReduce",
+                (nccl.all_reduce)(p as *const c_void, q as *mut c_void, n, 7, 0, c, st),
+            )?;
+        }
+        nccl_ok("ncclGroupEnd", (nccl.group_end)())
+    }
 }
 
 /// One grouped all-reduce of 1 KiB per GPU on `comms`, um's mirrors and streams.

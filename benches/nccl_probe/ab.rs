@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use cust::sys as cu;
 
-use super::{Nccl, Res, check, iters_for, nccl_ok};
+use super::{Nccl, Res, check, iters_for, mirror_group, raw_all_reduce};
 
 const VARIANTS: [&str; 6] = [
     "raw",
@@ -87,55 +87,37 @@ pub(crate) fn study(
                             // Variants 4 and 5: the checks' cost, with the thread's caches as
                             // NCCL's last step left them, and (5) once more right after.
                             for _ in 0..v.saturating_sub(3) {
-                                let mut g = um::nccl::Group::new();
-                                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(comms) {
-                                    g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
-                                }
-                                drop(std::hint::black_box(g));
+                                drop(std::hint::black_box(mirror_group(&mut on, streams, comms)?));
                             }
                             if v == 3 {
-                                let mut g = um::nccl::Group::new();
-                                for (((a, b), s), c) in on.iter_mut().zip(streams).zip(comms) {
-                                    g.all_reduce(c, s, a, b, um::nccl::ReduceOp::Sum)?;
-                                }
-                                g.launch()?;
+                                mirror_group(&mut on, streams, comms)?.launch()?;
                                 return Ok(());
                             }
+                            let calls =
+                                on.iter_mut()
+                                    .zip(streams)
+                                    .enumerate()
+                                    .map(|(g, ((a, b), s))| {
+                                        let (p, q) = if v >= 2 {
+                                            (
+                                                a.as_device_ptr().address(),
+                                                b.as_device_ptr_mut().address(),
+                                            )
+                                        } else {
+                                            raw_bufs[g]
+                                        };
+                                        let st = if v == 0 {
+                                            raw_streams[g].cast()
+                                        } else {
+                                            s.as_raw()
+                                        };
+                                        (p, q, st)
+                                    });
                             // SAFETY: live blocking communicators of this thread; `n` f32 per
                             // buffer, of each stream's device (raw buffers used by no um
                             // stream but these steps, mirrors owned by the stream they are
-                            // enqueued on); group start matched by group end.
-                            unsafe {
-                                nccl_ok("ncclGroupStart", (nccl.group_start)())?;
-                                for (g, ((a, b), s)) in on.iter_mut().zip(streams).enumerate() {
-                                    let (p, q) = if v >= 2 {
-                                        (
-                                            a.as_device_ptr().address(),
-                                            b.as_device_ptr_mut().address(),
-                                        )
-                                    } else {
-                                        raw_bufs[g]
-                                    };
-                                    let st = if v == 0 {
-                                        raw_streams[g].cast()
-                                    } else {
-                                        s.as_raw()
-                                    };
-                                    nccl_ok(
-                                        "ncclAllReduce",
-                                        (nccl.all_reduce)(
-                                            p as *const c_void,
-                                            q as *mut c_void,
-                                            n,
-                                            7,
-                                            0,
-                                            raw_comms[g],
-                                            st,
-                                        ),
-                                    )?;
-                                }
-                                nccl_ok("ncclGroupEnd", (nccl.group_end)())
-                            }
+                            // enqueued on).
+                            unsafe { raw_all_reduce(nccl, calls, &raw_comms, n) }
                         };
                         let drain = || -> Res<()> {
                             for (g, s) in streams.iter().enumerate() {
