@@ -52,11 +52,7 @@ fn relay(front: TcpListener, back: u16, word: LastWord, stop: Arc<AtomicBool>) {
         let Some(mut t) = relay::next_turn(&front, back, Duration::from_secs(2)) else {
             continue;
         };
-        t.answer();
-        if !t.served() {
-            continue;
-        }
-        let Some(counted) = t.take_ack().and_then(|ack| t.pass_ack(ack)) else {
+        let Some(counted) = t.relay_to_last_word() else {
             continue;
         };
         let relay::Turn {

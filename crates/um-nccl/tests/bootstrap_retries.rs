@@ -103,11 +103,7 @@ fn relay(
             held.push(t); // never answered, never closed
             continue;
         }
-        t.answer();
-        if !t.served() {
-            continue;
-        }
-        let Some(counted) = t.take_ack().and_then(|ack| t.pass_ack(ack)) else {
+        let Some(counted) = t.relay_to_last_word() else {
             continue;
         };
         if lose_counted && first {

@@ -58,6 +58,19 @@ impl Turn {
         self.client.read_exact(&mut ack).ok().map(|()| ack)
     }
 
+    /// A served turn up to rank 0's last word: the answer passed on, the rank's acknowledgement
+    /// passed back; that last word (not yet passed on), or `None` where rank 0 did not serve
+    /// the rank or a step failed.
+    #[allow(dead_code)] // bootstrap_peers.rs holds the acknowledgement back itself
+    pub(crate) fn relay_to_last_word(&mut self) -> Option<[u8; 1]> {
+        self.answer();
+        if !self.served() {
+            return None;
+        }
+        let ack = self.take_ack()?;
+        self.pass_ack(ack)
+    }
+
     /// Passes the acknowledgement on to rank 0; its last word (not yet passed on).
     pub(crate) fn pass_ack(&mut self, ack: [u8; 9]) -> Option<[u8; 1]> {
         let mut counted = [0u8; 1];
