@@ -178,6 +178,68 @@ fn a_stream_being_captured_is_not_a_foreign_stream() {
     }
 }
 
+/// Red team 17, attempt 2, without NCCL: memory handed off from a stream that is poisoned only
+/// afterwards (an abort of work queued there before the handoff) is refused to the CPU by
+/// `sync`, `sync_all` and a sync future of the new owner, and leaked by its drop (unified and
+/// mirrored storage); memory handed off from a stream that stays clean comes back, and the marks it kept
+/// are forgotten once it is host-owned again.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn memory_handed_off_from_a_stream_poisoned_later_is_not_given_back() {
+    let ctx = gpu();
+    let n = 1 << 20;
+    ctx.wait_idle().expect("idle");
+    let unified = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
+    let mirrored = Managed::from_fn_mirrored(&ctx, n, |_| 1.0f32).expect("alloc");
+    let third = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
+    let fourth = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
+    let fifth = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
+    let clean = Managed::from_fn(&ctx, 16, |_| 2.0f32).expect("alloc");
+    let (free_before, _) = ctx.mem_info().expect("free memory");
+    ctx.with_stream(StreamOptions::new(), |a| {
+        ctx.with_stream(StreamOptions::new(), |b| {
+            ctx.with_stream(StreamOptions::new(), |c| {
+                let mut u = unified.attach(a)?;
+                testing::add_scalar(a, &mut u, 1.0)?;
+                let u = u.hand_off(b)?;
+                let m = mirrored.attach(a)?.hand_off(b)?;
+                let h = third.attach(a)?.hand_off(b)?;
+                // A chain: a -> c -> b keeps a's mark too.
+                let f = fourth.attach(a)?.hand_off(c)?.hand_off(b)?;
+                let v = fifth.attach(a)?.hand_off(b)?;
+                // The clean one goes a -> c -> host -> b: its marks are forgotten on the way.
+                let k = clean.attach(a)?.hand_off(c)?.sync()?.attach(b)?;
+                // The abort of a's work comes after the handoffs.
+                a.poisoner().poison();
+                assert!(!b.is_poisoned() && !c.is_poisoned());
+                assert!(matches!(u.sync(), Err(Error::StreamPoisoned)));
+                assert!(matches!(m.sync(), Err(Error::StreamPoisoned)));
+                assert!(matches!(b.sync_all((h, f)), Err(Error::StreamPoisoned)));
+                let fut = v.sync_async();
+                assert!(matches!(
+                    pollster::block_on(fut),
+                    Err(Error::StreamPoisoned)
+                ));
+                let k = k
+                    .sync()
+                    .expect("memory that left the poisoned stream through the host");
+                assert!(k.iter().all(|x| *x == 2.0));
+                Ok(())
+            })
+        })
+    })
+    .expect("stream work");
+    ctx.wait_idle().expect("the context still works");
+    if common::counts_free_memory() {
+        let (free_after, _) = ctx.mem_info().expect("free memory");
+        // At least the mirror's device half (4 MiB of cuMemAlloc) was leaked, not freed.
+        assert!(
+            free_after + n * 4 <= free_before + (2 << 20),
+            "memory handed off from the poisoned stream was freed: {free_before} -> {free_after}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {

@@ -42,8 +42,10 @@ impl CommOptions {
     /// NCCL 2.28 runs every call on a nonblocking communicator through a thread it starts for
     /// that call; a blocking one enqueues on the calling thread, which costs less host time per
     /// collective (`docs/performance.md`, section 8). The price: its calls (creation, the first
-    /// collective with a peer, destruction) may block without bound when a peer has died. A
-    /// kernel waiting for a dead peer is bounded either way by [`Comm::wait`].
+    /// collective with a peer, destruction) may block without bound when a peer has died, or
+    /// has not called yet, including another rank that the same thread would only call next
+    /// (the first collective connects inside the call and waits for the peer; see [`Comm`],
+    /// "Threads"). A kernel waiting for a dead peer is bounded either way by [`Comm::wait`].
     pub fn blocking(mut self, blocking: bool) -> Self {
         self.blocking = blocking;
         self
@@ -77,8 +79,12 @@ impl CommOptions {
 /// communicators (a whole clique from [`Comm::init_all`]); calls that involve more than one of
 /// them must then go into one [`Group`](crate::Group), since each waits for its peers: a
 /// thread that calls a collective on one rank and then on another waits, on the first, for a
-/// peer that its own thread would only call afterwards; `um-nccl` turns that into
-/// [`Error::Timeout`] after the communicator's time limit (and aborts it) instead of a hang.
+/// peer that its own thread would only call afterwards. On a nonblocking communicator (the
+/// default) `um-nccl` turns that into [`Error::Timeout`] after the communicator's time limit
+/// (and aborts it) instead of a hang. On a blocking one it cannot: NCCL (2.22 and later) makes
+/// the connections of a first collective inside the call, which then waits for the peer with no
+/// limit, and `um-nccl` does not know which thread holds the peer ([`CommOptions::blocking`];
+/// red team 17, attempt 3).
 ///
 /// # Buffers and streams
 ///

@@ -145,9 +145,22 @@ enum Undo {
     Nothing,
 }
 
-type Registry = HashMap<[u8; UNIQUE_ID_BYTES], Weak<Ledger>>;
+/// The first bytes of a unique id: NCCL's bootstrap magic (`ncclBootstrapHandle::magic`, random
+/// per `ncclGetUniqueId`), which every rank of one NCCL communicator shares, since the
+/// bootstrap's handshake refuses a peer of another magic.
+const MAGIC_BYTES: usize = 8;
 
-/// The ledgers of this process, by unique id.
+/// The ledgers of this process, by the magic of their unique id. Not by the whole id: NCCL
+/// reads only the magic and the root's address from it, and hashes all 128 bytes (not a
+/// cryptographic hash) to decide which ranks share a host and a process, so two crafted ids
+/// that differ only in bytes NCCL never reads could make one communicator with direct pointers
+/// between two ledgers that never compare their calls (red team 17, attempt 1). Keyed by the
+/// magic, ranks of one communicator always share a ledger; ids of one magic that are not one
+/// communicator share one too, which can only refuse (a rank claimed twice, another world
+/// size, a mismatch), never let a mismatch through.
+type Registry = HashMap<[u8; MAGIC_BYTES], Weak<Ledger>>;
+
+/// The ledgers of this process, by the magic of their unique id.
 fn registry() -> MutexGuard<'static, Registry> {
     static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
     REGISTRY
@@ -157,19 +170,22 @@ fn registry() -> MutexGuard<'static, Registry> {
 }
 
 impl Ledger {
-    /// Joins (or starts) the ledger of the communicator of `id` as `rank` of `world_size`.
+    /// Joins (or starts) the ledger of the communicator of `id` (by its magic, see [`Registry`])
+    /// as `rank` of `world_size`.
     pub(crate) fn join(
         id: &[u8; UNIQUE_ID_BYTES],
         rank: usize,
         world_size: usize,
     ) -> Result<Arc<Ledger>> {
+        let mut magic = [0u8; MAGIC_BYTES];
+        magic.copy_from_slice(&id[..MAGIC_BYTES]);
         let mut reg = registry();
         reg.retain(|_, w| w.strong_count() > 0);
-        let ledger = match reg.get(id).and_then(Weak::upgrade) {
+        let ledger = match reg.get(&magic).and_then(Weak::upgrade) {
             Some(l) => l,
             None => {
                 let l = Arc::new(Ledger::default());
-                reg.insert(*id, Arc::downgrade(&l));
+                reg.insert(magic, Arc::downgrade(&l));
                 l
             }
         };
@@ -181,8 +197,8 @@ impl Ledger {
             } else if st.world_size != world_size {
                 return Err(Error::Bootstrap {
                     reason: format!(
-                        "two communicators of one unique id in this process disagree on the world \
-                         size ({} and {world_size})",
+                        "two communicators of one unique id (or of ids with one magic, its first 8 \
+                         bytes) in this process disagree on the world size ({} and {world_size})",
                         st.world_size
                     ),
                 });
@@ -190,7 +206,8 @@ impl Ledger {
             if st.members.contains(&rank) {
                 return Err(Error::Bootstrap {
                     reason: format!(
-                        "rank {rank} of this unique id already has a communicator in this process"
+                        "rank {rank} of this unique id (or of an id with its magic, its first 8 \
+                         bytes) already has a communicator in this process"
                     ),
                 });
             }
@@ -536,6 +553,33 @@ mod tests {
         id[0] = n;
         id[1] = 0xa5;
         id
+    }
+
+    /// Red team 17, attempt 1: ids that differ only past the magic (bytes NCCL's bootstrap never
+    /// reads, but hashes to tell hosts and processes apart) share one ledger, so their ranks'
+    /// calls are compared.
+    #[test]
+    fn ids_of_one_magic_share_a_ledger() {
+        let a = id(41);
+        let mut b = a;
+        b[MAGIC_BYTES] ^= 0xff;
+        b[UNIQUE_ID_BYTES - 1] ^= 0x5a;
+        let r0 = Ledger::join(&a, 0, 2).expect("rank 0");
+        let r1 = Ledger::join(&b, 1, 2).expect("rank 1, same magic");
+        assert!(Arc::ptr_eq(&r0, &r1), "two ledgers for one magic");
+        assert!(r0.shared());
+        let twice = Ledger::join(&b, 0, 2).expect_err("rank 0 claimed twice");
+        assert!(
+            twice.to_string().contains("already has a communicator"),
+            "{twice}"
+        );
+        let mut c = a;
+        c[0] ^= 0xff;
+        let other = Ledger::join(&c, 0, 2).expect("another magic");
+        assert!(!Arc::ptr_eq(&r0, &other));
+        for (l, r) in [(&r0, 0), (&r1, 1), (&other, 0)] {
+            l.leave(r);
+        }
     }
 
     /// Red team of the lockstep path, attack 3: a rank that left with a call of its own pending

@@ -157,6 +157,7 @@ impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
                 ctx: self.ctx,
                 stream: RawStream::NONE,
                 parts: self.parts,
+                handed_from: Vec::new(),
             },
             _state: PhantomData,
         }
@@ -284,21 +285,40 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         &self.alloc.ctx
     }
 
-    /// Whether the stream that owns the memory is poisoned (`driver/poison.rs`): work on it was
-    /// aborted, and the memory must be leaked, never freed or given to the CPU.
+    /// Whether the stream that owns the memory is poisoned (`driver/poison.rs`), or one it was
+    /// handed off from since it was last host-owned: work there was aborted, and the memory
+    /// must be leaked, never freed or given to the CPU.
     pub(crate) fn owner_poisoned(&self) -> bool {
         // SAFETY: in a stream-owned state the owning stream is alive while the memory is (its
         // brand is in `S`); host-owned memory is associated with no live stream it could ask.
-        S::ON_STREAM && unsafe { self.alloc.stream.is_poisoned() }
+        S::ON_STREAM
+            && (unsafe { self.alloc.stream.is_poisoned() }
+                || self.alloc.handed_from.iter().any(|f| f.is_set()))
     }
 
-    /// The poison mark of the owning stream, for an orphan to keep.
-    fn owner_poison(&self) -> Option<Arc<PoisonFlag>> {
-        if S::ON_STREAM {
-            // SAFETY: as in `owner_poisoned`.
-            unsafe { self.alloc.stream.poison_flag() }
-        } else {
-            None
+    /// The poison marks of the owning stream and of those the memory was handed off from, for
+    /// an orphan to keep.
+    fn owner_poison(&self) -> Vec<Arc<PoisonFlag>> {
+        if !S::ON_STREAM {
+            return Vec::new();
+        }
+        let mut marks = self.alloc.handed_from.clone();
+        // SAFETY: as in `owner_poisoned`.
+        marks.extend(unsafe { self.alloc.stream.poison_flag() });
+        marks
+    }
+
+    /// Keeps the poison mark of the owning stream before the memory is handed to another: the
+    /// work queued there may be aborted after the new owner's wait has passed (red team 17).
+    pub(crate) fn keep_owner_poison(&mut self) {
+        if !S::ON_STREAM {
+            return;
+        }
+        // SAFETY: as in `owner_poisoned`.
+        if let Some(flag) = unsafe { self.alloc.stream.poison_flag() } {
+            if !self.alloc.handed_from.iter().any(|f| Arc::ptr_eq(f, &flag)) {
+                self.alloc.handed_from.push(flag);
+            }
         }
     }
 
@@ -322,7 +342,12 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         // SAFETY: `this` is never used or dropped again; the bookkeeping (with the context and
         // the storage part) is read out exactly once, so ownership of the allocation, the
         // context and the part passes to the new value.
-        let alloc = unsafe { ptr::read(&this.alloc) };
+        let mut alloc = unsafe { ptr::read(&this.alloc) };
+        if !S2::ON_STREAM {
+            // Host-owned only after a wait that found every kept mark unset (`sync`, `sync_all`,
+            // the sync futures): the work of those streams is done with the memory.
+            alloc.handed_from.clear();
+        }
         Managed {
             ptr: this.ptr,
             alloc: Allocation { stream, ..alloc },
@@ -421,7 +446,9 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // has ended and that stream is done; without a scope (never expected), it leaks.
             // SAFETY: if `bury` takes the orphan, this drop returns without freeing; otherwise the
             // orphan comes back and is dropped unfreed (a leak), and so does this drop.
-            let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
+            // The marks of the streams it was handed off from before the capture go with it.
+            let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
+                .watching(self.alloc.handed_from.clone());
             let _ = bury(self.alloc.stream.id, orphan);
             return;
         }

@@ -257,8 +257,11 @@ impl<'a, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
         // is not the NULL stream (`K2: Attachable`), its context is current (`order` left it
         // so), and it waits for A's work queued so far (the event above).
         unsafe { M::hand_over(self.host_ptr(), self.allocation(), target, PRIVATE) }?;
-        // From here B owns it: should the rest fail, the drop waits for B (and so for A).
-        let mut handed: Managed<T, StreamOwned<'b, K2>, M> = self.retype(target);
+        // From here B owns it: should the rest fail, the drop waits for B (and so for A). A's
+        // mark goes with it: an abort of A's work after B's wait must still leak it.
+        let mut this = self;
+        this.keep_owner_poison();
+        let mut handed: Managed<T, StreamOwned<'b, K2>, M> = this.retype(target);
         let host = handed.host_ptr();
         // SAFETY: the allocation is live and ours, stream-owned by B, alive for 'b, whose
         // context is current.
@@ -377,6 +380,10 @@ pub trait SyncGroup<'s, K: StreamKind>: Sealed {
     /// The buffers given up, for a free once the stream is done.
     #[doc(hidden)]
     fn orphan_group(self, _: Private) -> Vec<Orphan>;
+    /// Whether any buffer's owner, or a stream one was handed off from, is poisoned (what a
+    /// sync future asks once the stream has passed the releases).
+    #[doc(hidden)]
+    fn poisoned_group(&self, _: Private) -> bool;
 }
 
 /// The association after the next release, in order (`NONE`, which only costs a re-attach
@@ -452,6 +459,10 @@ macro_rules! sync_group_for_tuples {
                 let ($($v,)+) = self;
                 vec![$($v.into_orphan()),+]
             }
+            fn poisoned_group(&self, _: Private) -> bool {
+                let ($($v,)+) = self;
+                false $(|| $v.owner_poisoned())+
+            }
         }
     )+};
 }
@@ -502,6 +513,9 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
     }
     fn orphan_group(self, _: Private) -> Vec<Orphan> {
         self.into_iter().map(Managed::into_orphan).collect()
+    }
+    fn poisoned_group(&self, _: Private) -> bool {
+        self.iter().any(Managed::owner_poisoned)
     }
 }
 

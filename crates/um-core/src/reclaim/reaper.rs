@@ -24,9 +24,10 @@ pub struct Orphan {
     ctx: Context,
     /// The storage's free of this allocation (`crate::storage`), called at most once.
     free: Box<dyn FnOnce() + Send>,
-    /// The poison mark of the stream that owned the memory (`driver/poison.rs`): once set, the
-    /// memory is leaked, whatever the stream reports.
-    poison: Option<Arc<PoisonFlag>>,
+    /// The poison marks of the stream that owned the memory and of those it was handed off
+    /// from (`driver/poison.rs`): once one is set, the memory is leaked, whatever the stream
+    /// reports.
+    poison: Vec<Arc<PoisonFlag>>,
 }
 
 impl Orphan {
@@ -40,20 +41,20 @@ impl Orphan {
         Orphan {
             ctx,
             free: Box::new(free),
-            poison: None,
+            poison: Vec::new(),
         }
     }
 
-    /// The same orphan, leaked instead of freed if `poison` (the mark of the stream that owned
-    /// it) is set by the time it would be freed.
-    pub(crate) fn watching(mut self, poison: Option<Arc<PoisonFlag>>) -> Self {
-        self.poison = poison;
+    /// The same orphan, leaked instead of freed if one of `poison` (marks of streams that owned
+    /// it), or of the marks it watched already, is set by the time it would be freed.
+    pub(crate) fn watching(mut self, poison: impl IntoIterator<Item = Arc<PoisonFlag>>) -> Self {
+        self.poison.extend(poison);
         self
     }
 
-    /// Whether the stream that owned the memory was poisoned.
+    /// Whether the stream that owned the memory was poisoned (or one it was handed off from).
     fn is_poisoned(&self) -> bool {
-        self.poison.as_ref().is_some_and(|p| p.is_set())
+        self.poison.iter().any(|p| p.is_set())
     }
 
     /// Frees the allocation; leaks it if the context cannot be made current.

@@ -160,9 +160,10 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                         .and_then(|()| driver::stream_query(stream.handle))
                         .and_then(|_| {
                             // SAFETY: the future carries the stream's brand 's, so the stream
-                            // is alive. Poisoned: its work was aborted and may still touch the
-                            // memory, whatever the stream reports.
-                            if unsafe { stream.is_poisoned() } {
+                            // is alive. Poisoned (it, or a stream a buffer was handed off
+                            // from): work was aborted and may still touch the memory, whatever
+                            // the stream reports.
+                            if unsafe { stream.is_poisoned() } || group.poisoned_group(PRIVATE) {
                                 Err(Error::StreamPoisoned)
                             } else {
                                 Ok(())
