@@ -230,6 +230,12 @@ fn devices(n: usize) -> Option<Vec<Context>> {
 /// To see NCCL take the two ranks for one process, run with `NCCL_DEBUG=INFO
 /// NCCL_DEBUG_SUBSYS=INIT,P2P`: the channels between rank 0 and rank 1 say `P2P/direct pointer`
 /// (or `P2P/CUMEM`), not `NET`.
+/// The communicators' time limit: 5 s, or 120 s under a sanitizer, where creating them took
+/// longer than 5 s (memcheck, 2x H200).
+fn limit() -> Duration {
+    Duration::from_secs(if common::under_sanitizer() { 120 } else { 5 })
+}
+
 #[test]
 #[ignore = "needs two CUDA devices and NCCL"]
 fn ids_that_nccl_hashes_alike_are_one_communicator_to_the_agreement_ledger() {
@@ -312,7 +318,7 @@ fn a_buffer_handed_off_while_its_collective_runs_is_not_given_back_after_an_abor
     let Some(ctxs) = devices(2) else {
         return;
     };
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
+    let options = CommOptions::new().timeout(limit());
     let mut comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
     let comm1 = comms.pop().expect("rank 1");
     let comm0 = comms.pop().expect("rank 0");
@@ -471,7 +477,7 @@ fn a_group_wait_that_finds_one_rank_aborted_aborts_the_others() {
     let Some(ctxs) = devices(2) else {
         return;
     };
-    let options = CommOptions::new().timeout(Duration::from_secs(5));
+    let options = CommOptions::new().timeout(limit());
     let mut comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
     let comm1 = comms.pop().expect("rank 1");
     let comm0 = comms.pop().expect("rank 0");
