@@ -189,13 +189,14 @@ fn memory_handed_off_from_a_stream_poisoned_later_is_not_given_back() {
     let ctx = gpu();
     let n = 1 << 20;
     ctx.wait_idle().expect("idle");
+    // Before the allocations, as in the test below: what leaks is missing afterwards.
+    let (free_before, _) = ctx.mem_info().expect("free memory");
     let unified = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
     let mirrored = Managed::from_fn_mirrored(&ctx, n, |_| 1.0f32).expect("alloc");
     let third = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
     let fourth = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
     let fifth = Managed::from_fn(&ctx, n, |_| 1.0f32).expect("alloc");
     let clean = Managed::from_fn(&ctx, 16, |_| 2.0f32).expect("alloc");
-    let (free_before, _) = ctx.mem_info().expect("free memory");
     ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             ctx.with_stream(StreamOptions::new(), |c| {
