@@ -16,8 +16,8 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use um::nccl::{Comm, CommOptions, Group, ReduceOp, UniqueId};
-use um::{Context, Error, Managed, StreamOptions};
+use um::nccl::{Comm, CommOptions, Group, Launched, ReduceOp, UniqueId};
+use um::{Context, Error, Managed, Storage, Stream, StreamOptions, StreamOwned};
 
 mod common;
 use common::{serial, watchdog};
@@ -215,6 +215,41 @@ fn devices(n: usize) -> Option<Vec<Context>> {
     Some((0..n).map(|i| Context::new(i).expect("context")).collect())
 }
 
+/// The communicators' time limit: 5 s, or 120 s under a sanitizer, where creating them took
+/// longer than 5 s (memcheck, 2x H200).
+fn limit() -> Duration {
+    Duration::from_secs(if common::under_sanitizer() { 120 } else { 5 })
+}
+
+/// Two ranks of one communicator made in this process, one per device (`None`, saying why,
+/// without two devices or NCCL).
+fn two_ranks() -> Option<(Vec<Context>, Comm, Comm)> {
+    let ctxs = devices(2)?;
+    let options = CommOptions::new().timeout(limit());
+    let mut comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
+    let comm1 = comms.pop().expect("rank 1");
+    let comm0 = comms.pop().expect("rank 0");
+    Some((ctxs, comm0, comm1))
+}
+
+/// A rank's part of a group: its communicator, stream and buffer.
+type Part<'b, 's, M> = (
+    &'b Comm,
+    &'b Stream<'s>,
+    &'b mut Managed<[f32], StreamOwned<'s>, M>,
+);
+
+/// Both ranks all-reduce their buffer in place, in one group, launched and not waited for.
+fn all_reduce_both<'b, M0: Storage, M1: Storage>(
+    (comm0, s0, x0): Part<'b, '_, M0>,
+    (comm1, s1, x1): Part<'b, '_, M1>,
+) -> um::Result<Launched<'b>> {
+    let mut g = Group::new();
+    g.all_reduce_in_place(comm0, s0, x0, ReduceOp::Sum)?;
+    g.all_reduce_in_place(comm1, s1, x1, ReduceOp::Sum)?;
+    g.launch()
+}
+
 /// Attempt 1 (UB: a size mismatch between two local ranks reaches NCCL). `UniqueId::from_bytes`
 /// is safe and its documentation says bytes from anywhere are harmless. Rank 0 joins with NCCL's
 /// id, rank 1 with one that differs only in its last bytes and that NCCL hashes alike (see the
@@ -230,12 +265,6 @@ fn devices(n: usize) -> Option<Vec<Context>> {
 /// To see NCCL take the two ranks for one process, run with `NCCL_DEBUG=INFO
 /// NCCL_DEBUG_SUBSYS=INIT,P2P`: the channels between rank 0 and rank 1 say `P2P/direct pointer`
 /// (or `P2P/CUMEM`), not `NET`.
-/// The communicators' time limit: 5 s, or 120 s under a sanitizer, where creating them took
-/// longer than 5 s (memcheck, 2x H200).
-fn limit() -> Duration {
-    Duration::from_secs(if common::under_sanitizer() { 120 } else { 5 })
-}
-
 #[test]
 #[ignore = "needs two CUDA devices and NCCL"]
 fn ids_that_nccl_hashes_alike_are_one_communicator_to_the_agreement_ledger() {
@@ -315,13 +344,9 @@ fn ids_that_nccl_hashes_alike_are_one_communicator_to_the_agreement_ledger() {
 fn a_buffer_handed_off_while_its_collective_runs_is_not_given_back_after_an_abort() {
     let _serial = serial();
     let _dog = watchdog("red team 17, attempt 2");
-    let Some(ctxs) = devices(2) else {
+    let Some((ctxs, comm0, comm1)) = two_ranks() else {
         return;
     };
-    let options = CommOptions::new().timeout(limit());
-    let mut comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
-    let comm1 = comms.pop().expect("rank 1");
-    let comm0 = comms.pop().expect("rank 0");
     let n = common::workload(1 << 26, 1 << 16);
     // Unified memory (the CPU reads the very memory rank 1 writes); mirrors need no
     // concurrent managed access, so fall back to them where it is missing.
@@ -339,15 +364,10 @@ fn a_buffer_handed_off_while_its_collective_runs_is_not_given_back_after_an_abor
                     ctxs[1].with_stream(StreamOptions::new(), |s1| {
                     let (mut x0, mut x1) = (x0.attach(s0)?, x1.attach(s1)?);
                     // Warm-up: NCCL's connections exist, and both ranks work as they should.
-                    let mut g = Group::new();
-                    g.all_reduce_in_place(&comm0, s0, &mut x0, ReduceOp::Sum)?;
-                    g.all_reduce_in_place(&comm1, s1, &mut x1, ReduceOp::Sum)?;
-                    g.launch()?.wait(Duration::from_secs(30))?;
+                    all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?
+                        .wait(Duration::from_secs(30))?;
                     // The attack: both ranks again, not waited for.
-                    let mut g = Group::new();
-                    g.all_reduce_in_place(&comm0, s0, &mut x0, ReduceOp::Sum)?;
-                    g.all_reduce_in_place(&comm1, s1, &mut x1, ReduceOp::Sum)?;
-                    drop(g.launch()?);
+                    drop(all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?);
                     let x0 = x0.hand_off(t0)?; // s0 is not poisoned yet
                     comm0.abort(); // poisons s0, then ncclCommAbort; rank 1 runs on
                     assert!(s0.is_poisoned(), "the abort poisons the collective's stream");
@@ -474,13 +494,9 @@ fn a_nonblocking_communicator_waiting_for_a_rank_of_its_own_thread_returns_withi
 fn a_group_wait_that_finds_one_rank_aborted_aborts_the_others() {
     let _serial = serial();
     let _dog = watchdog("red team 17, attempt 4");
-    let Some(ctxs) = devices(2) else {
+    let Some((ctxs, comm0, comm1)) = two_ranks() else {
         return;
     };
-    let options = CommOptions::new().timeout(limit());
-    let mut comms = Comm::init_all(&ctxs[..2], options).expect("communicators");
-    let comm1 = comms.pop().expect("rank 1");
-    let comm0 = comms.pop().expect("rank 0");
     let busy = Managed::from_slice_mirrored(&ctxs[0], &[0.0f32; 1]).expect("alloc");
     let x0 = Managed::from_slice_mirrored(&ctxs[0], &[1.0f32; 4096]).expect("alloc");
     let x1 = Managed::from_slice_mirrored(&ctxs[1], &[1.0f32; 4096]).expect("alloc");
@@ -489,15 +505,10 @@ fn a_group_wait_that_finds_one_rank_aborted_aborts_the_others() {
             ctxs[1].with_stream(StreamOptions::new(), |s1| {
                 let (mut busy, mut x0, mut x1) = (busy.attach(s0)?, x0.attach(s0)?, x1.attach(s1)?);
                 // Warm-up: the connections exist.
-                let mut g = Group::new();
-                g.all_reduce_in_place(&comm0, s0, &mut x0, ReduceOp::Sum)?;
-                g.all_reduce_in_place(&comm1, s1, &mut x1, ReduceOp::Sum)?;
-                g.launch()?.wait(Duration::from_secs(30))?;
+                all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?
+                    .wait(Duration::from_secs(30))?;
                 um::kernels::testing::spin_then_add(s0, &mut busy, 1.0, 300_000_000)?;
-                let mut g = Group::new();
-                g.all_reduce_in_place(&comm0, s0, &mut x0, ReduceOp::Sum)?;
-                g.all_reduce_in_place(&comm1, s1, &mut x1, ReduceOp::Sum)?;
-                let launched = g.launch()?;
+                let launched = all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?;
                 comm0.abort();
                 let waited = launched.wait(Duration::from_secs(5));
                 let rank1_aborted = comm1.is_aborted();
