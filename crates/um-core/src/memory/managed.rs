@@ -324,8 +324,11 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
 
     /// Gives the allocation up without freeing it, for a free that waits for its stream without
     /// blocking a thread (see `crate::reclaim`).
-    pub(crate) fn into_orphan(self) -> Orphan {
+    pub(crate) fn into_orphan(mut self) -> Orphan {
         let poison = self.owner_poison();
+        // The kept marks themselves: `this` below is never dropped, so the list is dropped here
+        // (the orphan holds clones of them; red team 18 found the list leaked).
+        drop(std::mem::take(&mut self.alloc.handed_from));
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so the orphan's free is the allocation's only one.
         let orphan = unsafe { M::orphan(this.host_ptr(), &this.alloc, PRIVATE) }.watching(poison);
