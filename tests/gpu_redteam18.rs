@@ -1,6 +1,7 @@
 //! Red team 18 (docs/redteam18.md): the fixes of red team 17 attacked (the poison marks a
 //! handed-off buffer keeps, `Allocation::handed_from`). Each test asserts what a sound library
-//! must do, so that it fails where the hole is open. Written without a GPU; not yet run on one.
+//! must do, so that it fails where the hole is open. Written without a GPU; the lead fixed
+//! attempts 1 and 2 (`6c727fa`) before any of these ran on one.
 //! One GPU is enough (no NCCL: a `Poisoner` stands in for the communicator's abort, set from
 //! another thread while the new owner's wait is in progress, as an abort on a watchdog does).
 //!
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::{gpu, serial};
 use um::kernels::testing::spin_then_add;
-use um::{Error, Managed, StreamOptions};
+use um::{Context, Error, Managed, Stream, StreamOptions};
 
 /// How long the first stream spins: the second stream's wait lasts at least this long.
 const SPIN_NS: u64 = 600_000_000;
@@ -47,104 +48,103 @@ fn poison_later(p: um::Poisoner) -> thread::JoinHandle<()> {
     })
 }
 
+/// Two streams `a` and `b` of one context: `act` hands buffers off from `a` to `b` while `a`
+/// spins, calls its last argument (which has another thread poison `a` after
+/// [`POISON_AFTER`]) and waits on `b`, and returns what the wait said (`Ok`: the CPU got the
+/// memory). Checks that the wait outlasted the poison and that only `a` is poisoned.
+fn poisoned_during_wait<F>(act: F) -> Result<(), Error>
+where
+    F: for<'a, 'b> FnOnce(
+        &Context,
+        &Stream<'a>,
+        &Stream<'b>,
+        &mut dyn FnMut(),
+    ) -> um::Result<Result<(), Error>>,
+{
+    let _serial = serial();
+    let ctx = gpu();
+    let out = ctx
+        .with_stream(StreamOptions::new(), |a| {
+            ctx.with_stream(StreamOptions::new(), |b| {
+                let (mut started, mut poisoner) = (None, None);
+                let out = act(&ctx, a, b, &mut || {
+                    started = Some(Instant::now());
+                    poisoner = Some(poison_later(a.poisoner()));
+                })?;
+                let (Some(started), Some(poisoner)) = (started, poisoner) else {
+                    panic!("the test never started the poisoner");
+                };
+                poisoner.join().expect("poisoner thread");
+                assert!(
+                    started.elapsed() > POISON_AFTER,
+                    "the wait ended before the poison: the test proves nothing"
+                );
+                assert!(a.is_poisoned() && !b.is_poisoned());
+                Ok(out)
+            })
+        })
+        .expect("stream work");
+    ctx.wait_idle().expect("the context still works");
+    out
+}
+
 /// Attempt 1: `sync_all` of a tuple, the first stream poisoned during the wait.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_tuple_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let _serial = serial();
-    let ctx = gpu();
-    ctx.with_stream(StreamOptions::new(), |a| {
-        ctx.with_stream(StreamOptions::new(), |b| {
-            let x = handed_during_spin!(&ctx, a, b, 1 << 16);
-            let y = handed_during_spin!(&ctx, a, b, 1 << 16);
-            let poisoner = poison_later(a.poisoner());
-            let started = Instant::now();
-            let out = b.sync_all((x, y));
-            poisoner.join().expect("poisoner thread");
-            assert!(
-                started.elapsed() > POISON_AFTER,
-                "the wait ended before the poison: the test proves nothing"
-            );
-            assert!(a.is_poisoned() && !b.is_poisoned());
-            assert!(
-                matches!(out, Err(Error::StreamPoisoned)),
-                "sync_all gave the CPU memory that a's aborted work may still write: {:?}",
-                out.as_ref().map(|_| ())
-            );
-            Ok(())
-        })
-    })
-    .expect("stream work");
-    ctx.wait_idle().expect("the context still works");
+    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+        let x = handed_during_spin!(ctx, a, b, 1 << 16);
+        let y = handed_during_spin!(ctx, a, b, 1 << 16);
+        poison_soon();
+        Ok(b.sync_all((x, y)).map(drop))
+    });
+    assert!(
+        matches!(out, Err(Error::StreamPoisoned)),
+        "sync_all gave the CPU memory that a's aborted work may still write: {out:?}"
+    );
 }
 
 /// Attempt 1b: `sync_all` of a `Vec`, likewise.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_vec_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let _serial = serial();
-    let ctx = gpu();
-    ctx.with_stream(StreamOptions::new(), |a| {
-        ctx.with_stream(StreamOptions::new(), |b| {
-            let v = vec![
-                handed_during_spin!(&ctx, a, b, 1 << 16),
-                handed_during_spin!(&ctx, a, b, 1 << 16),
-            ];
-            let poisoner = poison_later(a.poisoner());
-            let out = b.sync_all(v);
-            poisoner.join().expect("poisoner thread");
-            assert!(a.is_poisoned() && !b.is_poisoned());
-            assert!(
-                matches!(out, Err(Error::StreamPoisoned)),
-                "sync_all (Vec) gave the CPU memory that a's aborted work may still write: {:?}",
-                out.as_ref().map(Vec::len)
-            );
-            Ok(())
-        })
-    })
-    .expect("stream work");
-    ctx.wait_idle().expect("the context still works");
+    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+        let v = vec![
+            handed_during_spin!(ctx, a, b, 1 << 16),
+            handed_during_spin!(ctx, a, b, 1 << 16),
+        ];
+        poison_soon();
+        Ok(b.sync_all(v).map(drop))
+    });
+    assert!(
+        matches!(out, Err(Error::StreamPoisoned)),
+        "sync_all (Vec) gave the CPU memory that a's aborted work may still write: {out:?}"
+    );
 }
 
 /// Attempt 1c (control): `sync` re-checks the buffer's marks after its wait.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let _serial = serial();
-    let ctx = gpu();
-    ctx.with_stream(StreamOptions::new(), |a| {
-        ctx.with_stream(StreamOptions::new(), |b| {
-            let x = handed_during_spin!(&ctx, a, b, 1 << 16);
-            let poisoner = poison_later(a.poisoner());
-            let out = x.sync();
-            poisoner.join().expect("poisoner thread");
-            assert!(matches!(out, Err(Error::StreamPoisoned)));
-            Ok(())
-        })
-    })
-    .expect("stream work");
-    ctx.wait_idle().expect("the context still works");
+    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+        let x = handed_during_spin!(ctx, a, b, 1 << 16);
+        poison_soon();
+        Ok(x.sync().map(drop))
+    });
+    assert!(matches!(out, Err(Error::StreamPoisoned)), "{out:?}");
 }
 
 /// Attempt 1d (control): a sync future re-checks every buffer's marks once the stream passed.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_sync_future_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let _serial = serial();
-    let ctx = gpu();
-    ctx.with_stream(StreamOptions::new(), |a| {
-        ctx.with_stream(StreamOptions::new(), |b| {
-            let x = handed_during_spin!(&ctx, a, b, 1 << 16);
-            let y = handed_during_spin!(&ctx, a, b, 1 << 16);
-            let poisoner = poison_later(a.poisoner());
-            let out = pollster::block_on(b.sync_all_async((x, y)));
-            poisoner.join().expect("poisoner thread");
-            assert!(matches!(out, Err(Error::StreamPoisoned)));
-            Ok(())
-        })
-    })
-    .expect("stream work");
-    ctx.wait_idle().expect("the context still works");
+    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+        let x = handed_during_spin!(ctx, a, b, 1 << 16);
+        let y = handed_during_spin!(ctx, a, b, 1 << 16);
+        poison_soon();
+        Ok(pollster::block_on(b.sync_all_async((x, y))).map(drop))
+    });
+    assert!(matches!(out, Err(Error::StreamPoisoned)), "{out:?}");
 }
 
 /// Waits (bounded) until the reaper holds no orphan.
