@@ -51,8 +51,9 @@ fn poison_later(p: um::Poisoner) -> thread::JoinHandle<()> {
 /// Two streams `a` and `b` of one context: `act` hands buffers off from `a` to `b` while `a`
 /// spins, calls its last argument (which has another thread poison `a` after
 /// [`POISON_AFTER`]) and waits on `b`, and returns what the wait said (`Ok`: the CPU got the
-/// memory). Checks that the wait outlasted the poison and that only `a` is poisoned.
-fn poisoned_during_wait<F>(act: F) -> Result<(), Error>
+/// memory). Checks that the wait outlasted the poison, that only `a` is poisoned, and that the
+/// wait (`what`) refused the memory.
+fn refused_when_poisoned_during_the_wait<F>(what: &str, act: F)
 where
     F: for<'a, 'b> FnOnce(
         &Context,
@@ -85,30 +86,29 @@ where
         })
         .expect("stream work");
     ctx.wait_idle().expect("the context still works");
-    out
+    assert!(
+        matches!(out, Err(Error::StreamPoisoned)),
+        "{what} gave the CPU memory that a's aborted work may still write: {out:?}"
+    );
 }
 
 /// Attempt 1: `sync_all` of a tuple, the first stream poisoned during the wait.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_tuple_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+    refused_when_poisoned_during_the_wait("sync_all of a tuple", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         let y = handed_during_spin!(ctx, a, b, 1 << 16);
         poison_soon();
         Ok(b.sync_all((x, y)).map(drop))
     });
-    assert!(
-        matches!(out, Err(Error::StreamPoisoned)),
-        "sync_all gave the CPU memory that a's aborted work may still write: {out:?}"
-    );
 }
 
 /// Attempt 1b: `sync_all` of a `Vec`, likewise.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_vec_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+    refused_when_poisoned_during_the_wait("sync_all of a Vec", |ctx, a, b, poison_soon| {
         let v = vec![
             handed_during_spin!(ctx, a, b, 1 << 16),
             handed_during_spin!(ctx, a, b, 1 << 16),
@@ -116,35 +116,29 @@ fn sync_all_of_a_vec_refuses_memory_whose_former_owner_was_poisoned_during_the_w
         poison_soon();
         Ok(b.sync_all(v).map(drop))
     });
-    assert!(
-        matches!(out, Err(Error::StreamPoisoned)),
-        "sync_all (Vec) gave the CPU memory that a's aborted work may still write: {out:?}"
-    );
 }
 
 /// Attempt 1c (control): `sync` re-checks the buffer's marks after its wait.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+    refused_when_poisoned_during_the_wait("sync", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         poison_soon();
         Ok(x.sync().map(drop))
     });
-    assert!(matches!(out, Err(Error::StreamPoisoned)), "{out:?}");
 }
 
 /// Attempt 1d (control): a sync future re-checks every buffer's marks once the stream passed.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_sync_future_refuses_memory_whose_former_owner_was_poisoned_during_the_wait() {
-    let out = poisoned_during_wait(|ctx, a, b, poison_soon| {
+    refused_when_poisoned_during_the_wait("a sync future", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         let y = handed_during_spin!(ctx, a, b, 1 << 16);
         poison_soon();
         Ok(pollster::block_on(b.sync_all_async((x, y))).map(drop))
     });
-    assert!(matches!(out, Err(Error::StreamPoisoned)), "{out:?}");
 }
 
 /// Waits (bounded) until the reaper holds no orphan.
