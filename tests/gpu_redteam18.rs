@@ -149,6 +149,25 @@ fn reaper_drained() {
     }
 }
 
+/// Runs `act` on two streams `a` and `b` of `ctx`, then returns `a`'s poison handle once both
+/// streams are gone, the context idle and the reaper drained.
+fn poisoner_after<F>(ctx: &Context, act: F) -> um::Poisoner
+where
+    F: for<'a, 'b> FnOnce(&Context, &Stream<'a>, &Stream<'b>) -> um::Result<()>,
+{
+    let handle = ctx
+        .with_stream(StreamOptions::new(), |a| {
+            ctx.with_stream(StreamOptions::new(), |b| {
+                act(ctx, a, b)?;
+                Ok(a.poisoner())
+            })
+        })
+        .expect("stream work");
+    ctx.wait_idle().expect("idle");
+    reaper_drained();
+    handle
+}
+
 /// Attempt 2: a cancelled sync future of a handed-off buffer goes through `into_orphan`, which
 /// drops only the context of the buffer's bookkeeping: the kept marks (`handed_from`) are never
 /// dropped, and `a`'s mark outlives `a` and all its memory.
@@ -157,42 +176,30 @@ fn reaper_drained() {
 fn a_cancelled_sync_future_of_handed_off_memory_lets_the_marks_go() {
     let _serial = serial();
     let ctx = gpu();
-    let handle = ctx
-        .with_stream(StreamOptions::new(), |a| {
-            ctx.with_stream(StreamOptions::new(), |b| {
-                let x = Managed::from_fn(&ctx, 1 << 10, |_| 1.0f32)?
-                    .attach(a)?
-                    .hand_off(b)?;
-                drop(x.sync_async());
-                Ok(a.poisoner())
-            })
-        })
-        .expect("stream work");
-    ctx.wait_idle().expect("idle");
-    reaper_drained();
+    let handle = poisoner_after(&ctx, |ctx, a, b| {
+        let x = Managed::from_fn(ctx, 1 << 10, |_| 1.0f32)?
+            .attach(a)?
+            .hand_off(b)?;
+        drop(x.sync_async());
+        Ok(())
+    });
     assert!(
         !handle.is_live(),
         "the stream and its memory are gone, but its mark is kept alive (leaked by into_orphan)"
     );
     // The same through a failed future (poisoned: `orphan_group` too).
-    let handle = ctx
-        .with_stream(StreamOptions::new(), |a| {
-            ctx.with_stream(StreamOptions::new(), |b| {
-                let x = Managed::from_fn(&ctx, 1 << 10, |_| 1.0f32)?
-                    .attach(a)?
-                    .hand_off(b)?;
-                let fut = x.sync_async();
-                a.poisoner().poison();
-                assert!(matches!(
-                    pollster::block_on(fut),
-                    Err(Error::StreamPoisoned)
-                ));
-                Ok(a.poisoner())
-            })
-        })
-        .expect("stream work");
-    ctx.wait_idle().expect("idle");
-    reaper_drained();
+    let handle = poisoner_after(&ctx, |ctx, a, b| {
+        let x = Managed::from_fn(ctx, 1 << 10, |_| 1.0f32)?
+            .attach(a)?
+            .hand_off(b)?;
+        let fut = x.sync_async();
+        a.poisoner().poison();
+        assert!(matches!(
+            pollster::block_on(fut),
+            Err(Error::StreamPoisoned)
+        ));
+        Ok(())
+    });
     // The buffer is leaked (poisoned), but its orphan, and with it the mark, is gone.
     assert!(
         !handle.is_live(),
