@@ -325,10 +325,10 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     /// Gives the allocation up without freeing it, for a free that waits for its stream without
     /// blocking a thread (see `crate::reclaim`).
     pub(crate) fn into_orphan(mut self) -> Orphan {
-        let poison = self.owner_poison();
-        // The kept marks themselves: `this` below is never dropped, so the list is dropped here
-        // (the orphan holds clones of them; red team 18 found the list leaked).
-        drop(std::mem::take(&mut self.alloc.handed_from));
+        // The kept marks move to the orphan (`this` below is never dropped, so a list left in it
+        // would leak: red team 18), and the owner's mark joins them.
+        let mut poison = std::mem::take(&mut self.alloc.handed_from);
+        poison.extend(self.owner_poison());
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so the orphan's free is the allocation's only one.
         let orphan = unsafe { M::orphan(this.host_ptr(), &this.alloc, PRIVATE) }.watching(poison);
