@@ -1,4 +1,4 @@
-// API review (issue 21): where the "sync it first" message cannot appear. `Deref` exists only
+// Where the "sync it first" message cannot appear. `Deref` exists only
 // under `S: HostAccess`, but rustc looks a dereference up without reporting the bound that
 // failed: `*buf`, a deref coercion and a slice method reached through `Deref` give the plain
 // errors (E0614, E0308, E0599). The buffer is just as out of reach; only `Index`, `IndexMut`,

@@ -1,8 +1,8 @@
-// API review (issue 21), a common mistake: passing host-owned buffers to a typed launcher (rule
+// A common mistake: passing host-owned buffers to a typed launcher (rule
 // 8: a kernel may not see memory the CPU owns). Kept as a type mismatch (E0308): the launcher's
 // parameters are the concrete `&Managed<[f32], StreamOwned<'s, K>, M>` / `&mut ...`, so the
 // message shows `HostOwned` where `StreamOwned` is expected. A trait-shaped parameter with its
-// own message was tried and not adopted (docs/design.md, "API review (issue 21)"). The fix:
+// own message was tried and not adopted (docs/design.md). The fix:
 // `let x = x.attach(stream)?;` for each buffer.
 use um::kernels::testing;
 use um::{Context, Managed, StreamOptions};

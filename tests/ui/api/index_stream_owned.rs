@@ -1,4 +1,4 @@
-// API review (issue 21), a common mistake: indexing a stream-owned buffer on the CPU. Rule 1/2:
+// A common mistake: indexing a stream-owned buffer on the CPU. Rule 1/2:
 // the stream's kernels may be using it. `Index` and `IndexMut` exist only under the bound
 // `S: HostAccess` (host-owned only), so the compiler says to `sync` first instead of "cannot
 // index into a value".

@@ -1,4 +1,4 @@
-// API review (issue 21), a common mistake: iterating a stream-owned buffer on the CPU. Rule 1/2:
+// A common mistake: iterating a stream-owned buffer on the CPU. Rule 1/2:
 // the stream's kernels may be using it. `iter` and `iter_mut` are `Managed`'s own methods under
 // the bound `S: HostAccess` (host-owned only), so the compiler says to `sync` first instead of
 // "no method named `iter`". Mirrored memory: the pinned half may be stale.

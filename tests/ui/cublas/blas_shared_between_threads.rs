@@ -1,4 +1,4 @@
-// Rule: a cuBLAS handle is used by one thread at a time (issue 23): it carries the stream it is
+// Rule: a cuBLAS handle is used by one thread at a time: it carries the stream it is
 // bound to, so two threads sharing it could enqueue on each other's streams. `Blas` is `Send`
 // but not `Sync`: it may move to a thread, not be shared by two.
 use um::{Context, Managed, StreamOptions};

@@ -1,4 +1,4 @@
-// Rule: every operand of a cuBLAS call is owned by the stream the call is enqueued on (issue 23):
+// Rule: every operand of a cuBLAS call is owned by the stream the call is enqueued on:
 // memory attached to stream `a` cannot be read by a GEMM on stream `b`.
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};

@@ -1,4 +1,4 @@
-// Rule: no cuBLAS call is recorded into a graph (red team 3, finding 2). A captured GEMM would
+// Rule: no cuBLAS call is recorded into a graph. A captured GEMM would
 // use the handle's workspace at every replay, and the graph does not hold it: the handle may be
 // dropped, or serve another stream, while the graph lives. `gemm` and `gemv` take an `Eager`
 // stream only, and a capture stream is not one.

@@ -1,4 +1,4 @@
-// Rule: cuBLAS takes only buffers owned by the stream it runs on (issue 23): a host-owned buffer
+// Rule: cuBLAS takes only buffers owned by the stream it runs on: a host-owned buffer
 // is the CPU's, and no library call may read it while the CPU can write it.
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};

@@ -1,4 +1,4 @@
-// Rule: the element types are cuBLAS's, and sealed (issue 23): a crate cannot declare its own
+// Rule: the element types are cuBLAS's, and sealed: a crate cannot declare its own
 // type an `Element` and have um-cublas call a routine of another type on it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(transparent)]

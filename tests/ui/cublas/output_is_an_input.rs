@@ -1,4 +1,4 @@
-// Rule: the output of a cuBLAS call cannot also be one of its inputs (issue 23): `&mut c` and
+// Rule: the output of a cuBLAS call cannot also be one of its inputs: `&mut c` and
 // `&c` at once do not borrow-check, so cuBLAS never reads what the same call writes.
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};

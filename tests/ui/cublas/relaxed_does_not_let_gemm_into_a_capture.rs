@@ -1,4 +1,4 @@
-// Rule 193 (red team 12): `relaxed_while_capturing` relaxes the driver's mode, not um's types: a GEMM on the capture
+// Rule 193: `relaxed_while_capturing` relaxes the driver's mode, not um's types: a GEMM on the capture
 // stream inside it is still refused. Expected: E0277, `Capture` is not a `BlasStream`.
 use um::{Context, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{Blas, Gemm};

@@ -1,4 +1,4 @@
-// Rule: the buffer cuBLAS writes is borrowed `&mut` (issue 23): one writer, so it is neither an
+// Rule: the buffer cuBLAS writes is borrowed `&mut`: one writer, so it is neither an
 // input of the same call nor read by anything else meanwhile, and a mirror is marked written.
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemv};

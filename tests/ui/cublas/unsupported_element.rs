@@ -1,4 +1,4 @@
-// Rule: only element types cuBLAS has a routine for here (f32, f64) are operands (issue 23);
+// Rule: only element types cuBLAS has a routine for here (f32, f64) are operands;
 // `Element` is sealed, so no other type can claim one.
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemv};

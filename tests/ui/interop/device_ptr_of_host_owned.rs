@@ -1,5 +1,5 @@
 // Rule: a buffer's device address is given only while a stream owns it, for work on that
-// stream (issue 23): a host-owned buffer is the CPU's, and has none to give.
+// stream: a host-owned buffer is the CPU's, and has none to give.
 use um::{Context, Managed};
 
 fn address(ctx: &Context) -> um::Result<u64> {

@@ -1,4 +1,4 @@
-// Rule: a device address is for no longer than the borrow of its buffer (issue 23): it cannot
+// Rule: a device address is for no longer than the borrow of its buffer: it cannot
 // be kept across the `sync` that gives the buffer back to the CPU.
 use um::{Context, Managed, StreamOptions};
 

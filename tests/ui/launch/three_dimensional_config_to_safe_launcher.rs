@@ -1,7 +1,7 @@
 // Rule: a safe launcher takes only a one-dimensional launch (`Linear`). Under a grid or block
 // with a y or z extent, several threads of a kernel that indexes with
-// `blockIdx.x * blockDim.x + threadIdx.x` share an index and race on it: issue 9's
-// `grid: (1, 64, 1)` on `add_scalar` returned wrong sums on an H200. That configuration is a
+// `blockIdx.x * blockDim.x + threadIdx.x` share an index and race on it: a
+// `grid: (1, 64, 1)` on `add_scalar` returns wrong sums (seen on an H200). That configuration is a
 // `LaunchConfig`, which only `unsafe` launches take.
 use um::kernels::testing;
 use um::{Context, LaunchConfig, Managed, StreamOptions};

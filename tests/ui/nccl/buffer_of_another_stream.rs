@@ -1,4 +1,4 @@
-// Rule: a collective runs on the stream that owns its buffers (issue 22): a buffer of stream
+// Rule: a collective runs on the stream that owns its buffers: a buffer of stream
 // `a` cannot go to a collective on stream `b`.
 use um::nccl::{Comm, ReduceOp};
 use um::{Context, Managed, StreamOptions};

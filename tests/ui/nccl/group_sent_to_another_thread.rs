@@ -1,4 +1,4 @@
-// Rule: NCCL's group state belongs to a thread (issue 22): a `Group` being built on one thread
+// Rule: NCCL's group state belongs to a thread: a `Group` being built on one thread
 // cannot be launched on another.
 use um::nccl::Group;
 

@@ -1,4 +1,4 @@
-// Rule: a collective takes only buffers its stream owns (issue 22): a host-owned buffer is the
+// Rule: a collective takes only buffers its stream owns: a host-owned buffer is the
 // CPU's, and NCCL must not touch it.
 use um::nccl::{Comm, ReduceOp};
 use um::{Context, Managed, StreamOptions};

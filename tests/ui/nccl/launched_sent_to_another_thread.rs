@@ -1,4 +1,4 @@
-// Rule (red team 17): a launched group holds `&Comm`s (`Comm` is `!Sync`) and the streams it
+// Rule: a launched group holds `&Comm`s (`Comm` is `!Sync`) and the streams it
 // waits for: `Launched::wait` polls the communicators, so it stays on the launching thread.
 use um::nccl::Launched;
 

@@ -1,4 +1,4 @@
-// Rule (red team 17): nor may a launched group be shared: `&Launched` gives `&Comm`s to
+// Rule: nor may a launched group be shared: `&Launched` gives `&Comm`s to
 // another thread while their owner uses them.
 use um::nccl::Launched;
 

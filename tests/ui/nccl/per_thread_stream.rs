@@ -1,4 +1,4 @@
-// Rule: a collective is enqueued on a stream that names one stream on every thread (issue 22):
+// Rule: a collective is enqueued on a stream that names one stream on every thread:
 // the per-thread default stream names another on NCCL's own launch thread.
 use um::nccl::{Comm, ReduceOp};
 use um::{Context, Managed};

@@ -1,4 +1,4 @@
-// Rule: a buffer a collective writes is passed as `&mut` (issue 22): a receive through `&`
+// Rule: a buffer a collective writes is passed as `&mut`: a receive through `&`
 // would let NCCL write a buffer other code may be reading.
 use um::nccl::Comm;
 use um::{Context, Managed, StreamOptions};

@@ -1,4 +1,4 @@
-// Rule: an element type maps to one of NCCL's (issue 22): `u16` has no ncclDataType_t, so a
+// Rule: an element type maps to one of NCCL's: `u16` has no ncclDataType_t, so a
 // buffer of it is no collective's.
 use um::nccl::{Comm, ReduceOp};
 use um::{Context, Managed, StreamOptions};

@@ -1,4 +1,4 @@
-// Rule 194 (red team 12): A `StreamOrder` recorded on a graph's capture stream would put an event record into the
+// Rule 194: A `StreamOrder` recorded on a graph's capture stream would put an event record into the
 // graph (and a later `wait` on an eager stream would make it join the capture). Expected: E0277,
 // `Capture` is not `Eager`.
 use um::{Context, Managed, StreamOptions, StreamOrder};

@@ -1,4 +1,4 @@
-// Rule 194 (red team 12): Two threads recording and waiting on one `StreamOrder` at once (the `recorded` Cell). Expected:
+// Rule 194: Two threads recording and waiting on one `StreamOrder` at once (the `recorded` Cell). Expected:
 // E0277, `Cell<bool>` cannot be shared between threads (`StreamOrder: !Sync`).
 use um::{Context, StreamOrder};
 

@@ -1,4 +1,4 @@
-// Rule 194 (red team 12): A capture stream waiting for an order recorded outside the capture would fail it
+// Rule 194: A capture stream waiting for an order recorded outside the capture would fail it
 // (`..._ISOLATION`). Expected: E0277, `Capture` is not `Eager`.
 use um::{Context, Managed, StreamOptions, StreamOrder};
 

@@ -1,4 +1,4 @@
-// Rule: only `um` calls the hidden methods of `CaptureSet` and `Scalars` (issue 24): `enter`
+// Rule: only `um` calls the hidden methods of `CaptureSet` and `Scalars`: `enter`
 // would retype buffers to a capture stream without a capture, `to_host` would hand a graph's
 // buffers to the CPU behind its back, and `Scalars::write` would put values into a node. Each takes a token
 // that no crate but um can name or make.

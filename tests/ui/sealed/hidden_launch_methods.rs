@@ -1,4 +1,4 @@
-// Rule: only `um` calls the hidden methods of `KernelArg` and `KernelArgs` (issue 18): the
+// Rule: only `um` calls the hidden methods of `KernelArg` and `KernelArgs`: the
 // value a launch passes (which marks a mirror written) and the pointers to the arguments.
 // Like `SyncGroup`'s, each takes a token that no crate but um can name or make.
 use um::{Context, KernelArg, KernelArgs, Managed, StreamOptions};

@@ -1,5 +1,5 @@
 // Rule: only `um` calls the hidden
-// methods of `SyncGroup` (issue 18, hole 2): `release_group` enqueued the release to the host
+// methods of `SyncGroup`: `release_group` enqueued the release to the host
 // (an attach to the host without concurrent managed access) and left the buffer stream-owned,
 // for a safe launch on memory the device may no longer touch. Each hidden method takes a token
 // that no crate but um can name or make, so none can be called from outside, hidden or not.

@@ -1,5 +1,5 @@
 // Rule: only host-owned memory dereferences on the CPU. No other crate may claim `HostAccess`
-// (the bound of `Deref`, `Index` and `iter`; API review, issue 21) for a stream-owned state:
+// (the bound of `Deref`, `Index` and `iter`) for a stream-owned state:
 // both the trait and the state are um's (the orphan rule).
 use um::{HostAccess, StreamOwned};
 
