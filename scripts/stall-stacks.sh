@@ -4,7 +4,7 @@
 # Runs COMMAND; if it still runs after AFTER_S seconds, writes the stack of every thread of it
 # and of each of its descendants (a program under compute-sanitizer is the tool's child) to
 # OUT_FILE with `cuda-gdb -p PID -batch`, then lets it run on and returns its exit status. For
-# a program that stalls, e.g. gpu_redteam7's Blas test under memcheck (bench/reliability-notes.md):
+# a program that stalls, e.g. gpu_idle_sections' Blas test under memcheck (bench/reliability-notes.md):
 # which thread waits where tells a wait of um's from a driver call that does not return.
 #
 # UM_STALL_FROM="PATTERN@FILE" starts the AFTER_S clock only once FILE (where the caller sends

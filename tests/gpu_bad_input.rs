@@ -1,9 +1,12 @@
-//! Bad input on a real GPU: each is a clear `Err`, checked before or by the driver.
+//! Bad input on a real GPU: each is a clear `Err`, checked before or by the driver. The
+//! token-free methods of `Storage` reached through a bound, even with forged parts, compute and
+//! check only.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
 use common::gpu;
-use um::{Context, Error, Managed, StreamOptions};
+use um::{Context, Error, Managed, Storage, StreamOptions};
 
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -104,10 +107,10 @@ fn two_handles_of_one_device_share_its_context() {
     assert!(data.iter().all(|v| *v == 2.0));
 }
 
-/// Issue 18, hole 3: `#[repr(C, align(8192))]` needs no `unsafe` (`#[derive(DeviceCopy)]`), and
-/// managed memory is aligned to 256 bytes only: `Managed::new` returned a misaligned `&Page` in
-/// 60 allocations of 64 on an H200. Every constructor of every storage now refuses a type
-/// aligned above 256 bytes before it allocates.
+/// `#[repr(C, align(8192))]` needs no `unsafe` (`#[derive(DeviceCopy)]`), and managed memory is
+/// aligned to 256 bytes only: `Managed::new` returned a misaligned `&Page` in 60 allocations of 64
+/// on an H200. Every constructor of every storage now refuses a type aligned above 256 bytes before
+/// it allocates.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn element_types_aligned_above_256_bytes_are_refused_by_every_constructor() {
@@ -202,4 +205,57 @@ fn element_types_aligned_to_256_bytes_are_always_aligned() {
             assert!(aligned(&*coherent) && *coherent == line, "allocation {i}");
         }
     }
+}
+
+/// Sizes and alignment (oversubscribed requests are not made here: no request is ever larger than
+/// the GPU's free memory).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn sizes_and_alignments_are_refused_before_the_driver() {
+    #[derive(Clone, Copy, um::DeviceCopy)]
+    #[repr(C, align(512))]
+    struct Over([u8; 512]);
+    let ctx = gpu();
+    assert!(matches!(
+        Managed::<[()]>::from_fn(&ctx, 10, |_| ()),
+        Err(Error::ZeroSized { .. })
+    ));
+    assert!(matches!(
+        Managed::<[u64]>::zeroed_slice(&ctx, usize::MAX / 4),
+        Err(Error::SizeOverflow { .. })
+    ));
+    for got in [
+        Managed::new(&ctx, Over([0; 512])).map(drop),
+        Managed::new_mirrored(&ctx, Over([0; 512])).map(drop),
+    ] {
+        assert_eq!(
+            got,
+            Err(Error::OverAligned {
+                align: 512,
+                max: 256
+            })
+        );
+    }
+}
+
+/// The token-free methods of `Storage`'s supertrait, reached through a bound, compute and check
+/// only; even a forged part reaches nothing.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_storage_methods_without_a_token_act_on_nothing() {
+    fn poke<M: Storage>(ctx: &Context, parts: &M::Parts) -> um::Result<()> {
+        M::admit(ctx)?;
+        assert_eq!(M::footprint(4096) % 4096, 0);
+        M::check_hand_off(ctx, ctx, ctx)?;
+        let _address = M::device_ptr(std::ptr::NonNull::<u8>::dangling(), parts);
+        Ok(())
+    }
+    fn forge<M: Storage>(ctx: &Context) -> um::Result<()>
+    where
+        M::Parts: Default,
+    {
+        poke::<M>(ctx, &M::Parts::default())
+    }
+    let ctx = gpu();
+    forge::<um::Unified>(&ctx).expect("computes and checks only");
 }

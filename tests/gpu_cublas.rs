@@ -1,6 +1,12 @@
-//! cuBLAS on owned buffers (issue 23, `crates/um-cublas`): GEMM and GEMV against a CPU
-//! reference at odd shapes, leading dimensions and transposes, f32 and f64, on every storage;
-//! shape errors refused before cuBLAS runs; the row-major path; a handle per thread.
+//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM and GEMV against a CPU reference at odd
+//! shapes, leading dimensions and transposes, f32 and f64, on every storage; shape errors
+//! refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
+//! captures: its drop never fails a capture of um (leaked where it cannot wait), its moves
+//! between streams are ordered on the device after all earlier work of the old stream (also
+//! between threads' per-thread streams) with no host wait, so they go through during a capture,
+//! and its creation and first calls inside a capture closure, or on another thread beside
+//! captures, do not fail them. Tests that need cuBLAS's first use in a process run in a child
+//! process (this binary, `UM_CUBLAS_CHILD` set).
 //!
 //! Every test needs a GPU and cuBLAS (the toolkit's `libcublas.so.13`, found as
 //! `docs/interop.md` says). The missing-library error needs neither: it is tested in
@@ -9,8 +15,15 @@
 
 mod common;
 
-use common::{gpu, serial};
-use um::{Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{capture_once, device_for_captures, gpu, serial, watchdog};
+use um::kernels::testing::{self, add_scalar, spin_then_add};
+use um::{
+    Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions, relaxed_while_capturing,
+};
 use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Op, ShapeError};
 
 /// The test's element types, with conversions to f64 (the reference computes in f64) and a
@@ -582,12 +595,12 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
     assert_eq!(c[3 + 5 * n], want);
 }
 
-/// Red team 4, finding 1: while a graph capture of um is in progress, a `Blas` is not destroyed
-/// (cuBLAS's own device-wide wait would fail there): dropped, it is leaked. It moves to another
-/// eager stream inside the capture closure: the move is ordered on the device after its GEMM on
-/// the first stream (`StreamOrder`), with no host wait that would fail the capture (before,
-/// the move was refused with `Error::CaptureInProgress`). The capture is not disturbed by
-/// either, and both GEMMs complete with the right result.
+/// While a graph capture of um is in progress, a `Blas` is not destroyed (cuBLAS's own device-wide
+/// wait would fail there): dropped, it is leaked. It moves to another eager stream inside the
+/// capture closure: the move is ordered on the device after its GEMM on the first stream
+/// (`StreamOrder`), with no host wait that would fail the capture (before, the move was refused
+/// with `Error::CaptureInProgress`). The capture is not disturbed by either, and both GEMMs
+/// complete with the right result.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn leaks_a_blas_during_a_capture_moves_in_order_is_not_destroyed_and_leaves_it_valid() {
@@ -637,4 +650,546 @@ fn leaks_a_blas_during_a_capture_moves_in_order_is_not_destroyed_and_leaves_it_v
         &c2[..]
     );
     assert!(x.iter().all(|v| *v == 1.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A handle dropped beside captures.
+
+/// Handles destroyed beside the captures (fewer under a sanitizer, where each call is slow).
+fn handles() -> usize {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        10
+    } else {
+        100
+    }
+}
+
+/// Captures of one launch back to back until `stop` (at most 4000); the number that failed.
+fn capture_loop(ctx: &Context, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let mut failures = 0;
+    for i in 0..4000 {
+        if let Err(e) = capture_once(ctx) {
+            failures += 1;
+            eprintln!("capture {i}: {e}");
+        }
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+    }
+    failures
+}
+
+/// `Blas` handles dropped on one thread while another makes captures back to back: a drop
+/// destroys its handle inside `Context::with_idle_unless_capturing`, before any capture can begin
+/// (cuBLAS's destroy waits for the whole device, which would fail a capture that began meanwhile),
+/// or leaks it while a capture is in progress. No capture fails.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_dropped_beside_captures_never_fails_one_and_leaks_if_it_cannot_wait() {
+    let _serial = serial(); // captures change the answer of an idle section
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use um_cublas::{Blas, Gemm};
+    // The device as it is: captures of unified memory need concurrent managed access (rule 183).
+    let ctx = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
+    if !ctx.info().concurrent_managed_access {
+        eprintln!("skipped: the device lacks concurrent managed access");
+        return;
+    }
+    let n = 64;
+    let a = Managed::from_slice(&ctx, &vec![1.0f32; n * n]).expect("alloc");
+    let c = Managed::from_slice(&ctx, &vec![0.0f32; n * n]).expect("alloc");
+    let start = std::sync::Barrier::new(2);
+    let stop = AtomicBool::new(false);
+    let failures = std::thread::scope(|t| {
+        t.spawn(|| {
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+                // Made and used before the captures start: only the destroys overlap them.
+                let blases: Vec<Blas> = (0..handles())
+                    .map(|_| {
+                        let b = Blas::new(&ctx).expect("cuBLAS");
+                        b.gemm(s, &Gemm::new(n, n, n), &a, &a, &mut c)
+                            .expect("gemm");
+                        b
+                    })
+                    .collect();
+                s.wait_idle()?;
+                start.wait();
+                for b in blases {
+                    // Destroyed under the device's capture lock, or leaked while a capture is
+                    // in progress: never a device-wide wait that a capture could meet.
+                    drop(b);
+                }
+                stop.store(true, Ordering::Relaxed);
+                let (_a, c) = s.sync_all((a, c))?;
+                assert!(c.iter().all(|v| *v == n as f32), "the gemms' result");
+                Ok(())
+            })
+            .expect("eager side");
+        });
+        start.wait();
+        capture_loop(&ctx, &stop)
+    });
+    assert_eq!(
+        failures, 0,
+        "a Blas drop on another thread failed um captures"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Moves between streams, ordered on the device.
+
+/// How long the spin kernels hold their stream: 3 s, 10 s under a sanitizer (whose slowdown of
+/// the host's calls must stay well under it: the tests below tell "the host waited for the
+/// spin" from "it did not" by half of it).
+fn spin_ns() -> u64 {
+    if common::under_sanitizer() {
+        10_000_000_000
+    } else {
+        3_000_000_000
+    }
+}
+
+/// The record a `Blas` move waits for is made after the handle's last call on the old stream, so it
+/// covers every earlier piece of work there, not only cuBLAS's; the new stream then waits for all
+/// of it, and so does everything later on the new stream (um's own kernels included) and its `sync`
+/// (`docs/interop.md` said otherwise of a stuck collective; corrected).
+///
+/// Two rounds, each with a spin on the old stream before the handle's last call there. Cold: a
+/// fresh handle, whose first calls are cuBLAS's first use of the kernel and of each stream. Warm:
+/// the same handle after both streams and the kernel were used once. In both, the new stream's work
+/// ends a spin after the spin began (the order); the step times are printed. In the warm round the
+/// moving call also returns long before the spin ends: the move waits on the device, not on the
+/// host. (On 2x H200 the first version of this test saw the new stream's `sync` take 65 us: the
+/// host had waited for the spin before it, somewhere in the cold calls.)
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_move_orders_the_new_stream_after_all_earlier_work_of_the_old_stream() {
+    let _serial = serial();
+    let _dog = watchdog("a Blas move after a spin on the old stream");
+    let ctx = gpu();
+    let spin = Duration::from_nanos(spin_ns());
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+    let (busy, a, c, a2, c2, y) = (m(0.0), m(1.0), m(0.0), m(1.0), m(0.0), m(0.0));
+    ctx.with_stream_set(2, StreamOptions::new().non_blocking(), |s| {
+        let (mut busy, a, mut c) = (busy.attach(&s[0])?, a.attach(&s[0])?, c.attach(&s[0])?);
+        let (a2, mut c2, mut y) = (a2.attach(&s[1])?, c2.attach(&s[1])?, y.attach(&s[1])?);
+        let g = Gemm::new(2, 2, 2);
+        for round in ["cold", "warm"] {
+            let t = Instant::now();
+            let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+            // Unrelated work on s[0] first (a stand-in for a stuck collective), then a GEMM.
+            spin_then_add(&s[0], &mut busy, 1.0, spin_ns())?;
+            let spun = ms(t);
+            blas.gemm(&s[0], &g, &a, &a, &mut c)?;
+            let old = ms(t);
+            let before_move = Instant::now();
+            blas.gemm(&s[1], &g, &a2, &a2, &mut c2)?; // the move
+            let move_host = before_move.elapsed();
+            let moved = ms(t);
+            add_scalar(&s[1], &mut y, 1.0)?; // um's own kernel on the new stream
+            s[1].wait_idle()?;
+            let new_done = t.elapsed();
+            s[0].wait_idle()?;
+            eprintln!(
+                "{round}: ms from the spin's launch to: launched {spun:.1}, GEMM on the old \
+                 stream {old:.1}, the move {moved:.1} ({:.1} on the host), the new stream \
+                 idle {:.1}, the old stream idle {:.1}",
+                move_host.as_secs_f64() * 1e3,
+                new_done.as_secs_f64() * 1e3,
+                ms(t)
+            );
+            assert!(
+                new_done >= spin - Duration::from_millis(200),
+                "{round}: the new stream did not wait for the old stream's unrelated work \
+                 ({new_done:?})"
+            );
+            if round == "warm" {
+                assert!(
+                    move_host < spin / 2,
+                    "warm: the move waited on the host ({move_host:?})"
+                );
+            }
+            // The next round moves back to s[0] first, then to s[1] again.
+            blas.gemm(&s[0], &g, &a, &a, &mut c)?;
+            s[0].wait_idle()?;
+        }
+        s[1].sync_all((a2, c2, y))?;
+        let (busy, _, _) = s[0].sync_all((busy, a, c))?;
+        assert_eq!(busy[0], 2.0, "both spins ran");
+        Ok(())
+    })
+    .expect("stream work");
+}
+
+/// A `Blas` whose last call ran on thread X's per-thread stream, behind a 3 s spin there, sent to
+/// thread Y and used on Y's per-thread stream: the handle is bound by the special handle
+/// `CU_STREAM_PER_THREAD` both times, so only the ids (per thread) tell the move. Expected: Y's
+/// GEMM is ordered after X's (Y's sync waits for the spin) and right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_sent_between_threads_on_per_thread_streams_is_ordered() {
+    let _serial = serial();
+    let _dog = watchdog("a Blas sent between per-thread streams");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let ctx_ref = &ctx;
+    let blas = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let ctx = ctx_ref;
+                let busy = Managed::<[f32]>::zeroed_slice(ctx, 1).expect("alloc");
+                let a = Managed::from_slice(ctx, &[1.0f32; 4]).expect("alloc");
+                let c = Managed::from_slice(ctx, &[0.0f32; 4]).expect("alloc");
+                // X: a spin, then a GEMM, on X's per-thread stream; X's buffers stay on X
+                // (PerThread is !Send) and are synced there. The GEMM on Y below must come
+                // after X's (it does here trivially, X synced); the point is that the bind on
+                // Y is seen as a move (another id for the same special handle) and that the
+                // result is right. A 3 s wait on Y would show the order where X does not sync:
+                // that variant needs a buffer X can leave in flight (a hand_off, as
+                // gpu_interop's stream_order_outlives_the_stream_it_recorded does).
+                ctx.with_per_thread_stream(|s| {
+                    let (mut busy, a, mut c) = (busy.attach(s)?, a.attach(s)?, c.attach(s)?);
+                    spin_then_add(s, &mut busy, 1.0, spin_ns() / 10)?;
+                    blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                    let (_, _, c) = s.sync_all((busy, a, c))?;
+                    assert!(c.iter().all(|v| *v == 2.0));
+                    Ok(())
+                })
+                .expect("thread X");
+                blas
+            })
+            .join()
+            .expect("X")
+    });
+    // Y: this thread's per-thread stream; the handle moves here (another id).
+    let (a, c) = (
+        Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+    );
+    let c = ctx
+        .with_per_thread_stream(|s| {
+            let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+            blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+            let (_, c) = s.sync_all((a, c))?;
+            Ok(c)
+        })
+        .expect("thread Y");
+    assert!(c.iter().all(|v| *v == 2.0), "{:?}", &c[..]);
+}
+
+/// A capture closure that waits, without a bound, for another thread's `Blas` move: the move is
+/// ordered on the device (`StreamOrder`), without a host wait, so it goes through during the
+/// capture (it was once refused until the capture had ended), and the closure sees it.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_closure_that_waits_for_a_blas_move_on_another_thread_sees_it_go_through() {
+    let _serial = serial();
+    let done = watchdog("a capture closure waiting for a Blas move");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let n = 64;
+    let refused = AtomicU64::new(0);
+    let (began_tx, began_rx) = mpsc::channel::<()>();
+    let (moved_tx, moved_rx) = mpsc::channel::<()>();
+    let (ctx, refused) = (&ctx, &refused);
+    let (seen_in_capture, capture) = std::thread::scope(|t| {
+        let worker = t.spawn(move || {
+            let blas = Blas::new(ctx).expect("cuBLAS");
+            ctx.with_stream_set(2, StreamOptions::new(), |s| {
+                let buf = |v: f32, i: usize| {
+                    Managed::from_slice(ctx, &vec![v; n * n]).and_then(|m| m.attach(&s[i]))
+                };
+                let (a0, mut c0) = (buf(1.0, 0)?, buf(0.0, 0)?);
+                let (a1, mut c1) = (buf(1.0, 1)?, buf(0.0, 1)?);
+                let g = Gemm::new(n, n, n);
+                blas.gemm(&s[0], &g, &a0, &a0, &mut c0)?; // bound to stream 0
+                began_rx.recv().expect("the capture has begun");
+                // "Retry until it succeeds": no retry is needed any more.
+                loop {
+                    match blas.gemm(&s[1], &g, &a1, &a1, &mut c1) {
+                        Ok(()) => break,
+                        Err(um_cublas::Error::CaptureInProgress) => {
+                            refused.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                moved_tx.send(()).ok();
+                s[0].sync_all((a0, c0))?;
+                let (_, c1) = s[1].sync_all((a1, c1))?;
+                // Ordered after the GEMM on stream 0, and right.
+                assert!(c1.iter().all(|v| *v == n as f32), "the moved GEMM's result");
+                Ok(())
+            })
+            .expect("the worker");
+        });
+        let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+        let mut seen = None;
+        let capture = ctx.with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                testing::add_scalar(cap, &mut x, 1.0)?;
+                began_tx.send(()).expect("signal");
+                // A program may wait here without a bound: the move needs no host wait.
+                seen = Some(moved_rx.recv_timeout(Duration::from_secs(30)).is_ok());
+                Ok(((x,), ()))
+            })?;
+            graph.launch(s)?;
+            graph.sync().map(drop)
+        });
+        worker.join().expect("the worker");
+        (seen, capture)
+    });
+    println!(
+        "the worker's move was refused {} times during the capture",
+        refused.load(Ordering::SeqCst)
+    );
+    assert!(capture.is_ok(), "the capture: {capture:?}");
+    assert_eq!(
+        seen_in_capture,
+        Some(true),
+        "the move did not go through while the capture was in progress"
+    );
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        0,
+        "a move was refused during the capture"
+    );
+    done.send(()).ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuBLAS inside a capture closure and beside captures.
+
+const CHILD: &str = "UM_CUBLAS_CHILD";
+
+/// Runs `test` alone in a child process (this binary, [`CHILD`] set); the child must pass, and
+/// print `flushes` lines "flushed at thread exit".
+fn in_child(test: &str, flushes: usize) {
+    let (status, text) = common::child_output(test, CHILD);
+    assert!(
+        status.success() && text.contains("1 passed"),
+        "the child failed ({status})"
+    );
+    assert_eq!(
+        text.matches("flushed at thread exit").count(),
+        flushes,
+        "the thread-locals' flushes"
+    );
+}
+
+fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// A first GEMM on the capturing thread, on the eager stream the handle is bound to, inside a
+/// capture closure: cuBLAS loads the GEMM's kernel lazily, a module load that fails the capture
+/// in thread-local mode, so `Blas` calls cuBLAS with the thread's mode relaxed inside a capture
+/// closure (`relaxed_while_capturing`). In a child process: the first GEMM of the process.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_first_gemm_on_the_eager_stream_inside_a_capture_closure_does_not_fail_the_capture() {
+    if !is_child() {
+        return in_child(
+            "a_first_gemm_on_the_eager_stream_inside_a_capture_closure_does_not_fail_the_capture",
+            0,
+        );
+    }
+    let done = watchdog("a GEMM inside a capture closure");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let n = 96;
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let a = Managed::from_slice(&ctx, &vec![1.0f32; n * n]).expect("alloc");
+    let v = Managed::from_slice(&ctx, &vec![1.0f32; n]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &vec![0.0f32; n]).expect("alloc");
+    let c = Managed::from_slice(&ctx, &vec![0.0f32; n * n]).expect("alloc");
+    let (captured, c) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, a, v, mut y, mut c) = (
+                x.attach(s)?,
+                a.attach(s)?,
+                v.attach(s)?,
+                y.attach(s)?,
+                c.attach(s)?,
+            );
+            // Binds the handle to `s` with a GEMV: the GEMM kernel stays cold.
+            blas.gemv(s, &Gemv::new(n, n), &a, &v, &mut y)?;
+            let captured = s.capture((x,), |cap, (mut x,)| {
+                testing::add_scalar(cap, &mut x, 1.0)?;
+                // On the capturing thread, on the eager stream it is bound to: no move, so
+                // `enter` checks nothing about captures.
+                blas.gemm(s, &Gemm::new(n, n, n).transa(Op::T), &a, &a, &mut c)?;
+                testing::add_scalar(cap, &mut x, 1.0)?;
+                Ok(((x,), ()))
+            });
+            let captured = match captured {
+                Ok((graph, ())) => {
+                    graph.launch(s)?;
+                    let (x,) = graph.sync()?;
+                    Ok(x.iter().all(|e| *e == 2.0))
+                }
+                Err(e) => Err(e),
+            };
+            let (_, _, c) = s.sync_all((a, y, c))?;
+            Ok((captured, c))
+        })
+        .expect("the stream");
+    println!("capture with a first GEMM inside: {captured:?}");
+    assert!(c.iter().all(|e| *e == n as f32), "the eager GEMM's result");
+    assert_eq!(
+        captured,
+        Ok(true),
+        "a correct capture failed because of a cuBLAS call on the capturing thread"
+    );
+    done.send(()).ok();
+}
+
+/// `Blas::new` and first uses of cuBLAS's kernels (other types, transposes, shapes), each on a
+/// stream of its own so that each moves the handle, on another thread while captures are open:
+/// no capture fails (rule 187). In a child process: cuBLAS's first use in the process.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_made_and_used_for_the_first_time_beside_captures_fails_none() {
+    if !is_child() {
+        return in_child(
+            "blas_made_and_used_for_the_first_time_beside_captures_fails_none",
+            0,
+        );
+    }
+    let done = watchdog("cuBLAS first use beside captures");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let stop = AtomicBool::new(false);
+    let failed = AtomicU64::new(0);
+    let (began_tx, began_rx) = mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let rounds = 8;
+    let (ctx, stop, failed) = (&ctx, &stop, &failed);
+    std::thread::scope(|t| {
+        // Captures back to back; each holds its capture open until the other thread has made
+        // its cuBLAS calls of this round (at most 2 s).
+        t.spawn(move || {
+            for _ in 0..rounds {
+                let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+                let r = ctx.with_stream(StreamOptions::new(), |s| {
+                    let x = x.attach(s)?;
+                    let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                        testing::add_scalar(cap, &mut x, 1.0)?;
+                        began_tx.send(()).expect("signal");
+                        let _ = ready_rx.recv_timeout(Duration::from_secs(2));
+                        testing::add_scalar(cap, &mut x, 1.0)?;
+                        Ok(((x,), ()))
+                    })?;
+                    graph.launch(s)?;
+                    let (x,) = graph.sync()?;
+                    assert!(x.iter().all(|e| *e == 2.0));
+                    Ok(())
+                });
+                if let Err(e) = r {
+                    println!("capture failed: {e}");
+                    failed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        // Round 0: `Blas::new` while a capture is open. Later rounds: a kernel cuBLAS has not
+        // used yet in this process (another type, transpose or shape), each on a stream of its
+        // own, so each round moves the handle (ordered on the device, no wait) while the
+        // other thread's capture is open.
+        t.spawn(move || {
+            let mut blas = None;
+            for round in 0..rounds {
+                if began_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                    break;
+                }
+                if blas.is_none() {
+                    blas = Some(Blas::new(ctx).expect("cuBLAS beside a capture"));
+                }
+                let b = blas.as_ref().expect("made");
+                let n = 33 + 64 * round;
+                ctx.with_stream(StreamOptions::new(), |s| {
+                    if round % 2 == 0 {
+                        let a = Managed::from_slice(ctx, &vec![1.0f32; n * n])?.attach(s)?;
+                        let mut c = Managed::from_slice(ctx, &vec![0.0f32; n * n])?.attach(s)?;
+                        let op = if round % 4 == 0 { Op::N } else { Op::T };
+                        b.gemm(s, &Gemm::new(n, n, n).transa(op), &a, &a, &mut c)?;
+                        s.sync_all((a, c)).map(drop)
+                    } else {
+                        let a = Managed::from_slice(ctx, &vec![1.0f64; n * n])?.attach(s)?;
+                        let mut c = Managed::from_slice(ctx, &vec![0.0f64; n * n])?.attach(s)?;
+                        b.gemm(s, &Gemm::new(n, n, n), &a, &a, &mut c)?;
+                        s.sync_all((a, c)).map(drop)
+                    }
+                })
+                .expect("the eager GEMM beside the capture");
+                ready_tx.send(()).ok();
+            }
+            // Dropped once the captures are over (a drop during one would leak it, rule 146).
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(blas);
+        });
+    });
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "cuBLAS's creation or first use on another thread failed captures of um (rule 187)"
+    );
+    done.send(()).ok();
+}
+
+/// `Blas`'s doc: "Inside a capture closure, a `Blas` on an eager stream works as anywhere
+/// else". `Blas::new` inside a capture closure (`cublasCreate_v2` and cuBLAS's lazy setup may
+/// allocate, which the driver refuses on the capturing thread in thread-local mode) creates the
+/// handle with the mode relaxed, so it works there, as it does inside `relaxed_while_capturing`
+/// (the user's workaround, the second round); the handle dropped in the closure is leaked (a
+/// capture is in progress).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn blas_made_inside_a_capture_closure_works_and_leaks_when_dropped_there() {
+    let _serial = serial();
+    let _dog = watchdog("a Blas made inside a capture closure");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    for relaxed in [false, true] {
+        let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+        let (a, c) = (
+            Managed::from_slice(&ctx, &[1.0f32; 4]).expect("alloc"),
+            Managed::from_slice(&ctx, &[0.0f32; 4]).expect("alloc"),
+        );
+        let mut made = None;
+        let r = ctx.with_stream(StreamOptions::new(), |s| {
+            let (x, a, mut c) = (x.attach(s)?, a.attach(s)?, c.attach(s)?);
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                let blas = if relaxed {
+                    relaxed_while_capturing(|| Blas::new(&ctx))?
+                } else {
+                    Blas::new(&ctx)
+                };
+                made = Some(blas.and_then(|b| b.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)));
+                Ok(((x,), ())) // the Blas is dropped here: leaked (capture in progress)
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            let (_, c) = s.sync_all((a, c))?;
+            Ok((x[0], c[0]))
+        });
+        eprintln!("relaxed = {relaxed}: Blas::new + gemm: {made:?}; capture: {r:?}");
+        assert!(
+            matches!(made, Some(Ok(()))),
+            "relaxed = {relaxed}: {made:?}"
+        );
+        assert_eq!(r.ok(), Some((1.0, 2.0)), "relaxed = {relaxed}");
+    }
 }

@@ -13,6 +13,13 @@
 //! branch not ordered after it would read the buffer before the write, and the exact results
 //! would show it. No assertion depends on timing. The tests share a lock: two compare the GPU's
 //! free memory, which other tests of this binary must not move meanwhile.
+//!
+//! `relaxed_while_capturing` inside a capture closure: a whole-context wait there still fails
+//! the capture, host-owned memory may be made and freed there, the thread's mode is restored
+//! after a panic, a capture begun inside it runs its own closure relaxed, and a thread that
+//! captures on device 1 may wait for device 0 and allocate there (two GPUs; skipped on one).
+//! These tests open device 0 through `Context::new` and are skipped where it has no concurrent
+//! managed access (as under `run.sh --emulate-no-concurrent-access`).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
@@ -21,11 +28,13 @@ use std::ffi::{c_uint, c_void};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::{is_fault_child, run_in_child};
+use common::{
+    assert_context_usable, device_for_captures, gpu, is_fault_child, run_in_child, watchdog,
+};
 use um::kernels::testing::{add_scalar, add_scalar_node, axpy, spin_then_add, spin_then_add_node};
 use um::{
     Context, ContextOptions, Error, HostOwned, LaunchConfig, Linear, Managed, Storage,
-    StreamOptions, Transfer,
+    StreamOptions, Transfer, relaxed_while_capturing,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -757,12 +766,11 @@ fn streams_of_a_set_and_nodes_of_other_graphs_are_refused() {
     .expect("checks");
 }
 
-/// Red team 3, finding 1: a buffer of an eager stream dropped on the capturing thread, from a
-/// `with_stream` scope that ends inside the capture closure (its stream is destroyed while its
-/// kernel still runs). The drop waits for nothing (the capture goes on), and the memory is
-/// freed behind a callback enqueued on that stream at the drop, while it was alive: after the
-/// kernel, never under it (memcheck would report the kernel's writes to freed memory). No
-/// memory is lost once the reaper is done.
+/// A buffer of an eager stream dropped on the capturing thread, from a `with_stream` scope that
+/// ends inside the capture closure (its stream is destroyed while its kernel still runs). The drop
+/// waits for nothing (the capture goes on), and the memory is freed behind a callback enqueued on
+/// that stream at the drop, while it was alive: after the kernel, never under it (memcheck would
+/// report the kernel's writes to freed memory). No memory is lost once the reaper is done.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn an_eager_buffer_dropped_in_a_capture_is_freed_behind_its_own_stream() {
@@ -801,9 +809,9 @@ fn an_eager_buffer_dropped_in_a_capture_is_freed_behind_its_own_stream() {
     );
 }
 
-/// Red team 3, finding 3: rule 164 holds for graphs. On a poisoned stream (what um-nccl does
-/// before it aborts a communicator) a capture and a replay are refused, and a graph's buffers
-/// are never handed to the CPU: `sync` is `StreamPoisoned`, and the buffers are leaked.
+/// Rule 164 holds for graphs. On a poisoned stream (what um-nccl does before it aborts a
+/// communicator) a capture and a replay are refused, and a graph's buffers are never handed to the
+/// CPU: `sync` is `StreamPoisoned`, and the buffers are leaked.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn leaks_a_poisoned_stream_refuses_captures_and_replays() {
@@ -831,4 +839,207 @@ fn leaks_a_poisoned_stream_refuses_captures_and_replays() {
         Ok(())
     })
     .expect("the checks");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `relaxed_while_capturing` inside a capture closure.
+
+/// Captures one `add_scalar` on a fresh buffer of 256 zeros, with `inside` called in the
+/// capture closure after it, then replays the graph once: what `inside` returned, and the
+/// buffer's first element after the replay (1.0 when the capture and its replay worked).
+fn capture_around<R>(ctx: &Context, inside: impl FnOnce() -> R) -> (Option<R>, um::Result<f32>) {
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let mut seen = None;
+    let r = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            seen = Some(inside());
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        Ok(x[0])
+    });
+    (seen, r)
+}
+
+/// `relaxed_while_capturing`'s doc: "a wait on the device as a whole still fails, and fails the
+/// capture". `Context::wait_idle` does not refuse on a capturing thread before the driver call
+/// (rule 187 says so), so inside `relaxed_while_capturing` it is a `cuCtxSynchronize` on the
+/// capturing thread with the mode relaxed. Expected (doc): `Err`, and the capture `Err`. Not UB
+/// either way; a hang or an `Ok` would contradict the doc.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn wait_idle_inside_relaxed_inside_a_capture_fails_the_capture() {
+    let _serial = serial();
+    let _dog = watchdog("wait_idle inside relaxed_while_capturing in a capture");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let (inner, r) = capture_around(&ctx, || relaxed_while_capturing(|| ctx.wait_idle()));
+    eprintln!("wait_idle inside relaxed: {inner:?}; the capture: {r:?}");
+    assert!(matches!(inner, Some(Ok(Err(_)))), "{inner:?}");
+    assert!(
+        r.is_err(),
+        "the capture survived a whole-context wait: {r:?}"
+    );
+    assert_context_usable(&ctx);
+}
+
+/// `relaxed_while_capturing`'s doc: "a buffer dropped on a capturing thread is never freed ...
+/// there". A host-owned buffer is freed by its drop wherever it is (no `capturing()` test on that
+/// path): in thread-local mode the driver refuses the free (a leak, the capture failed); inside
+/// `relaxed_while_capturing` the free goes through on the capturing thread. Nothing on the GPU uses
+/// a host-owned buffer, so expected: no UB, the capture `Ok`, and the graph's result right. (The
+/// free memory the driver reports is printed; a managed allocation that nothing touched did not
+/// change it on 2x H200.)
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_owned_buffer_made_and_dropped_inside_relaxed_in_a_capture() {
+    let _serial = serial();
+    let _dog = watchdog("a host-owned buffer inside relaxed_while_capturing in a capture");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let (seen, r) = capture_around(&ctx, || {
+        relaxed_while_capturing(|| {
+            let before = ctx.mem_info().map(|m| m.0);
+            let big = Managed::<[f32]>::zeroed_slice(&ctx, 64 << 20); // 256 MiB
+            let during = ctx.mem_info().map(|m| m.0);
+            let made = big.is_ok();
+            drop(big); // cuMemFree on the capturing thread, mode relaxed
+            let after = ctx.mem_info().map(|m| m.0);
+            (made, before, during, after)
+        })
+    });
+    eprintln!("made, free memory before/during/after: {seen:?}; the capture: {r:?}");
+    assert!(
+        matches!(seen, Some(Ok((true, ..)))),
+        "the allocation inside relaxed mode: {seen:?}"
+    );
+    assert_eq!(r.ok(), Some(1.0), "the capture or its replay");
+}
+
+/// A panic inside `relaxed_while_capturing`'s `f`, caught inside the capture closure: the mode
+/// is back to thread-local, so an allocation right after it on the capturing thread is refused
+/// (and fails the capture). Expected: the allocation `Err`, the capture `Err`; an allocation that
+/// went through would mean the mode was left relaxed.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn relaxed_mode_is_restored_after_a_panic_in_f() {
+    let _serial = serial();
+    let _dog = watchdog("relaxed_while_capturing after a panic in f");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let r = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, alloc_ok) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                relaxed_while_capturing(|| panic!("inside f"))
+            }));
+            assert!(caught.is_err(), "the panic came through");
+            // Nested relaxed sections, then back: still thread-local.
+            relaxed_while_capturing(|| relaxed_while_capturing(|| ()))??;
+            let alloc = Managed::<[f32]>::zeroed_slice(&ctx, 16);
+            Ok(((x,), alloc.is_ok()))
+        })?;
+        let (x,) = graph.sync()?;
+        Ok((x[0], alloc_ok))
+    });
+    eprintln!("capture after a panic in relaxed: {r:?}");
+    assert!(
+        !matches!(r, Ok((_, true))),
+        "an allocation after the panic went through, and the capture with it"
+    );
+    assert_context_usable(&ctx);
+}
+
+/// A capture begun inside `relaxed_while_capturing` (inside another capture's closure): the inner
+/// capture's closure runs with the thread relaxed, so allocations, frees and waits on eager streams
+/// go through there, where `Stream::capture`'s doc says the driver refuses them. um's own state
+/// must still hold: an eager buffer dropped in the inner closure is deferred (not waited for), a
+/// host-owned one freed, the inner graph right, the outer one too. Expected: both graphs right,
+/// `alloc_inside` true (a documentation gap, not UB).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_begun_inside_relaxed_mode_is_relaxed() {
+    let _serial = serial();
+    let _dog = watchdog("a capture begun inside relaxed_while_capturing");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 256]).expect("alloc");
+    let (x, y, z) = (m(0.0), m(10.0), m(5.0));
+    let r = ctx.with_stream_set(2, StreamOptions::new().non_blocking(), |s| {
+        let x = x.attach(&s[0])?;
+        let (y, z) = (y.attach(&s[1])?, z.attach(&s[1])?);
+        let (outer, (inner, alloc_inside)) = s[0].capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            let inner = relaxed_while_capturing(|| {
+                s[1].capture((y,), |cap2, (mut y,)| {
+                    add_scalar(cap2, &mut y, 1.0)?;
+                    let host = Managed::<[f32]>::zeroed_slice(&ctx, 1 << 20);
+                    let ok = host.is_ok();
+                    drop(host); // freed at once (relaxed)
+                    drop(z); // an eager buffer of s[1]: deferred behind a callback
+                    Ok(((y,), ok))
+                })
+            })??;
+            Ok(((x,), inner))
+        })?;
+        inner.launch(&s[1])?;
+        outer.launch(&s[0])?;
+        let (y,) = inner.sync()?;
+        let (x,) = outer.sync()?;
+        Ok((x[0], y[0], alloc_inside))
+    });
+    eprintln!("nested capture in relaxed mode: {r:?}");
+    let (x0, y0, alloc_inside) = r.expect("both captures");
+    assert_eq!((x0, y0), (1.0, 11.0));
+    eprintln!("an allocation inside the inner capture closure went through: {alloc_inside}");
+    um::reap_pending();
+    assert_context_usable(&ctx);
+}
+
+/// `relaxed_while_capturing` on a thread capturing on device 1, calling `Context::wait_idle` on
+/// device 0 and allocating there: what any other thread may do. Expected: both `Ok`, the device-1
+/// capture right. One GPU: skipped.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn relaxed_on_a_thread_capturing_on_another_device() {
+    let _serial = serial();
+    let _dog = watchdog("relaxed_while_capturing on a thread capturing on another device");
+    if um::device_count().unwrap_or(0) < 2 {
+        eprintln!("skipped: one device");
+        return;
+    }
+    let ctx0 = gpu();
+    let ctx1 = Context::new(1).expect("device 1");
+    if !ctx1.info().concurrent_managed_access {
+        return;
+    }
+    let x = Managed::from_slice(&ctx1, &[0.0f32; 256]).expect("alloc");
+    let r = ctx1.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let (graph, inside) = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            let inside = relaxed_while_capturing(|| {
+                let w = ctx0.wait_idle();
+                let a = Managed::<[f32]>::zeroed_slice(&ctx0, 16).map(|_| ());
+                (w, a)
+            })?;
+            Ok(((x,), inside))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        Ok((x[0], inside))
+    });
+    eprintln!("{r:?}");
+    let (x0, (w, a)) = r.expect("the capture on device 1");
+    assert_eq!(x0, 1.0);
+    assert!(w.is_ok() && a.is_ok(), "wait {w:?}, alloc {a:?}");
 }

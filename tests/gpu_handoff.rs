@@ -1,5 +1,7 @@
 //! `hand_off`: memory moves from the stream that owns it to another one without a host wait,
-//! and the receiving stream's kernels see everything the first stream's kernels wrote.
+//! and the receiving stream's kernels see everything the first stream's kernels wrote, also
+//! from an inner scope to an outer one whose stream outlives it, and between nested
+//! per-thread scopes; a panic with kernels in flight on two streams frees nothing in use.
 //!
 //! Stream A runs `spin_then_add`, which takes at least `SPIN_NS` of GPU time before it writes.
 //! Were the receiving stream not ordered after A, it would read the buffer before that write.
@@ -12,7 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::gpu;
-use um::kernels::testing::{add_scalar, axpy, spin_then_add};
+use um::kernels::testing::{self, add_scalar, axpy, spin_then_add};
 use um::{Error, Managed, StreamOptions, Transfer};
 
 /// GPU time `spin_then_add` takes at least.
@@ -270,10 +272,10 @@ fn memory_handed_to_an_outer_stream_outlives_the_inner_one() {
     assert_eq!(bad, None);
 }
 
-/// Issue 18, hole 1 on one GPU: two `Context` handles of one device see the same per-thread
-/// stream under two ids (a stream's id is drawn per thread and per handle). A handoff between
-/// them is then a real one (an event and an attach on the same driver stream, which costs
-/// nothing in correctness), never the shortcut that skips the event; the result is exact.
+/// On one GPU: two `Context` handles of one device see the same per-thread stream under two ids (a
+/// stream's id is drawn per thread and per handle). A handoff between them is then a real one (an
+/// event and an attach on the same driver stream, which costs nothing in correctness), never the
+/// shortcut that skips the event; the result is exact.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_streams_of_two_handles_are_told_apart_and_stay_ordered() {
@@ -298,4 +300,67 @@ fn per_thread_streams_of_two_handles_are_told_apart_and_stay_ordered() {
         "an event ordered them"
     );
     assert!(host.iter().all(|v| *v == 2.0));
+}
+
+/// A kernel's time on the GPU: long outside the sanitizer, short under it.
+fn spin_ns(full_ms: u64) -> u64 {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        5_000_000
+    } else {
+        full_ms * 1_000_000
+    }
+}
+
+/// `hand_off` from an inner stream to an outer one whose scope outlives it (the inner stream and
+/// its event are destroyed with the kernel still running); a panic with kernels in flight on two
+/// streams; nested per-thread scopes (one stream, two brands).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn handoffs_across_scopes_and_panics_with_kernels_in_flight() {
+    let ctx = gpu();
+    let data = Managed::from_slice(&ctx, &[0.0f32; 1 << 16]).expect("alloc");
+    let data = ctx
+        .with_stream(StreamOptions::new().non_blocking(), |outer| {
+            let d = ctx.with_stream(StreamOptions::new().non_blocking(), |inner| {
+                let mut d = data.attach(inner)?;
+                testing::spin_then_add(inner, &mut d, 1.0, spin_ns(100))?;
+                d.hand_off(outer)
+            })?;
+            d.sync()
+        })
+        .expect("stream work");
+    assert!(data.iter().all(|v| *v == 1.0));
+
+    let (a, b) = (
+        Managed::from_slice(&ctx, &[0.0f32; 1024]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 1024]).expect("alloc"),
+    );
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = ctx.with_stream(StreamOptions::new(), |s1| {
+            let mut a = a.attach(s1)?;
+            testing::spin_then_add(s1, &mut a, 1.0, spin_ns(50))?;
+            ctx.with_stream(StreamOptions::new(), |s2| -> um::Result<()> {
+                let mut b = b.attach(s2)?;
+                testing::spin_then_add(s2, &mut b, 1.0, spin_ns(50))?;
+                panic!("unwind with two kernels in flight")
+            })
+        });
+    }));
+    assert!(unwound.is_err());
+    ctx.wait_idle()
+        .expect("the context is usable after the unwind");
+
+    let p = Managed::from_slice(&ctx, &[0.0f32; 64]).expect("alloc");
+    let p = ctx
+        .with_per_thread_stream(|outer| {
+            let mut p = p.attach(outer)?;
+            testing::add_scalar(outer, &mut p, 1.0)?;
+            ctx.with_per_thread_stream(|inner| {
+                let mut p = p.hand_off(inner)?;
+                testing::add_scalar(inner, &mut p, 1.0)?;
+                p.sync()
+            })
+        })
+        .expect("stream work");
+    assert!(p.iter().all(|v| *v == 2.0));
 }

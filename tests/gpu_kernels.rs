@@ -1,11 +1,14 @@
-//! Every typed launcher of um-kernels against a CPU reference, at odd sizes and at one element.
+//! Every typed launcher of um-kernels against a CPU reference, at odd sizes and at one element;
+//! arguments checked at run time before a launch (lengths that differ, a value that looks like
+//! a count); the module and function caches, which find each PTX text and kernel name as itself
+//! (a loaded prefix of a module, a copy, a name inside a longer literal).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
 use common::gpu;
 use um::kernels::{reference, run_task, streams, testing};
-use um::{Context, Managed, StreamOptions};
+use um::{Context, Error, Linear, Managed, StreamOptions};
 
 /// Odd sizes and one element; the largest is smaller under the sanitizer.
 fn sizes() -> [usize; 5] {
@@ -188,4 +191,113 @@ fn modules_and_kernels_load_once_per_context() {
         "axpy was cached {} times",
         kernels - kernels_before
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn buffers_that_share_n_but_differ_in_length_are_refused_before_launch() {
+    let ctx = gpu();
+    let x = Managed::from_fn(&ctx, 100, |_| 1.0f32).expect("alloc");
+    let y = Managed::from_fn(&ctx, 101, |_| 5.0f32).expect("alloc");
+    let (got, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y) = (x.attach(s)?, y.attach(s)?);
+            let got = testing::axpy(s, &x, &mut y, 2.0);
+            let got_with = testing::axpy_with(s, Linear::new(1, 1)?, &x, &mut y, 2.0);
+            assert_eq!(got, got_with);
+            let (_x, y) = s.sync_all((x, y))?;
+            Ok((got, y))
+        })
+        .expect("stream work");
+    assert_eq!(
+        got,
+        Err(Error::LengthMismatch {
+            kernel: "axpy",
+            first: "x",
+            expected: 100,
+            buffer: "y",
+            len: 101
+        })
+    );
+    assert!(y.iter().all(|v| *v == 5.0), "a refused launch ran");
+}
+
+/// `fill` is declared by a prototype in `testing.cu` and defined in `testing_fill.cuh` with other
+/// parameter names. A launcher that chose the count by name, with a prototype that named the
+/// parameters otherwise than the definition, made `fill(s, &mut y16, 1 << 30)` pass `1 << 30` where
+/// the kernel read its count: an out-of-bounds write of 4 GiB (seen: `CUDA_ERROR_ILLEGAL_ADDRESS`;
+/// memcheck: `Invalid __global__ write`). The length is the position whose type is `um::len32`,
+/// checked by the compiler: `1 << 30` is the value, and only `y`'s 16 elements are written.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_value_that_looks_like_a_count_never_drives_the_kernel_past_its_buffer() {
+    let ctx = gpu();
+    let y = Managed::from_fn(&ctx, 16, |_| 0.0f32).expect("alloc");
+    let guard = Managed::from_fn(&ctx, 1 << 16, |_| -1.0f32).expect("alloc");
+    let (y, guard) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut y, guard) = (y.attach(s)?, guard.attach(s)?);
+            testing::fill(s, &mut y, 1 << 30)?;
+            testing::fill_with(s, Linear::new(4096, 1024)?, &mut y, 1 << 30)?;
+            s.sync_all((y, guard))
+        })
+        .expect("fill writes its buffer only");
+    assert!(y.iter().all(|v| *v == (1u32 << 30) as f32), "{:?}", &y[..4]);
+    assert!(guard.iter().all(|v| *v == -1.0), "nothing else was written");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_loaded_prefix_of_a_module_does_not_stand_for_it() {
+    let ctx = gpu();
+    // testing.cu's PTX up to its second kernel: a valid module holding add_scalar alone, at
+    // the same address as the whole text. Before the caches compared lengths, it was then
+    // found for every launcher of testing.cu, and axpy was "not found".
+    let ptx: &'static str = testing::PTX;
+    let second = ptx
+        .match_indices(".entry")
+        .nth(1)
+        .map(|(at, _)| ptx[..at].rfind('\n').map_or(at, |nl| nl + 1))
+        .expect("testing.cu has several kernels");
+    let prefix: &'static str = &ptx[..second];
+    assert_eq!(prefix.as_ptr(), ptx.as_ptr());
+    ctx.load_ptx(prefix)
+        .expect("the prefix is a module of add_scalar alone");
+    let x = Managed::from_fn(&ctx, 1000, |i| i as f32).expect("alloc");
+    let y = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("alloc");
+    let (x, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y) = (x.attach(s)?, y.attach(s)?);
+            testing::axpy(s, &x, &mut y, 2.0)?;
+            testing::add_scalar(s, &mut y, 0.5)?;
+            s.sync_all((x, y))
+        })
+        .expect("axpy and add_scalar from the whole module");
+    for (i, (xv, yv)) in x.iter().zip(y.iter()).enumerate() {
+        assert_eq!(*yv, 2.0 * *xv + 1.5, "element {i}");
+    }
+}
+
+/// The caches with PTX that is not the generated static: a leaked copy, a prefix at the same
+/// address, a name inside a longer literal.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_caches_find_each_text_and_name_as_itself() {
+    let ctx = gpu();
+    let ptx: &'static str = testing::PTX;
+    let copy: &'static str = String::leak(ptx.to_owned());
+    ctx.load_ptx(copy).expect("a copy loads");
+    let _ = ctx.load_ptx(&ptx[..ptx.len() / 2]);
+    let name: &'static str = "add_scalar_and_more";
+    let k = ctx.kernel(ptx, &name[..10]).expect("add_scalar");
+    assert_eq!(k.name(), "add_scalar");
+    let data = Managed::from_slice(&ctx, &[0.0f32; 64]).expect("alloc");
+    let data = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = data.attach(s)?;
+            testing::add_scalar(s, &mut d, 1.0)?;
+            d.sync()
+        })
+        .expect("stream work");
+    assert!(data.iter().all(|v| *v == 1.0));
 }

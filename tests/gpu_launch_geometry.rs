@@ -1,13 +1,15 @@
-//! Issue 9 on the GPU: no launch a safe launcher accepts makes two threads share an index.
-//! Issue 9's racing configuration (`grid: (1, 64, 1)` on `add_scalar`) is a `LaunchConfig`,
-//! which safe launchers no longer take (`tests/ui/launch/three_dimensional_config_to_safe_launcher`);
-//! here every kind of `Linear` launch, down to one thread and up to 2^31 - 1024 threads, gives
-//! exact results, and a grid whose indices would wrap is an `Err` before anything is launched.
+//! No launch a safe launcher accepts makes two threads share an index. A racing configuration
+//! (`grid: (1, 64, 1)` on `add_scalar`) is a `LaunchConfig`, which safe launchers do not take
+//! (`tests/ui/launch/three_dimensional_config_to_safe_launcher`); here every kind of `Linear`
+//! launch, down to one thread and up to 2^31 - 1024 threads, gives exact results (also on a
+//! one-element buffer, and `Linear::for_len` of any length), a grid whose indices would wrap is
+//! an `Err` before anything is launched, and so is a block larger than the kernel's
+//! `__launch_bounds__`.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
-use common::gpu;
+use common::{gpu, workload};
 use um::kernels::{reference, streams, testing};
 use um::{Error, LaunchConfig, Linear, Managed, StreamOptions};
 
@@ -127,4 +129,86 @@ fn the_unsafe_launcher_runs_a_kernel_um_cannot_vouch_for() {
         })
         .expect("launch");
     assert!(x.iter().all(|v| *v == 7.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_one_element_buffer_under_a_huge_grid_is_written_once() {
+    let ctx = gpu();
+    // 2^31 - 1024 threads (64 Ki under the sanitizer), one element: only thread 0 touches it.
+    let grid = if std::env::var_os("UM_SANITIZE").is_some() {
+        Linear::new(64, 1024).expect("grid")
+    } else {
+        Linear::new((Linear::MAX_THREADS / 1024) as u32, 1024).expect("grid")
+    };
+    let one = Managed::from_slice(&ctx, &[41.0f32]).expect("alloc");
+    let one = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut one = one.attach(s)?;
+            testing::add_scalar_with(s, grid, &mut one, 1.0)?;
+            one.sync()
+        })
+        .expect("launch");
+    assert_eq!(one[0], 42.0);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn for_len_of_any_length_is_a_valid_launch_and_covers_the_buffer() {
+    let ctx = gpu();
+    let n = workload(1 << 22, 1 << 12);
+    let a = Managed::from_fn(&ctx, n, |_| 0.0f32).expect("alloc");
+    let a = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            for len in [0, 1, 255, 256, 257, usize::MAX / 2, usize::MAX] {
+                let l = Linear::for_len(s, len);
+                assert!(
+                    l.blocks() >= 1 && l.threads_per_block() >= 1,
+                    "{len}: {l:?}"
+                );
+                assert!(l.total_threads() <= Linear::MAX_THREADS, "{len}: {l:?}");
+                assert_eq!(Linear::new(l.blocks(), l.threads_per_block()), Ok(l));
+            }
+            let mut a = a.attach(s)?;
+            // The launch for the longest length there is, on a short buffer: exact.
+            testing::add_scalar_with(s, Linear::for_len(s, usize::MAX), &mut a, 1.0)?;
+            // And the launch for one element, on the whole buffer: the grid-stride loop
+            // covers the rest.
+            testing::add_scalar_with(s, Linear::for_len(s, 1), &mut a, 1.0)?;
+            a.sync()
+        })
+        .expect("launches");
+    assert!(a.iter().all(|v| *v == 2.0));
+}
+
+/// A kernel compiled with `__launch_bounds__(64)`: a launch of larger blocks is refused before
+/// the driver sees it, naming the kernel and its limit; one within the limit runs.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_block_larger_than_the_kernels_launch_bounds_is_refused() {
+    let ctx = gpu();
+    let data = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("alloc");
+    let (refused, data) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut data = data.attach(s)?;
+            let refused = testing::bounded_add_with(s, Linear::new(4, 128)?, &mut data, 5.0);
+            testing::bounded_add_with(s, Linear::new(4, 64)?, &mut data, 1.0)?;
+            Ok((refused, data.sync()?))
+        })
+        .expect("stream work");
+    assert_eq!(
+        refused,
+        Err(Error::BlockTooLarge {
+            kernel: "bounded_add".to_owned(),
+            threads: 128,
+            max: 64
+        })
+    );
+    assert!(
+        data.iter().all(|v| *v == 2.0),
+        "only the launch of 64-thread blocks ran"
+    );
+    // The raw kernel says its limit too.
+    let k = ctx.kernel(testing::PTX, "bounded_add").expect("kernel");
+    assert_eq!(k.max_threads_per_block(), 64);
 }

@@ -1,6 +1,10 @@
 //! Mirrored memory (`Managed<T, S, Mirror>`) on a real GPU: results against the CPU, which
 //! copies are made and which skipped, mirrored and unified buffers in one launch and one
-//! `sync_all`, drop with a kernel or a copy in flight, refusals, and faults.
+//! `sync_all`, drop with a kernel or a copy in flight, refusals (a mirror is not handed to a
+//! stream of another device's context), and faults.
+//!
+//! One test uses device 1 where the machine has one: `run.sh` runs this binary with every GPU
+//! visible (`uses_every_gpu`).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
@@ -9,7 +13,8 @@ use common::gpu;
 use um::kernels::testing::{add_scalar, axpy};
 use um::kernels::{ptx, streams};
 use um::{
-    Error, LaunchConfig, Managed, MirroredManaged, StreamOptions, mirror_copies_on_this_thread,
+    Context, Error, LaunchConfig, Managed, MirroredManaged, StreamOptions,
+    mirror_copies_on_this_thread,
 };
 
 /// What `MirrorCopies` counts, as `(to_device, to_device_skipped, to_host, to_host_skipped)`
@@ -352,4 +357,30 @@ fn fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky() {
     assert!(matches!(e, Error::Driver { .. }), "{e:?}");
     drop(ctx);
     println!("every drop returned");
+}
+
+/// A panicking `from_fn` leaks its allocation and never reads it; a mirror is not handed to another
+/// context (two GPUs only).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_panicking_constructor_leaks_its_allocation_and_a_mirror_stays_home() {
+    let ctx = gpu();
+    let r = std::panic::catch_unwind(|| {
+        Managed::from_fn(&ctx, 16, |i| {
+            if i == 8 {
+                panic!("in from_fn")
+            } else {
+                i as f32
+            }
+        })
+    });
+    assert!(r.is_err());
+    if let Ok(ctx1) = Context::new(1) {
+        let mirror = Managed::from_slice_mirrored(&ctx, &[1.0f32; 256]).expect("alloc");
+        let got = ctx.with_stream(StreamOptions::new(), |a| {
+            let m = mirror.attach(a)?;
+            ctx1.with_stream(StreamOptions::new(), |b| m.hand_off(b)?.sync().map(drop))
+        });
+        assert_eq!(got, Err(Error::ContextMismatch));
+    }
 }

@@ -13,7 +13,7 @@ mod common;
 
 use std::thread;
 
-use um::kernels::testing::{add_scalar, axpy};
+use um::kernels::testing::{self, add_scalar, axpy};
 use um::{Context, ContextOptions, Managed, StreamOptions, Transfer};
 
 /// Device 0, as if it lacked concurrent managed access.
@@ -386,4 +386,29 @@ fn coherent_memory_follows_its_own_handle_on_a_stream_of_an_emulating_one() {
     );
     let bad = x.iter().enumerate().find(|(i, v)| **v != *i as f32 + 2.0);
     assert_eq!(bad, None);
+}
+
+/// Two handles of one device, one emulating no concurrent access: each buffer follows its own
+/// handle's mode; the results are exact.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn buffers_follow_their_own_handle_beside_an_emulating_one() {
+    let real = common::gpu();
+    let emu = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
+        .expect("emulating handle");
+    assert!(real.same_as(&emu));
+    if !real.info().concurrent_managed_access {
+        return;
+    }
+    let coherent = Managed::from_slice_coherent(&real, &[1.0f32; 1024]).expect("alloc");
+    let unified = Managed::from_slice(&real, &[1.0f32; 1024]).expect("alloc");
+    let (coherent, unified) = emu
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut c, mut u) = (coherent.attach(s)?, unified.attach(s)?);
+            testing::add_scalar(s, &mut c, 1.0)?;
+            testing::add_scalar(s, &mut u, 1.0)?;
+            s.sync_all((c, u))
+        })
+        .expect("stream work");
+    assert!(coherent.iter().all(|v| *v == 2.0) && unified.iter().all(|v| *v == 2.0));
 }

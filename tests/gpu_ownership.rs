@@ -1,15 +1,18 @@
 //! The ownership rules at run time, on a real GPU: attach, launch, sync, re-attach, default
-//! streams, threads, and drop with a kernel in flight.
+//! streams, threads, and drop with a kernel in flight. The streams of a set share a brand, so
+//! their buffers are told apart at run time at every step; a panic or a drop with kernels in
+//! flight frees nothing a kernel still uses; forgetting stream-owned memory only leaks it.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
 
-use common::gpu;
+use common::{gpu, workload};
 use um::kernels::ptx;
-use um::kernels::testing::{add_scalar, axpy};
-use um::{LaunchConfig, Managed, StreamOptions};
+use um::kernels::testing::{self, add_scalar, axpy};
+use um::{Error, LaunchConfig, Linear, Managed, StreamOptions};
 
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -305,4 +308,186 @@ fn host_resident_policy_gives_the_same_results_and_can_be_left() {
             .enumerate()
             .all(|(i, v)| *v == 8.0 * i as f32 + 15.0)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams of a set, panics, drops and forgetting with kernels in flight.
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_read_only_buffer_of_another_stream_of_the_set_is_refused() {
+    let ctx = gpu();
+    let x = Managed::from_fn(&ctx, 64, |_| 1.0f32).expect("alloc");
+    let y = Managed::from_fn(&ctx, 64, |_| 3.0f32).expect("alloc");
+    let (err, x, y) = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            // x belongs to s[0]; the launch is on s[1], which owns y. Streams of a set share a
+            // brand, so this compiles; a kernel of s[1] reading x while s[0] may write it
+            // would race, so it is refused at run time, and nothing runs.
+            let (x, mut y) = (x.attach(&s[0])?, y.attach(&s[1])?);
+            let err = testing::axpy(&s[1], &x, &mut y, 2.0).expect_err("x is s[0]'s");
+            let x = s[0].sync_all((x,))?.0;
+            let y = s[1].sync_all((y,))?.0;
+            Ok((err, x, y))
+        })
+        .expect("streams");
+    assert_eq!(err, Error::StreamMismatch { argument: 0 });
+    assert!(x.iter().all(|v| *v == 1.0));
+    assert!(y.iter().all(|v| *v == 3.0), "a refused launch ran");
+}
+
+/// Streams of one stream set share a brand; owners are checked at run time.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_streams_of_a_set_are_told_apart_at_every_step() {
+    let ctx = gpu();
+    let a = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
+    let b = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
+    let got = ctx.with_stream_set(2, StreamOptions::new(), |s| {
+        let (mut a, b) = (a.attach(&s[0])?, b.attach(&s[1])?);
+        assert_eq!(
+            testing::add_scalar(&s[1], &mut a, 1.0),
+            Err(Error::StreamMismatch { argument: 0 })
+        );
+        assert_eq!(
+            testing::axpy(&s[0], &b, &mut a, 2.0),
+            Err(Error::StreamMismatch { argument: 0 })
+        );
+        let mut a = a.hand_off(&s[1])?;
+        assert_eq!(
+            testing::add_scalar(&s[0], &mut a, 1.0),
+            Err(Error::StreamMismatch { argument: 0 })
+        );
+        // The wrong stream of the set: refused, and both buffers dropped (each drop waits for
+        // its own stream, then frees).
+        s[0].sync_all((a, b)).map(drop)
+    });
+    assert_eq!(got, Err(Error::StreamMismatch { argument: 0 }));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_panic_or_a_drop_after_a_launch_frees_nothing_the_kernel_still_uses() {
+    let ctx = gpu();
+    let n = workload(1 << 24, 1 << 12);
+    // A panic in the closure while add_scalar may still run on `a`: unwinding drops `a` (which
+    // must wait for its stream before freeing) and then the stream.
+    let a = Managed::from_fn(&ctx, n, |_| 0.0f32).expect("alloc");
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        ctx.with_stream(StreamOptions::new(), |s| {
+            let mut a = a.attach(s)?;
+            for _ in 0..8 {
+                testing::add_scalar(s, &mut a, 1.0)?;
+            }
+            panic!("a panic with kernels in flight");
+            #[allow(unreachable_code)]
+            a.sync().map(drop)
+        })
+    }));
+    assert!(unwound.is_err(), "the closure panicked");
+    // A drop mid-way: `b` is dropped with its kernels queued; `c` is used after.
+    let b = Managed::from_fn(&ctx, n, |_| 0.0f32).expect("alloc");
+    let c = Managed::from_fn(&ctx, n, |i| i as f32).expect("alloc");
+    let c = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (mut b, mut c) = (b.attach(s)?, c.attach(s)?);
+            for _ in 0..8 {
+                testing::add_scalar(s, &mut b, 1.0)?;
+            }
+            drop(b);
+            testing::add_scalar(s, &mut c, 0.5)?;
+            c.sync()
+        })
+        .expect("the context still works after the panic");
+    for (i, v) in c.iter().enumerate() {
+        assert_eq!(*v, i as f32 + 0.5, "element {i}");
+    }
+}
+
+/// A kernel's time on the GPU: long outside the sanitizer, short under it.
+fn spin_ns(full_ms: u64) -> u64 {
+    if std::env::var_os("UM_SANITIZE").is_some() {
+        5_000_000
+    } else {
+        full_ms * 1_000_000
+    }
+}
+
+/// Forgetting stream-owned memory with a kernel in flight, a pending sync future, or a reference
+/// cycle of stream-owned buffers only leaks them; the scope ends and the stream is destroyed while
+/// its work finishes.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn forgetting_stream_owned_memory_only_leaks_it() {
+    struct Node<'s> {
+        _buf: Managed<[f32], um::StreamOwned<'s>>,
+        next: std::cell::RefCell<Option<std::rc::Rc<Node<'s>>>>,
+    }
+    let ctx = gpu();
+    let (a, b, c) = (
+        Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc"),
+        Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc"),
+    );
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut a = a.attach(s)?;
+        testing::spin_then_add(s, &mut a, 1.0, spin_ns(50))?;
+        std::mem::forget(a);
+        std::mem::forget(b.attach(s)?.sync_async());
+        let n = std::rc::Rc::new(Node {
+            _buf: c.attach(s)?,
+            next: std::cell::RefCell::new(None),
+        });
+        *n.next.borrow_mut() = Some(std::rc::Rc::clone(&n));
+        Ok(())
+    })
+    .expect("the scope ends");
+    ctx.wait_idle()
+        .expect("the context is usable after the leaks");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn default_streams_run_the_safe_launchers_exactly() {
+    let ctx = gpu();
+    let n = workload(1 << 20, 1 << 10);
+    // The legacy stream, with memory attached globally (the only attach it allows).
+    let a = Managed::from_fn(&ctx, n, |i| i as f32).expect("alloc");
+    let a = ctx
+        .with_legacy_stream(|l| {
+            let mut a = a.attach_global(l)?;
+            testing::add_scalar(l, &mut a, 1.0)?;
+            testing::add_scalar_with(l, Linear::new(3, 7)?, &mut a, 1.0)?;
+            a.sync()
+        })
+        .expect("legacy");
+    for (i, v) in a.iter().enumerate() {
+        assert_eq!(*v, i as f32 + 2.0, "legacy element {i}");
+    }
+    // Each of four threads on its own per-thread default stream, its own buffer.
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let ctx = ctx.clone();
+                scope.spawn(move || {
+                    let b = Managed::from_fn(&ctx, n, |i| (i + t) as f32).expect("alloc");
+                    let b = ctx
+                        .with_per_thread_stream(|p| {
+                            let mut b = b.attach(p)?;
+                            for _ in 0..4 {
+                                testing::add_scalar(p, &mut b, 1.0)?;
+                            }
+                            b.sync()
+                        })
+                        .expect("per-thread stream");
+                    for (i, v) in b.iter().enumerate() {
+                        assert_eq!(*v, (i + t) as f32 + 4.0, "thread {t} element {i}");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread");
+        }
+    });
 }

@@ -2,6 +2,7 @@
 //! poisoned stream (the abort of a library call, here a `Poisoner`, as a communicator's abort
 //! does) refuses work, its buffers are leaked at drop, and a buffer handed off from it keeps its
 //! mark until it is host-owned again, also when the poison comes during the new owner's wait.
+//! A capture that waited for an idle section checks its stream's mark again after the wait.
 //! Clean memory that left such a stream through the host comes back, and the marks go with the
 //! memory that kept them.
 //!
@@ -12,12 +13,13 @@
 
 mod common;
 
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{gpu, serial};
+use common::{device_for_captures, gpu, serial};
 use um::kernels::testing::{self, spin_then_add};
-use um::{Context, Error, Managed, Stream, StreamOptions};
+use um::{Context, Error, Managed, Poisoner, Stream, StreamOptions};
 
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -354,4 +356,53 @@ fn a_cycle_and_a_graph_keep_the_marks_and_a_poisoned_one_leaks_its_buffer() {
     })
     .expect("stream work");
     ctx.wait_idle().expect("the context still works");
+}
+
+/// A capture checks its stream's poison mark, then waits for an idle section of another thread,
+/// whose closure poisons the stream (an abort elsewhere): the mark is checked again after the
+/// wait, so the capture does not begin (`Err(StreamPoisoned)`), and the buffer is leaked.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_that_waited_for_an_idle_section_does_not_begin_on_a_stream_poisoned_meanwhile_and_leaks_its_buffer()
+ {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let (poisoner_tx, poisoner_rx) = mpsc::channel::<Poisoner>();
+    let (inside_tx, inside_rx) = mpsc::channel::<()>();
+    let ctx = &ctx;
+    let outcome = std::thread::scope(|t| {
+        t.spawn(move || {
+            let poisoner = poisoner_rx.recv().expect("the poisoner");
+            let r = ctx.with_idle_unless_capturing(|| {
+                inside_tx.send(()).expect("signal");
+                // The capture checks the mark, then waits for this section (if it is slower
+                // than this, it finds the mark set at its first check: the same Err).
+                std::thread::sleep(Duration::from_millis(300));
+                poisoner.poison(); // an abort elsewhere: the stream's work was abandoned
+            });
+            assert_eq!(r, Ok(Some(())));
+        });
+        ctx.with_stream(StreamOptions::new(), |s| {
+            poisoner_tx.send(s.poisoner()).expect("send");
+            inside_rx.recv().expect("the section runs");
+            let x = x.attach(s)?;
+            let r = s
+                .capture((x,), |cap, (mut x,)| {
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })
+                .map(drop);
+            assert!(s.is_poisoned(), "poisoned while the capture waited");
+            Ok(r)
+        })
+        .expect("the stream")
+    });
+    assert_eq!(
+        outcome,
+        Err(um::Error::StreamPoisoned),
+        "the capture began on a stream poisoned while it waited for the idle section"
+    );
 }

@@ -240,8 +240,8 @@ pub fn handle_with_a_module() -> Context {
 /// Aborts the process, saying `what`, unless the returned sender is sent to within 60 s (240 s
 /// under a sanitizer, `UM_SANITIZE`, which slows every CUDA call): a deadlock test fails
 /// instead of hanging. A test that panics first drops the sender; the
-/// watchdog then stops quietly, and the harness reports the panic (the first GPU run of
-/// `gpu_redteam6` aborted here on a failed assertion, and its message was lost). The message
+/// watchdog then stops quietly, and the harness reports the panic (a first GPU run of the
+/// idle-section tests aborted here on a failed assertion, and its message was lost). The message
 /// goes to the process's stderr directly, past the harness's output capture, which an abort
 /// would discard.
 pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
@@ -263,8 +263,8 @@ pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
 /// One test of the binary at a time, for the tests of `Context::with_idle_unless_capturing`:
 /// its answer (`Ok(None)` or `Ok(Some(..))`) depends on captures in progress on the device, in
 /// any thread, so a test that expects its closure to run must not meet another test's capture
-/// (the harness runs a binary's tests on parallel threads). In `gpu_redteam7`, one test also
-/// switches um's waits to the event thread, process-wide.
+/// (the harness runs a binary's tests on parallel threads). In `gpu_idle_sections`, one test
+/// also switches um's waits to the event thread, process-wide.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock()

@@ -1,5 +1,5 @@
 //! A waker that acts inside um's stream callback, for the tests of what code run there may do
-//! (red teams 13 and 14).
+//! (`gpu_async`, `gpu_nccl`).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 use std::future::Future;
@@ -104,8 +104,8 @@ pub struct CommInCallback {
 /// drop, abort or leave, while an in-place all-reduce on that communicator waits behind the
 /// callback on the same stream: a 0.5 s spin holds the stream, its `sync_async` is polled once
 /// with the acting waker, the all-reduce (256 mirrored 2.0s) is enqueued, then the waker is
-/// waited for (at most 50 s). `None`, said, where no communicator could be made. Red teams 13
-/// (a communicator dropped there) and 14 (aborted there).
+/// waited for (at most 50 s). `None`, said, where no communicator could be made. For the tests
+/// of a communicator dropped there and aborted there (`gpu_async`).
 pub fn comm_action_in_callback(
     ctx: &Context,
     act: impl FnOnce(&Mutex<Option<um::nccl::Comm>>) -> String + Send + 'static,

@@ -82,8 +82,8 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// A capture begun inside `relaxed_while_capturing` (nested in another capture's closure)
     /// is expected to run its own closure relaxed as well, so that allocations, frees and
     /// waits on eager streams go through there instead of failing it; `um`'s own bookkeeping
-    /// does not rely on either (red team 13, attempt 3b; not yet seen on a GPU:
-    /// `gpu_redteam13::a_capture_begun_inside_relaxed_mode_is_relaxed` prints which).
+    /// does not rely on either (not yet seen on a GPU:
+    /// `gpu_graphs::a_capture_begun_inside_relaxed_mode_is_relaxed` prints which).
     ///
     /// ```no_run
     /// # fn main() -> um_core::Result<()> {
