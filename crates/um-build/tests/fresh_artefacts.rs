@@ -501,6 +501,19 @@ fn flags_that_keep_the_output_ptx_still_work() {
         .expect("-D, -I and flags that keep PTX as the output build");
     let code = std::fs::read_to_string(&built.generated).unwrap();
     assert!(embedded(&code).contains(".visible .entry k("));
+    // Under -G the debug sections name the mark too: the PTX is kept whole, mark and all (an
+    // unused variable), and builds.
+    let built = um_build::Kernels::new(root.join("b"))
+        .out_dir(root.join("out"))
+        .flag("-DFOO")
+        .flag("-I")
+        .flag(root.join("inc").to_str().unwrap())
+        .flag("-G")
+        .build()
+        .expect("-G builds");
+    let code = std::fs::read_to_string(&built.generated).unwrap();
+    let ptx = embedded(&code);
+    assert!(ptx.contains(".visible .entry k(") && ptx.contains("um_build_fresh_"));
     let _ = std::fs::remove_dir_all(&root);
 }
 
