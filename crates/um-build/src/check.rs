@@ -12,8 +12,10 @@
 //! user's file, then one `static_assert` per fact um-build relies on, evaluated by the compiler
 //! on the declarations it actually compiled: parameter count; each parameter's kind (float,
 //! signed or unsigned integer), size, pointer-ness and the `const` of its pointee; each struct's
-//! size, alignment, and each field's offset, kind and size. The asserts add no code: the PTX is
-//! the same.
+//! size, alignment, and each field's offset, kind and size. The asserts add no code. The
+//! wrapper ends with one variable of its own, its mark (`fresh.rs`): the PTX read back must
+//! declare it, which proves that this build's nvcc compiled this wrapper; its declaration is
+//! then taken out, so the PTX is the same as without the wrapper.
 //!
 //! The file is hostile ground, so the wrapper defends what it says:
 //! * the prelude comes before the file, so the file's macros cannot change it, and its
@@ -23,11 +25,14 @@
 //!   of a `-D` flag switches an assert off or points it at another entity;
 //! * each kernel `k` is redeclared `extern "C" __global__` with the type of `::k`: an error
 //!   unless `::k` is the extern "C" kernel that PTX names `.entry k` (not, say, a C++ function
-//!   `k` beside an extern "C" `k` in a namespace).
+//!   `k` beside an extern "C" `k` in a namespace);
+//! * the mark comes last, shielded from macros like the prelude, and is named from this
+//!   wrapper's text and fresh randomness, so the file can neither name nor reshape it.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::fresh::Mark;
 use crate::source::{Elem, Scalar, Source, Type, len_c};
 
 /// Type traits the asserts use, in a namespace of their own. No headers.
@@ -289,18 +294,24 @@ fn um_header() -> String {
 }
 
 /// The file nvcc compiles instead of `src`: the prelude, `um.cuh`'s namespace, `src` itself,
-/// `#undef`s of every identifier the asserts use, then the asserts.
-pub(crate) fn wrapper(source: &Source, src: &Path) -> String {
+/// `#undef`s of every identifier the asserts use, the asserts, then the definition of the
+/// wrapper's [`Mark`], which the PTX must carry (`fresh.rs`).
+pub(crate) fn wrapper(source: &Source, src: &Path) -> (String, Mark) {
     let ns = private_namespace();
     let prelude = PRELUDE.replace("um_build_check", &ns);
     let asserts = asserts(source).replace("um_build_check", &ns);
     // No macro of a forced include or `-D` flag reshapes the prelude or `um.cuh`'s types; none
     // of the file's reaches the asserts.
-    format!(
+    let text = format!(
         "{}{}#include \"{}\"\n// um-build: what it read from that file, as the compiler sees it.\n{}{asserts}",
         shielded(&prelude),
         um_header(),
         src.display().to_string().replace('\\', "/"),
         undefs(&asserts),
-    )
+    );
+    // Last, after the file: nothing in it can name the mark (it is drawn from this text), and
+    // no macro reshapes its definition.
+    let mark = Mark::new(&text);
+    let text = format!("{text}{}", shielded(&mark.definition()));
+    (text, mark)
 }

@@ -10,10 +10,11 @@
 //!   `M0`, ...) never stand for a struct of the same name, nor a struct for them;
 //! * the module's own items are named `self::PTX`, `self::k_with`, so no parameter shadows them;
 //! * macros are `::core::include_str!` and friends, so no `macro_rules!` of the user's does;
-//! * the PTX is included by a path relative to the generated file (`um-ptx/<m>.ptx` beside
-//!   it), so a launcher embeds the very file um-build checked, wherever the output folder is:
-//!   with a path under `$OUT_DIR`, two kernel folders built into two output folders of one
-//!   crate (`Kernels::out_dir`) embedded each other's PTX (issue 18's red team, hole 2);
+//! * the PTX is a string literal of the generated file, the very text um-build checked, not a
+//!   path: no file read when `rustc` compiles it can stand in for it (with `include_str!` of
+//!   `$OUT_DIR/um-ptx/<m>.ptx`, two kernel folders built into two output folders of one crate
+//!   embedded each other's PTX; with a path beside the generated file, a build that failed
+//!   after writing the PTX left it under an earlier build's launchers);
 //! * every C name becomes a Rust identifier one to one ([`rust_ident`]): Rust keywords become
 //!   raw identifiers (`r#type`), the launchers' own parameter names get a `_`, and two C names
 //!   that would still meet are refused, as are names Rust cannot spell at all (`self`, `_`);
@@ -34,8 +35,8 @@ pub(crate) struct Unit<'a> {
     pub(crate) module: String,
     /// The file as the user names it (for documentation).
     pub(crate) shown_path: String,
-    /// The PTX's file name inside `$OUT_DIR`.
-    pub(crate) ptx_file: String,
+    /// The PTX um-build checked, which the module embeds as it is.
+    pub(crate) ptx: &'a str,
     pub(crate) source: &'a Source,
 }
 
@@ -617,12 +618,15 @@ fn write_unit(out: &mut String, u: &Unit<'_>, arch: &str) -> Result<()> {
          #[allow(unused_imports, clippy::all)]\n\
          pub mod {module} {{\n\
          use super::__um;\n\n\
-         /// The PTX of `{path}`, built for `{arch}`. A `static`: one address for every user,\n\
-         /// which is what the per-context module cache looks up first.\n\
-         pub static PTX: &str = ::core::include_str!(\"{ptx}\");\n\n",
+         /// The PTX of `{path}`, built for `{arch}`: the text um-build checked, held here rather\n\
+         /// than read from a file, so that no other file can stand in for it (a copy is\n\
+         /// `um-ptx/{stem}.ptx` beside this file). A `static`: one address for every user, which\n\
+         /// is what the per-context module cache looks up first.\n\
+         pub static PTX: &str = {ptx:?};\n\n",
         path = u.shown_path,
         module = u.module,
-        ptx = u.ptx_file,
+        stem = plain(&u.module),
+        ptx = u.ptx,
     );
     let mut structs: Vec<(String, String)> = Vec::new();
     for s in &u.source.structs {

@@ -31,6 +31,11 @@
 //! declared `int n`) are said in one such line before nvcc runs; a declaration that builds but
 //! reads like a mistake is a `cargo:warning` ([`Built::warnings`]).
 //!
+//! The PTX a launcher embeds is the one checked, compiled in this build from this build's
+//! check wrapper (or, without nvcc, read in this build from [`Kernels::prebuilt_ptx`]): the
+//! generated file holds its text, and a compile that wrote no fresh PTX of its wrapper fails
+//! the build (see [`Kernels::flag`] for the nvcc options refused).
+//!
 //! [`Kernels::build_or_exit`] prints a failure as it is (the [`Error`]'s `Display`) and exits
 //! with status 1, which is what a build script wants; [`Kernels::build`] returns it.
 //!
@@ -43,6 +48,7 @@
 mod check;
 mod contract;
 mod error;
+mod fresh;
 mod generate;
 mod mistakes;
 mod nvcc;
@@ -119,7 +125,23 @@ impl Kernels {
         self
     }
 
-    /// One more nvcc argument (`-DNAME=1`, `--use_fast_math`, ...).
+    /// One more nvcc argument (`-DNAME=1`, `-I dir` as two flags, `--use_fast_math`, `-G`,
+    /// ...), passed after um-build's own `--ptx -arch=.. -O3 -I ..` and before its `-o`.
+    ///
+    /// um-build reads back the PTX that nvcc writes, so [`build`](Kernels::build) refuses,
+    /// before nvcc runs, a flag that changes what nvcc writes or where, or makes it write
+    /// nothing: `-o`/`--output-file`, `-odir`/`--output-directory`; the phases other than
+    /// `--ptx` (`-E`/`--preprocess`, `-M`/`--generate-dependencies`,
+    /// `-MM`/`--generate-nonsystem-dependencies`, `-cuda`, `-cubin`, `-fatbin`, `-optix-ir`,
+    /// `-ltoir`, `-c`/`--compile`, `-dc`/`--device-c`, `-dw`/`--device-w`,
+    /// `-dlink`/`--device-link`, `-link`, `-lib`, `-run`, `-fdevice-syntax-only`,
+    /// `-clean`/`--clean-targets`); and `-dryrun`, `-V`/`--version`, `-h`/`--help`,
+    /// `-arch-ls`/`--list-gpu-arch`, `-code-ls`/`--list-gpu-code`. A flag is matched by its
+    /// name (up to `=`), with one or two leading dashes.
+    ///
+    /// Whatever the flags (an options file, a stand-in for nvcc), a build embeds only PTX that
+    /// nvcc wrote in this build from this build's check wrapper: the wrapper defines a variable
+    /// named at random for it, and PTX without that variable's declaration is refused.
     pub fn flag(mut self, flag: &str) -> Kernels {
         self.flags.push(flag.to_owned());
         self
@@ -142,7 +164,8 @@ impl Kernels {
     /// the one of the build that made the PTX. So the folder must hold what [`Kernels::build`]
     /// wrote with nvcc into `$OUT_DIR/um-ptx/`, from these same `.cu` files, and a test should
     /// rebuild it and compare (`um-kernels` does: `tests/shipped_ptx.rs`). A file that is
-    /// missing fails the build.
+    /// missing fails the build. What the launchers embed, and the copy in `$OUT_DIR/um-ptx/`,
+    /// is the text read from this folder in this build.
     pub fn prebuilt_ptx(mut self, dir: impl AsRef<Path>) -> Kernels {
         self.prebuilt = Some(dir.as_ref().to_path_buf());
         self
@@ -180,6 +203,11 @@ impl Kernels {
                     .help("call Kernels::build from a build script, or set Kernels::out_dir"));
             }
         };
+        // First, so that a build that fails leaves nothing for `include_kernels!` to include:
+        // no launcher of an earlier build, of other kernels or other PTX, outlives a failure.
+        let generated = out_dir.join(GENERATED_FILE);
+        fresh::remove(&generated)?;
+        nvcc::check_flags(&self.flags).map_err(|e| e.in_file(&dir))?;
         for var in nvcc::VARS.iter().chain(&["UM_CUDA_ARCH"]) {
             println!("cargo:rerun-if-env-changed={var}");
         }
@@ -205,8 +233,7 @@ impl Kernels {
             fs::create_dir_all(d)
                 .map_err(|e| Error::new(format!("cannot create {}: {e}", d.display())))?;
         }
-        fs::write(include.join("um.cuh"), HEADER)
-            .map_err(|e| Error::new(format!("cannot write um.cuh: {e}")))?;
+        fresh::write_new(&include.join("um.cuh"), HEADER)?;
         // Without nvcc, a crate that ships its PTX uses it (`prebuilt_ptx`).
         let ptx_from = match (nvcc::find(self.nvcc.as_deref()), &self.prebuilt) {
             (Ok(nvcc), _) => PtxFrom::Nvcc(nvcc),
@@ -239,7 +266,10 @@ impl Kernels {
             }
             // Files are named for the module as written, without a raw identifier's `r#`.
             let file_stem = module.trim_start_matches("r#").to_owned();
-            let ptx_file = format!("um-ptx/{file_stem}.ptx");
+            // The PTX this build checks, for users and tools (the generated file holds its
+            // text): none of an earlier build is left there, whatever happens below.
+            let checked = ptx_dir.join(format!("{file_stem}.ptx"));
+            fresh::remove(&checked).map_err(|e| e.in_file(src))?;
             // The path goes into the wrapper's `#include "..."` and into generated comments:
             // a quote or a line break in it would end either early.
             if src
@@ -270,26 +300,18 @@ impl Kernels {
                 warnings.push(warning);
             }
             let ptx = match &ptx_from {
-                PtxFrom::Nvcc(nvcc) => {
-                    let wrapper = check_dir.join(format!("{file_stem}.cu"));
-                    let written = out_dir.join(&ptx_file);
-                    compile_checked(
-                        nvcc,
-                        &arch,
-                        &include,
-                        &self.flags,
-                        &source,
-                        src,
-                        &wrapper,
-                        &written,
-                    )?;
-                    fs::read_to_string(&written).map_err(|e| {
-                        Error::new(format!("cannot read nvcc's PTX: {e}")).in_file(src)
-                    })?
-                }
+                PtxFrom::Nvcc(nvcc) => compile_checked(
+                    nvcc,
+                    &arch,
+                    &include,
+                    &self.flags,
+                    &source,
+                    src,
+                    &check_dir.join(format!("{file_stem}.cu")),
+                    &check_dir.join(format!("{file_stem}.ptx")),
+                )?,
                 PtxFrom::Prebuilt(dir) => {
-                    let ptx = use_prebuilt(dir, &file_stem, &out_dir.join(&ptx_file))
-                        .map_err(|e| e.in_file(src))?;
+                    let ptx = use_prebuilt(dir, &file_stem).map_err(|e| e.in_file(src))?;
                     let target = ptx::target_arch(&ptx).map_err(|e| e.in_file(src))?;
                     if let Some(other) = prebuilt_arch.as_ref().filter(|a| **a != target) {
                         return Err(Error::new(format!(
@@ -303,7 +325,8 @@ impl Kernels {
                 }
             };
             ptx::check(&source, &ptx).map_err(|e| e.in_file(src))?;
-            parsed.push((module, ptx_file, source, src.clone()));
+            fresh::write_new(&checked, &ptx).map_err(|e| e.in_file(src))?;
+            parsed.push((module, ptx, source, src.clone()));
         }
         // PTX given, not built: the architecture is the PTX's own.
         let arch = match (&ptx_from, prebuilt_arch) {
@@ -323,7 +346,7 @@ impl Kernels {
         };
         let units: Vec<generate::Unit<'_>> = parsed
             .iter()
-            .map(|(module, ptx_file, source, src)| generate::Unit {
+            .map(|(module, ptx, source, src)| generate::Unit {
                 file: src.clone(),
                 module: module.clone(),
                 // Shown in doc comments of the generated code: one line, whatever the name.
@@ -333,7 +356,7 @@ impl Kernels {
                     .display()
                     .to_string()
                     .replace(|c: char| c.is_control() || c == '`', "?"),
-                ptx_file: ptx_file.clone(),
+                ptx,
                 source,
             })
             .collect();
@@ -352,9 +375,8 @@ impl Kernels {
                 None => e,
             }
         })?;
-        let generated = out_dir.join(GENERATED_FILE);
-        fs::write(&generated, code)
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", generated.display())))?;
+        // Last: it holds every checked PTX text, not a path to one.
+        fresh::write_new(&generated, &code)?;
         let (safe, unsafe_): (Vec<_>, Vec<_>) = parsed
             .iter()
             .flat_map(|(.., s, _)| s.kernels.iter())
@@ -369,9 +391,11 @@ impl Kernels {
     }
 }
 
-/// Compiles `src` to `ptx` through a wrapper (written to `wrapper`) whose static_asserts check
+/// Compiles `src` to PTX through a wrapper (written to `wrapper`) whose static_asserts check
 /// what um-build read against what the compiler sees (check.rs): macros, typedefs, `#if`
-/// branches and struct attributes cannot make the reading differ from the kernel.
+/// branches and struct attributes cannot make the reading differ from the kernel. Returns
+/// the PTX that nvcc wrote to `ptx` in this run, proved to be that wrapper's (fresh.rs), with
+/// the wrapper's mark taken out.
 #[allow(clippy::too_many_arguments)]
 fn compile_checked(
     nvcc: &Path,
@@ -382,14 +406,14 @@ fn compile_checked(
     src: &Path,
     wrapper: &Path,
     ptx: &Path,
-) -> Result<()> {
+) -> Result<String> {
     let absolute = if src.is_absolute() {
         src.to_path_buf()
     } else {
         env::current_dir().map_or_else(|_| src.to_path_buf(), |d| d.join(src))
     };
-    fs::write(wrapper, check::wrapper(source, &absolute))
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", wrapper.display())).in_file(src))?;
+    let (text, mark) = check::wrapper(source, &absolute);
+    fresh::write_new(wrapper, &text).map_err(|e| e.in_file(src))?;
     nvcc::compile(nvcc, arch, include, flags, wrapper, ptx).map_err(|e| {
         Error::new(format!(
             "{}\n(nvcc compiled {} through {}, which adds um-build's checks of the \
@@ -406,7 +430,35 @@ fn compile_checked(
              `extern \"C\" __global__ void k(...)`, and structs at global scope, with no \
              macro, typedef or #if making the compiled declaration differ from the text",
         )
-    })
+    })?;
+    // `nvcc::compile` removed the file before nvcc ran: what is there now, nvcc wrote.
+    let bytes = fs::read(ptx).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::new(format!(
+                "nvcc exited successfully but wrote no PTX to {}\ncommand: {} ... -o {} {}",
+                ptx.display(),
+                nvcc.display(),
+                ptx.display(),
+                wrapper.display()
+            ))
+            .help(
+                "is it nvcc (Kernels::nvcc, $NVCC, ...)? An nvcc option can make it exit 0 \
+                 without compiling (--dryrun, --version, --help): remove it from the flags",
+            )
+        } else {
+            Error::new(format!("cannot read nvcc's PTX {}: {e}", ptx.display()))
+        }
+        .in_file(src)
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Error::new(format!(
+            "what nvcc wrote to {} is not PTX (not text)",
+            ptx.display()
+        ))
+        .help("a flag may have made nvcc write a binary (-cubin, -optix-ir, ...): remove it")
+        .in_file(src)
+    })?;
+    mark.proved(&text, ptx).map_err(|e| e.in_file(src))
 }
 
 /// Where [`Kernels::build`] takes the PTX from.
@@ -417,8 +469,9 @@ enum PtxFrom {
     Prebuilt(PathBuf),
 }
 
-/// Copies `dir/<stem>.ptx` to `to` (where the generated code includes it from) and returns it.
-fn use_prebuilt(dir: &Path, stem: &str, to: &Path) -> Result<String> {
+/// Reads `dir/<stem>.ptx`, the PTX given for this file. `Kernels::build` checks it, writes it to
+/// `um-ptx/` and embeds it in the generated file, as it does with nvcc's.
+fn use_prebuilt(dir: &Path, stem: &str) -> Result<String> {
     let from = dir.join(format!("{stem}.ptx"));
     println!("cargo:rerun-if-changed={}", from.display());
     let ptx = fs::read_to_string(&from).map_err(|e| {
@@ -431,7 +484,6 @@ fn use_prebuilt(dir: &Path, stem: &str, to: &Path) -> Result<String> {
              nvcc: it is what Kernels::build writes to $OUT_DIR/um-ptx/",
         )
     })?;
-    fs::write(to, &ptx).map_err(|e| Error::new(format!("cannot write {}: {e}", to.display())))?;
     Ok(ptx)
 }
 
@@ -445,7 +497,7 @@ pub fn generate_for(module: &str, cuda_source: &str, ptx: &str) -> Result<String
     generate::generate(
         &[generate::Unit {
             file: PathBuf::from(format!("{}.cu", module.trim_start_matches("r#"))),
-            ptx_file: format!("um-ptx/{}.ptx", module.trim_start_matches("r#")),
+            ptx,
             shown_path: format!("{}.cu", module.trim_start_matches("r#")),
             module,
             source: &source,

@@ -1,6 +1,8 @@
 //! The `.entry` parameter lists of the PTX that nvcc wrote, and the check of each declaration
 //! against them: what the launcher will pass is what the compiled kernel takes.
 
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 use crate::source::{Scalar, Source, Type};
 
@@ -113,8 +115,9 @@ struct Body<'a> {
     text: &'a str,
 }
 
-/// Every `.entry` and `.func` that has a body.
-fn bodies(ptx: &str) -> Vec<Body<'_>> {
+/// Every `.entry` and `.func` directive: where it is in `ptx` (from the directive to the end of
+/// its body, or to the `;` of a prototype), and its body where it has one.
+fn functions(ptx: &str) -> Vec<(Range<usize>, Option<Body<'_>>)> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(found) = [".entry", ".func"]
@@ -126,7 +129,9 @@ fn bodies(ptx: &str) -> Vec<Body<'_>> {
         from = at + directive.len();
         let header_end = ptx[from..].find(['{', ';']).map_or(ptx.len(), |i| from + i);
         if !ptx[header_end..].starts_with('{') {
-            continue; // a prototype
+            // A prototype.
+            out.push((at..(header_end + 1).min(ptx.len()), None));
+            continue;
         }
         // The name is the identifier before the parameter list (after a `.func`'s return list).
         let mut header = ptx[from..header_end].trim();
@@ -142,7 +147,7 @@ fn bodies(ptx: &str) -> Vec<Body<'_>> {
             match c {
                 '{' => depth += 1,
                 '}' => {
-                    depth -= 1;
+                    depth = depth.saturating_sub(1);
                     if depth == 0 {
                         end = header_end + i + 1;
                         break;
@@ -151,48 +156,215 @@ fn bodies(ptx: &str) -> Vec<Body<'_>> {
                 _ => {}
             }
         }
-        out.push(Body {
-            name,
-            entry: directive == ".entry",
-            header: &ptx[from..header_end],
-            text: &ptx[header_end..end],
-        });
+        out.push((
+            at..end,
+            Some(Body {
+                name,
+                entry: directive == ".entry",
+                header: &ptx[from..header_end],
+                text: &ptx[header_end..end],
+            }),
+        ));
         from = end;
     }
     out
 }
 
+/// Every `.entry` and `.func` that has a body.
+fn bodies(ptx: &str) -> Vec<Body<'_>> {
+    functions(ptx).into_iter().filter_map(|(_, b)| b).collect()
+}
+
+/// `ptx` with its comments (`// ...` to the end of the line, `/* ... */`) blanked out, byte for
+/// byte, so that no name in a comment counts as a use.
+fn without_comments(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len());
+    let mut rest = ptx;
+    while let Some(at) = rest.find("//").into_iter().chain(rest.find("/*")).min() {
+        out.push_str(&rest[..at]);
+        let end = if rest[at..].starts_with("//") {
+            rest[at..].find('\n').map_or(rest.len(), |i| at + i)
+        } else {
+            rest[at + 2..]
+                .find("*/")
+                .map_or(rest.len(), |i| at + 2 + i + 2)
+        };
+        out.extend(
+            rest[at..end]
+                .chars()
+                .map(|c| if c == '\n' { '\n' } else { ' ' }),
+        );
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What is left of `ptx` outside its functions: the module-scope declarations, among them
+/// the initialisers of `.global` and `.const` variables (`= {f, generic(g)}`).
+fn module_scope(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len());
+    let mut from = 0;
+    for (span, _) in functions(ptx) {
+        out.push_str(&ptx[from..span.start]);
+        out.push('\n');
+        from = span.end;
+    }
+    out.push_str(&ptx[from..]);
+    out
+}
+
+/// The calls of a function body: where it names the function it calls directly (the target of
+/// `call` or `call.uni`), and whether it calls through a register (a function pointer:
+/// `call (ret), %rd7, (params), prototype_0;`).
+fn calls(text: &str) -> (Vec<Range<usize>>, bool) {
+    let mut direct = Vec::new();
+    let mut indirect = false;
+    for (at, _) in text.match_indices("call") {
+        let before = text[..at].chars().next_back();
+        let after = text[at + "call".len()..].chars().next();
+        if before.is_some_and(|c| is_ptx_ident(c) || c == '.' || c == '%')
+            || !after.is_some_and(|c| c == '.' || c.is_whitespace())
+        {
+            continue; // not the instruction: `.callprototype`, `callseq`, a name
+        }
+        // After the opcode and its modifiers, an optional return list `(...)` and a comma,
+        // then the target.
+        let base = at + "call".len();
+        let tail = &text[base..];
+        let mut i = tail.find(char::is_whitespace).unwrap_or(tail.len());
+        let skip_space = |i: usize| {
+            tail[i..]
+                .find(|c: char| !c.is_whitespace())
+                .map_or(tail.len(), |j| i + j)
+        };
+        i = skip_space(i);
+        if tail[i..].starts_with('(') {
+            i = tail[i..].find(')').map_or(tail.len(), |j| i + j + 1);
+            i = skip_space(i);
+            if tail[i..].starts_with(',') {
+                i = skip_space(i + 1);
+            }
+        }
+        let name_len = tail[i..]
+            .find(|c: char| !is_ptx_ident(c))
+            .unwrap_or(tail.len() - i);
+        if name_len == 0 || tail[i..].starts_with(|c: char| c.is_ascii_digit()) {
+            // `%rd7`, or anything that is not a name: through a pointer, as far as we know.
+            indirect = true;
+        } else {
+            direct.push(base + i..base + i + name_len);
+        }
+    }
+    (direct, indirect)
+}
+
+/// How a function came to be reached from a kernel, for the error.
+#[derive(Clone, Copy)]
+enum Why {
+    /// The kernel itself.
+    Entry,
+    /// Named (called or its address taken) by a function reached already.
+    Named,
+    /// Named in a module-scope initialiser: its address is data any kernel can load and call.
+    Initialiser,
+    /// Its address is taken, and a function reached calls through a pointer.
+    Indirect,
+}
+
 /// Refuses a safe kernel that can reach dynamic shared memory (`extern __shared__`, which PTX
-/// declares `.extern .shared`): its own body, or any `.func` it names, directly or through other
-/// functions, mentions such a symbol. A safe launch passes no dynamic shared memory, so every
-/// access to it would be out of bounds.
+/// declares `.extern .shared`): its own body, or any `.func` it can reach, mentions such a
+/// symbol. A safe launch passes no dynamic shared memory, so every access to it would be out
+/// of bounds.
+///
+/// What a kernel can reach, conservatively: every `.func` named in a function it reaches (a
+/// call, or an address taken); every `.func` named in a module-scope initialiser (`.global
+/// .u64 table[2] = {f, g};`: any kernel may load it and call through it); and, once a function
+/// it reaches calls through a register, every `.func` whose address is taken anywhere.
 pub(crate) fn check_dynamic_shared(source: &Source, ptx: &str) -> Result<()> {
-    let symbols = dynamic_shared(ptx);
+    let ptx = without_comments(ptx);
+    let symbols = dynamic_shared(&ptx);
     if symbols.is_empty() {
         return Ok(());
     }
-    let bodies = bodies(ptx);
+    let bodies = bodies(&ptx);
+    // The `.func`s, by index into `bodies`.
+    let funcs: Vec<usize> = (0..bodies.len()).filter(|i| !bodies[*i].entry).collect();
+    let module = module_scope(&ptx);
+    let in_initialisers: Vec<usize> = funcs
+        .iter()
+        .copied()
+        .filter(|i| mentions(&module, &bodies[*i].name))
+        .collect();
+    // Each body without the targets of its direct calls: a name left in it is an address taken.
+    let taking: Vec<String> = bodies
+        .iter()
+        .map(|b| {
+            let mut text = b.text.to_owned();
+            for target in calls(b.text).0 {
+                text.replace_range(target.clone(), &" ".repeat(target.len()));
+            }
+            text
+        })
+        .collect();
+    let address_taken: Vec<usize> = funcs
+        .iter()
+        .copied()
+        .filter(|i| {
+            in_initialisers.contains(i) || taking.iter().any(|t| mentions(t, &bodies[*i].name))
+        })
+        .collect();
     for k in source.kernels.iter().filter(|k| k.safe) {
-        let Some(entry) = bodies.iter().find(|b| b.entry && b.name == k.name) else {
+        let Some(entry) = bodies.iter().position(|b| b.entry && b.name == k.name) else {
             continue; // the entry check of `check` reports it
         };
-        // Every function the entry can reach, by name.
-        let mut reached: Vec<&Body<'_>> = vec![entry];
+        let mut reached: Vec<(usize, Why)> = vec![(entry, Why::Entry)];
+        let add = |reached: &mut Vec<(usize, Why)>, f: usize, why: Why| {
+            if !reached.iter().any(|(r, _)| *r == f) {
+                reached.push((f, why));
+            }
+        };
+        for f in &in_initialisers {
+            add(&mut reached, *f, Why::Initialiser);
+        }
+        let mut through_pointers = false;
         let mut i = 0;
-        while let Some(body) = reached.get(i).copied() {
-            for f in bodies.iter().filter(|f| !f.entry) {
-                if !reached.iter().any(|r| std::ptr::eq(*r, f)) && mentions(body.text, &f.name) {
-                    reached.push(f);
+        while let Some((body, _)) = reached.get(i).copied() {
+            let text = bodies[body].text;
+            for f in &funcs {
+                if mentions(text, &bodies[*f].name) {
+                    add(&mut reached, *f, Why::Named);
+                }
+            }
+            if !through_pointers && calls(text).1 {
+                through_pointers = true;
+                for f in &address_taken {
+                    add(&mut reached, *f, Why::Indirect);
                 }
             }
             i += 1;
         }
-        if let Some(symbol) = symbols
-            .iter()
-            .find(|s| reached.iter().any(|b| mentions(b.text, s)))
-        {
+        let found = symbols.iter().find_map(|s| {
+            reached
+                .iter()
+                .find(|(b, _)| mentions(bodies[*b].text, s))
+                .map(|(b, why)| (s, &bodies[*b].name, *why))
+        });
+        if let Some((symbol, name, why)) = found {
+            let via = match why {
+                Why::Entry => ",".to_owned(),
+                Why::Named => format!(" in `{name}`, which it calls,"),
+                Why::Initialiser => format!(
+                    " in `{name}`, whose address a module-scope variable holds (any kernel may \
+                     call it through that),"
+                ),
+                Why::Indirect => format!(
+                    " in `{name}`, whose address is taken (the kernel calls through a function \
+                     pointer),"
+                ),
+            };
             return Err(Error::new(format!(
-                "uses dynamic shared memory (`extern __shared__`, PTX `.extern .shared {symbol}`), \
+                "uses dynamic shared memory (`extern __shared__`, PTX `.extern .shared {symbol}`){via} \
                  but a safe launch passes none"
             ))
             .kernel(&k.name)
@@ -416,6 +588,247 @@ mod tests {
             // An unsafe kernel may use it: its LaunchConfig says how much.
             assert_eq!(check_dynamic_shared(&decl(name, false), DYNAMIC), Ok(()));
         }
+    }
+
+    /// What nvcc 13.0 wrote (bodies shortened) for device functions reached through pointers
+    /// kept in `__device__` variables with initialisers: `table[2] = {plain, uses_dyn}` (read
+    /// by `k`), `one = uses_dyn` (read by `k2`); `k3` calls `plain` directly.
+    const TABLES: &str = r#"
+.version 9.0
+.target sm_75
+.address_size 64
+.func  (.param .b32 func_retval0) _Z5plainPfj
+(
+	.param .b64 _Z5plainPfj_param_0,
+	.param .b32 _Z5plainPfj_param_1
+)
+;
+.func  (.param .b32 func_retval0) _Z8uses_dynPfj
+(
+	.param .b64 _Z8uses_dynPfj_param_0,
+	.param .b32 _Z8uses_dynPfj_param_1
+)
+;
+.global .align 8 .u64 table[2] = {_Z5plainPfj, _Z8uses_dynPfj};
+.global .align 8 .u64 one = _Z8uses_dynPfj;
+.extern .shared .align 16 .b8 dyn[];
+.func  (.param .b32 func_retval0) _Z5plainPfj(
+	.param .b64 _Z5plainPfj_param_0,
+	.param .b32 _Z5plainPfj_param_1
+)
+{
+	ld.f32 	%f1, [%rd3];
+	st.param.f32 	[func_retval0+0], %f1;
+	ret;
+}
+.func  (.param .b32 func_retval0) _Z8uses_dynPfj(
+	.param .b64 _Z8uses_dynPfj_param_0,
+	.param .b32 _Z8uses_dynPfj_param_1
+)
+{
+	mov.u32 	%r3, dyn;
+	add.s32 	%r4, %r3, %r2;
+	st.shared.f32 	[%r4], %f1;
+	ret;
+}
+	// .globl	k
+.visible .entry k(
+	.param .u64 k_param_0
+)
+{
+	mov.u64 	%rd5, table;
+	add.s64 	%rd6, %rd5, %rd4;
+	ld.global.u64 	%rd7, [%rd6];
+	{ // callseq 0, 0
+	.param .b32 retval0;
+	prototype_0 : .callprototype (.param .b32 _) _ (.param .b64 _, .param .b32 _);
+	call (retval0), 
+	%rd7, 
+	(
+	param0, 
+	param1
+	)
+	, prototype_0;
+	} // callseq 0
+	ret;
+}
+	// .globl	k2
+.visible .entry k2(
+	.param .u64 k2_param_0
+)
+{
+	ld.global.u64 	%rd3, [one];
+	{ // callseq 1, 0
+	prototype_1 : .callprototype (.param .b32 _) _ (.param .b64 _, .param .b32 _);
+	call (retval0), 
+	%rd3, 
+	(
+	param0, 
+	param1
+	)
+	, prototype_1;
+	} // callseq 1
+	ret;
+}
+.visible .entry k3(
+	.param .u64 k3_param_0
+)
+{
+	{ // callseq 2, 0
+	call.uni (retval0), 
+	_Z5plainPfj, 
+	(
+	param0, 
+	param1
+	);
+	} // callseq 2
+	ret;
+}
+"#;
+
+    /// What nvcc 13.0 wrote (bodies shortened) for a pointer stored by one kernel (`setup`:
+    /// `slot = w ? uses_dyn : plain`) and called through by another (`call_slot`); `direct`
+    /// calls `plain` directly; `mentions` names `uses_dyn` in a comment only.
+    const SLOT: &str = r#"
+.version 9.0
+.target sm_75
+.address_size 64
+.global .align 8 .u64 slot;
+.extern .shared .align 16 .b8 dyn[];
+.func  (.param .b32 func_retval0) _Z8uses_dynPfj(
+	.param .b64 _Z8uses_dynPfj_param_0,
+	.param .b32 _Z8uses_dynPfj_param_1
+)
+{
+	mov.u32 	%r3, dyn;
+	st.shared.f32 	[%r4], %f1;
+	ret;
+}
+.func  (.param .b32 func_retval0) _Z5plainPfj(
+	.param .b64 _Z5plainPfj_param_0,
+	.param .b32 _Z5plainPfj_param_1
+)
+{
+	ld.f32 	%f1, [%rd3];
+	ret;
+}
+	// .globl	setup
+.visible .entry setup(
+	.param .u32 setup_param_0
+)
+{
+	mov.u64 	%rd1, _Z8uses_dynPfj;
+	mov.u64 	%rd2, _Z5plainPfj;
+	selp.b64 	%rd3, %rd2, %rd1, %p1;
+	st.global.u64 	[slot], %rd3;
+	ret;
+}
+	// .globl	call_slot
+.visible .entry call_slot(
+	.param .u64 call_slot_param_0
+)
+{
+	ld.global.u64 	%rd3, [slot];
+	{ // callseq 0, 0
+	prototype_0 : .callprototype (.param .b32 _) _ (.param .b64 _, .param .b32 _);
+	@%p2 call (retval0), 
+	%rd3, 
+	(
+	param0, 
+	param1
+	)
+	, prototype_0;
+	} // callseq 0
+	ret;
+}
+	// .globl	direct
+.visible .entry direct(
+	.param .u64 direct_param_0
+)
+{
+	{ // callseq 1, 0
+	call.uni (retval0), 
+	_Z5plainPfj, 
+	(
+	param0, 
+	param1
+	);
+	} // callseq 1
+	ret;
+}
+.visible .entry mentions(
+	.param .u64 mentions_param_0
+)
+{
+	// _Z8uses_dynPfj /* dyn */
+	ret;
+}
+"#;
+
+    #[test]
+    fn functions_reached_through_pointers_count_as_reached() {
+        let safe = |name: &str| {
+            parse(&format!("UM_SAFE_KERNEL void {name}(float *x) {{}}")).expect("parses")
+        };
+        let says = |ptx: &str, name: &str| {
+            check_dynamic_shared(&safe(name), ptx)
+                .err()
+                .map(|e| e.message().to_owned())
+        };
+        for (ptx, name, refused, why) in [
+            // Named in an initialiser: any kernel may load and call it.
+            (TABLES, "k", true, "module-scope variable"),
+            (TABLES, "k2", true, "module-scope variable"),
+            (TABLES, "k3", true, "module-scope variable"),
+            // Its address taken (by `setup`), and the kernel calls through a pointer.
+            (SLOT, "call_slot", true, "function pointer"),
+            // No call through a pointer, no initialiser: `plain` only, which has none.
+            (SLOT, "direct", false, ""),
+            // A name in a comment is no use.
+            (SLOT, "mentions", false, ""),
+        ] {
+            let got = says(ptx, name);
+            assert_eq!(got.is_some(), refused, "{name}: {got:?}");
+            if let Some(message) = got {
+                assert!(
+                    message.contains("dynamic shared memory")
+                        && message.contains("_Z8uses_dynPfj")
+                        && message.contains(why),
+                    "{name}: {message}"
+                );
+            }
+        }
+        // Only functions whose address is taken: with `setup` taking `plain`'s alone, a call
+        // through a pointer cannot reach `uses_dyn`.
+        let plain_only = SLOT.replace(
+            "mov.u64 \t%rd1, _Z8uses_dynPfj;",
+            "mov.u64 \t%rd1, _Z5plainPfj;",
+        );
+        assert_eq!(says(&plain_only, "call_slot"), None);
+        // An unsafe kernel may: its LaunchConfig says how much.
+        let unsafe_slot =
+            parse("extern \"C\" __global__ void call_slot(float *x) {}").expect("parses");
+        assert_eq!(check_dynamic_shared(&unsafe_slot, SLOT), Ok(()));
+    }
+
+    #[test]
+    fn calls_are_told_apart_from_other_uses_of_a_name() {
+        let text = "{ call.uni (retval0), \n\t_Z5plainPfj, \n\t(\n\tparam0\n\t);\n\tcall.uni _Z3endv, ();\n\
+             \tcall _Z3nopv;\n\tmov.u64 %rd1, _Z4callv;\n\t.callprototype x; // callseq 0\n}";
+        let (direct, indirect) = calls(text);
+        let named: Vec<&str> = direct.iter().map(|r| &text[r.clone()]).collect();
+        assert_eq!(named, ["_Z5plainPfj", "_Z3endv", "_Z3nopv"]);
+        assert!(!indirect);
+        assert!(calls("\t@%p1 call (retval0), %rd7, (param0), prototype_0;").1);
+        assert!(calls("\tcall %rd7, (param0), prototype_0;").1);
+    }
+
+    #[test]
+    fn comments_are_blanked_byte_for_byte() {
+        let text = "a // b\nc /* d\ne */ f";
+        let blank = without_comments(text);
+        assert_eq!(blank.len(), text.len());
+        assert_eq!(blank, "a     \nc     \n     f");
     }
 
     /// What nvcc 13.0 wrote for `__block_size__((32,4,1))`, `__launch_bounds__(64)`,

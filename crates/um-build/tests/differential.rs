@@ -35,7 +35,7 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -2884,7 +2884,8 @@ fn expected(u: &Unit) -> GenModule {
         }
     }
     GenModule {
-        ptx: format!("/um-ptx/{}.ptx", module.trim_start_matches("r#")),
+        // The checked copy's path; the caller puts its text, as a literal, in its place.
+        ptx: format!("um-ptx/{}.ptx", module.trim_start_matches("r#")),
         name: module,
         structs,
         fns,
@@ -3068,10 +3069,8 @@ fn parse_generated(code: &str) -> Result<Vec<GenModule>, String> {
             if line == "}" {
                 modules.push(module.take().unwrap());
             } else if let Some(p) = line.strip_prefix("pub static PTX: &str = ") {
-                // `::core::include_str!("um-ptx/<m>.ptx")`: relative to the generated file.
-                let start = p.find('"').ok_or_else(bad)? + 1;
-                let end = start + p[start..].find('"').ok_or_else(bad)?;
-                m.ptx = format!("/{}", &p[start..end]);
+                // The checked PTX as a string literal, on one line.
+                m.ptx = p.strip_suffix(';').ok_or_else(bad)?.to_owned();
             } else if line.starts_with("#[derive(") {
                 default = line.contains("Default");
             } else if let Some(s) = line.strip_prefix("pub struct ") {
@@ -3113,8 +3112,8 @@ fn compare(want: &[GenModule], got: &[GenModule]) -> Vec<String> {
     for (w, g) in want.iter().zip(got) {
         if w.ptx != g.ptx {
             diffs.push(format!(
-                "mod {}: PTX file: want {}, got {}",
-                w.name, w.ptx, g.ptx
+                "mod {}: the embedded PTX is not the checked copy in um-ptx/",
+                w.name
             ));
         }
         if w.structs != g.structs {
@@ -3216,31 +3215,9 @@ fn show_case(id: usize, case: &Case) -> String {
     s
 }
 
-/// A copy of a case's generated file that reads its PTX from an absolute path (the generated
-/// file names it relative to itself, and the copy lives elsewhere).
-fn rewrite_ptx_paths(code: &str, out: &Path) -> String {
-    const FROM: &str = "::core::include_str!(\"";
-    let mut result = String::new();
-    let mut rest = code;
-    while let Some(at) = rest.find(FROM) {
-        result.push_str(&rest[..at + FROM.len()]);
-        let after = &rest[at + FROM.len()..];
-        let end = after.find('"').unwrap();
-        let path = out.join(&after[..end]);
-        let quoted = format!("{}", path.display());
-        result.push_str(&quoted.replace('\\', "/"));
-        rest = &after[end..];
-    }
-    result.push_str(rest);
-    result
-}
-
 /// Compiles the generated Rust of every accepted case in one crate that depends on um-core.
 /// Returns the compiler's errors by case.
-fn compile_all(
-    root: &Path,
-    accepted: &[(usize, String, PathBuf)],
-) -> Result<(), Vec<(usize, String)>> {
+fn compile_all(root: &Path, accepted: &[(usize, String)]) -> Result<(), Vec<(usize, String)>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = root.join("crate");
     let gen_dir = dir.join("gen");
@@ -3250,9 +3227,10 @@ fn compile_all(
     let mut lib = String::from(
         "//! The generated launchers of every case of um-build's differential test.\n#![allow(warnings)]\n",
     );
-    for (id, code, out) in accepted {
+    for (id, code) in accepted {
         let file = gen_dir.join(format!("case_{id}.rs"));
-        fs::write(&file, rewrite_ptx_paths(code, out)).unwrap();
+        // Self-contained: the PTX is a literal of the generated file.
+        fs::write(&file, code).unwrap();
         let _ = writeln!(
             lib,
             "pub mod case_{id} {{\n    #[allow(unused_imports)]\n    use ::um_core as __um;\n    include!({:?});\n}}",
@@ -3344,7 +3322,7 @@ fn um_build_reads_exactly_what_nvcc_compiles_or_refuses_clearly() {
     results.sort_by_key(|(i, _)| *i);
 
     let mut failures: Vec<(usize, String)> = Vec::new();
-    let mut accepted: Vec<(usize, String, PathBuf)> = Vec::new();
+    let mut accepted: Vec<(usize, String)> = Vec::new();
     let mut refused = 0;
     for (i, got) in &results {
         let case = &cases[*i];
@@ -3353,7 +3331,17 @@ fn um_build_reads_exactly_what_nvcc_compiles_or_refuses_clearly() {
             (Got::Built(built, code), Expect::Honest) => {
                 let mut units = case.reading.clone();
                 units.sort_by(|a, b| a.file.as_bytes().cmp(b.file.as_bytes()));
-                let want: Vec<GenModule> = units.iter().map(expected).collect();
+                // Each module embeds, as a literal, the text of the PTX um-build checked.
+                let out = built.generated.parent().unwrap();
+                let want: Vec<GenModule> = units
+                    .iter()
+                    .map(|u| {
+                        let mut m = expected(u);
+                        m.ptx = fs::read_to_string(out.join(&m.ptx))
+                            .map_or_else(|e| format!("{}: {e}", m.ptx), |t| format!("{t:?}"));
+                        m
+                    })
+                    .collect();
                 let mut diffs = match parse_generated(code) {
                     Ok(got) => compare(&want, &got),
                     Err(e) => vec![e],
@@ -3368,7 +3356,7 @@ fn um_build_reads_exactly_what_nvcc_compiles_or_refuses_clearly() {
                     ));
                 }
                 if diffs.is_empty() {
-                    accepted.push((*i, code.clone(), built.generated.parent().unwrap().to_path_buf()));
+                    accepted.push((*i, code.clone()));
                 } else {
                     failures.push((
                         *i,
@@ -3425,7 +3413,7 @@ fn um_build_reads_exactly_what_nvcc_compiles_or_refuses_clearly() {
                 let code = accepted
                     .iter()
                     .find(|(i, ..)| *i == id)
-                    .map_or("", |(_, code, _)| code.as_str());
+                    .map_or("", |(_, code)| code.as_str());
                 format!("{}--- generated\n{code}", show_case(id, c))
             });
             failures.push((

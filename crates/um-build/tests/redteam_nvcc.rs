@@ -463,8 +463,8 @@ fn a_safe_kernel_whose_definition_fixes_its_block_shape_is_refused() {
 /// Issue 18's red team, hole 2: the generated `PTX` static read
 /// `$OUT_DIR/um-ptx/<m>.ptx`, not the file um-build checked in `Kernels::out_dir`: two kernel
 /// folders built into two output folders of one crate embedded each other's PTX (an f64 kernel
-/// behind an f32 launcher). The path is now relative to the generated file, beside which
-/// um-build writes the PTX it checked.
+/// behind an f32 launcher). The static now holds the text um-build checked (a copy of which it
+/// writes to `um-ptx/` of its own output folder).
 #[test]
 fn each_output_folder_embeds_its_own_ptx() {
     let root = std::env::temp_dir().join(format!("um-build-outdir-{}", std::process::id()));
@@ -486,12 +486,12 @@ fn each_output_folder_embeds_its_own_ptx() {
             .build()
             .expect("builds");
         let code = std::fs::read_to_string(&built.generated).unwrap();
+        // The static is the text of the checked copy beside the generated file, this folder's.
+        let ptx = std::fs::read_to_string(out.join("um-ptx/twice.ptx")).unwrap();
         assert!(
-            code.contains("pub static PTX: &str = ::core::include_str!(\"um-ptx/twice.ptx\");"),
+            code.contains(&format!("pub static PTX: &str = {ptx:?};")),
             "{code}"
         );
-        // The file the static names, beside the generated one, is the one for this folder.
-        let ptx = std::fs::read_to_string(out.join("um-ptx/twice.ptx")).unwrap();
         generated.push(ptx.contains(".f64"));
     }
     assert_eq!(generated, [true, false]);
