@@ -12,7 +12,7 @@
 //!   each free 32 MiB (a lost buffer is 64 MiB); where the row's memory must show in the free
 //!   memory, that it did (so that a leak of it could be seen at all).
 //!
-//! The two defects this file was written for are rows: a mirrored buffer made host-owned by
+//! Two rows are the leaks this rule was written against: a mirrored buffer made host-owned by
 //! `from_slice_mirrored` and dropped inside the closure (its free was made on the capturing
 //! thread, refused by the driver, and the memory lost for the life of the process), and
 //! `block_on(y.sync_async())` on an eager buffer of the capture's stream (the future queried
@@ -133,7 +133,7 @@ fn table() -> Vec<Row> {
             Valid,
             true,
         ),
-        // Defect: `Managed::drop` freed host-owned memory at once, with no capture branch; the
+        // Was lost: `Managed::drop` freed host-owned memory at once, with no capture branch; the
         // driver refused the free on the capturing thread and nothing freed it later.
         row(
             "host-owned mirrored buffer (from_slice_mirrored) dropped",
@@ -170,7 +170,7 @@ fn table() -> Vec<Row> {
             beside: None,
             shows: true,
         },
-        // Defect: the future's `poll` queried the stream after the callback reported success;
+        // Was lost: the future's `poll` queried the stream after the callback reported success;
         // the driver refused the query on the capturing thread, and the future leaked the
         // buffer as if the stream had failed.
         row(
