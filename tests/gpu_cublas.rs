@@ -595,15 +595,16 @@ fn dropping_the_handle_with_work_in_flight_keeps_the_result() {
     assert_eq!(c[3 + 5 * n], want);
 }
 
-/// While a graph capture of um is in progress, a `Blas` is not destroyed (cuBLAS's own device-wide
-/// wait would fail there): dropped, it is leaked. It moves to another eager stream inside the
-/// capture closure: the move is ordered on the device after its GEMM on the first stream
-/// (`StreamOrder`), with no host wait that would fail the capture (before, the move was refused
-/// with `Error::CaptureInProgress`). The capture is not disturbed by either, and both GEMMs
-/// complete with the right result.
+/// While a graph capture of um is in progress, a `Blas` is not destroyed
+/// (cuBLAS's own device-wide wait would fail there): dropped, its destroy is kept and made once
+/// the capture has ended (`Context::with_idle_after_captures`; it was leaked before). It moves
+/// to another eager stream inside the capture closure: the move is ordered on the device after
+/// its GEMM on the first stream (`StreamOrder`), with no host wait that would fail the capture
+/// (before, the move was refused with `Error::CaptureInProgress`). The capture is not disturbed
+/// by either, and both GEMMs complete with the right result.
 #[test]
 #[ignore = "needs a CUDA device"]
-fn leaks_a_blas_during_a_capture_moves_in_order_is_not_destroyed_and_leaves_it_valid() {
+fn a_blas_dropped_during_a_capture_moves_in_order_is_destroyed_after_it_and_leaves_it_valid() {
     let _serial = serial(); // a capture of another test refuses a Blas move
     // Device 0 as it is, whatever the environment emulates: unified memory enters graphs only
     // with concurrent managed access (rule 183's refusal has its own test in gpu_graphs).
@@ -632,7 +633,7 @@ fn leaks_a_blas_during_a_capture_moves_in_order_is_not_destroyed_and_leaves_it_v
             let (graph, ()) = s[1].capture((x,), |cap, (mut x,)| {
                 um::kernels::testing::add_scalar(cap, &mut x, 1.0)?;
                 moved = Some(blas.gemm(&s[1], &Gemm::new(2, 2, 2), &a2, &b2, &mut c2));
-                drop(blas); // leaked, not destroyed
+                drop(blas); // destroyed once the capture has ended, not here
                 Ok(((x,), ()))
             })?;
             assert_eq!(moved, Some(Ok(())));

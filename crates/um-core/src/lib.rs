@@ -102,7 +102,8 @@ mod sealed;
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use driver::context::{
-    Context, DeviceInfo, device_count, refuse_inside_stream_callback, relaxed_while_capturing,
+    Context, DeviceInfo, capturing_on_this_thread, defer_while_capturing, device_count,
+    refuse_inside_stream_callback, relaxed_while_capturing,
 };
 pub use driver::foreign::Foreign;
 pub use driver::module::{Kernel, Module, ptx_isa_version};

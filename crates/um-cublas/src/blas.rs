@@ -375,39 +375,49 @@ fn owned_by<'s, T, K: StreamKind, M: Storage>(
 impl Drop for Blas {
     fn drop(&mut self) {
         // A handle destroyed with another context current could release the wrong resources:
-        // if the context cannot be made current, leak it.
+        // if the context cannot be made current (inside um's stream callback, say), leak it.
         if self.ctx.make_current().is_err() {
             return;
         }
         // Our calls may still run and use the handle's workspace. `cublasDestroy_v2` waits for
         // the device itself, but that wait fails while a capture is in progress on the context
         // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
-        // wait first, through um, which refuses to while a capture of um is in progress or
+        // wait first, through um, which never does so while a capture of um is in progress or
         // waits to begin, and destroy inside its idle section, before any capture of um can
         // begin (the destroy's own wait then cannot fail one either: red team 5, finding 2).
-        // Where it did not wait,
-        // leak the handle (red team 4, finding 1). After the wait no kernel of this handle can
+        // Where a capture stands in the way, the destroy is not given up (that leaked the
+        // handle and its workspace): um keeps it, and the thread that ends the last such
+        // capture makes it, after the same wait. After the wait no kernel of this handle can
         // still run: it is being dropped, so nothing enqueues more.
         let api = self.library.api();
-        let handle = self.handle;
-        let destroyed = self.ctx.with_idle_unless_capturing(|| {
+        let handle = Handle(self.handle);
+        // SAFETY: `order` is taken only here, once, and never used after (this is drop).
+        let order = unsafe { ManuallyDrop::take(&mut self.order) };
+        let destroy = move || {
+            let handle = handle;
             // SAFETY: the handle is live and destroyed only here. It is first unbound from the
             // last stream, which may be gone. Every call made with it has completed (the wait
-            // before this closure), so no kernel of ours still uses its workspace when
-            // `cublasDestroy_v2` frees it. Errors are ignored: drop never panics.
+            // before this closure runs), so no kernel of ours still uses its workspace when
+            // `cublasDestroy_v2` frees it; the device's context is current (the wait made it).
+            // Errors are ignored: drop never panics.
             unsafe {
-                let _ = (api.set_stream)(handle, ptr::null_mut());
-                let _ = (api.destroy)(handle);
+                let _ = (api.set_stream)(handle.0, ptr::null_mut());
+                let _ = (api.destroy)(handle.0);
             }
-        });
-        // The order's event goes with the handle: where the handle is leaked (a capture in
-        // progress, where even an event's destruction is best not tried), so is the event.
-        if matches!(destroyed, Ok(Some(()))) {
-            // SAFETY: `order` is dropped only here, once, and never used after (this is drop).
-            unsafe { ManuallyDrop::drop(&mut self.order) };
-        }
+            // The order's event goes with the handle.
+            drop(order);
+        };
+        // `Err` (the wait failed): the closure is dropped unrun, and the handle leaked with it.
+        let _ = self.ctx.with_idle_after_captures(destroy);
     }
 }
+
+/// The handle, moved into the destroy that `Blas`'s drop may leave to another thread.
+struct Handle(sys::Handle);
+
+// SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
+// Safety"); the only use of this one is its destroy, once, by whichever thread runs it.
+unsafe impl Send for Handle {}
 
 impl std::fmt::Debug for Blas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

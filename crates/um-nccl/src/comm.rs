@@ -826,8 +826,37 @@ pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Res
     }
 }
 
+impl Comm {
+    /// This communicator, moved out of `self` (which keeps no state of it, and whose drop then
+    /// does nothing): for a teardown made later, elsewhere.
+    fn take_for_later(&mut self) -> Comm {
+        Comm {
+            raw: self.raw,
+            nccl: self.nccl,
+            ctx: self.ctx.clone(),
+            rank: self.rank,
+            world_size: self.world_size,
+            options: self.options,
+            ledger: Arc::clone(&self.ledger),
+            state: RefCell::new(std::mem::take(self.state.get_mut())),
+            down: Cell::new(self.down.get()),
+        }
+    }
+}
+
 impl Drop for Comm {
     fn drop(&mut self) {
+        if um_core::capturing_on_this_thread() {
+            // Inside a capture closure of um on this thread (or a destructor run there): NCCL's
+            // teardown frees memory and waits for its streams, which the driver refuses on a
+            // capturing thread (the memory would be lost, and the capture fail). The
+            // communicator is torn down on this thread once its captures have ended, as it
+            // would be here (flushed and destroyed, or its abort made). If the thread exits
+            // inside the capture, it is leaked.
+            let later = self.take_for_later();
+            um_core::defer_while_capturing(move || drop(later));
+            return;
+        }
         if self.is_aborted() {
             // An abort owed by a callback is made here, outside one (inside one it stays owed,
             // and the communicator is leaked with its kernels: documented).

@@ -100,7 +100,16 @@ struct Quiet {
     waiting: usize,
     /// Modules of dropped handles, unloaded once `captures` is 0.
     graves: Vec<ModuleCache>,
+    /// Work that waits for the whole device, given to [`Context::with_idle_after_captures`]
+    /// while a capture of `um` was in progress (or waited to begin) on the device or on the
+    /// giving thread: run, inside an idle section, by the thread that ends the last of them.
+    /// Each with a handle of the device to wait through (which keeps the device's `Shared`
+    /// alive until the work has run).
+    tasks: Vec<(Context, DeviceTask)>,
 }
+
+/// A piece of work kept for the end of a device's captures ([`Quiet::tasks`]).
+type DeviceTask = Box<dyn FnOnce() + Send>;
 
 // SAFETY: as for `Inner`: the handles are plain driver handles, usable from any thread; the
 // mutable state is behind the Mutex.
@@ -144,7 +153,7 @@ impl Shared {
     }
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
-    fn retire(&self, modules: ModuleCache) {
+    fn retire(self: &Arc<Self>, modules: ModuleCache) {
         if in_driver_callback() {
             // Another thread may hold `quiet` while it waits for the context, and so for this
             // callback (red team 5, finding 1): never block on it here.
@@ -156,10 +165,60 @@ impl Shared {
             // With any modules an earlier drop had to leave.
             let mut all = self.take_graves(&mut quiet);
             all.push(modules);
-            self.unload(all);
+            unload(self.raw, all);
         } else {
             quiet.graves.push(modules);
+            if quiet.captures == 0 {
+                // Only this thread captures (on another device): the graves are unloaded on
+                // this thread once its captures have ended.
+                drop(quiet);
+                self.settle_after_this_threads_captures();
+            }
         }
+    }
+
+    /// Once no capture of `um` is in progress on the device, nor on the calling thread: unloads
+    /// the graves, and runs the kept tasks ([`Quiet::tasks`]) inside an idle section (kept again
+    /// if a capture began or waits meanwhile; its end settles them). Called where a capture
+    /// ends and where a thread's last capture has ended; does nothing while one is in
+    /// progress (its end calls it again) or inside a driver callback.
+    fn settle(self: &Arc<Self>) {
+        if in_driver_callback() {
+            return;
+        }
+        let tasks = {
+            let mut quiet = self.quiet();
+            if quiet.captures > 0 {
+                return;
+            }
+            if thread_is_capturing() {
+                drop(quiet);
+                self.settle_after_this_threads_captures();
+                return;
+            }
+            let graves = self.take_graves(&mut quiet);
+            unload(self.raw, graves);
+            std::mem::take(&mut quiet.tasks)
+        };
+        let Some((ctx, _)) = tasks.first() else {
+            return;
+        };
+        let ctx = ctx.clone();
+        // One wait for them all; a panic of one does not keep the others from running.
+        let all: DeviceTask = Box::new(move || {
+            for (_, task) in tasks {
+                run_caught(task);
+            }
+        });
+        // Should the wait fail (a sticky error), the tasks are dropped unrun: what they would
+        // have released is leaked, never released under a kernel that may still run.
+        let _ = ctx.idle_or_keep(all);
+    }
+
+    /// Settles the device on this thread once its last capture of `um` has ended.
+    fn settle_after_this_threads_captures(self: &Arc<Self>) {
+        let shared = Arc::clone(self);
+        keep_for_capture_end(Box::new(move || shared.settle()));
     }
 
     fn deferred(&self) -> std::sync::MutexGuard<'_, Vec<ModuleCache>> {
@@ -174,19 +233,20 @@ impl Shared {
         all.append(&mut self.deferred());
         all
     }
+}
 
-    /// Waits for the device's work, then unloads `modules`; should the context not be made
-    /// current or the wait fail (a sticky error), they are leaked rather than unloaded under a
-    /// kernel. The caller holds the lock of `quiet` (no capture begins meanwhile).
-    fn unload(&self, modules: Vec<ModuleCache>) {
-        if modules.is_empty() {
-            return;
-        }
-        if driver::ctx_bind(self.raw).is_ok() && driver::ctx_synchronize().is_ok() {
-            drop(modules);
-        } else {
-            std::mem::forget(modules);
-        }
+/// Waits for the work of the context `raw`, then unloads `modules`; should the context not be
+/// made current or the wait fail (a sticky error), they are leaked rather than unloaded under a
+/// kernel. The caller holds the lock of the device's `quiet` (no capture begins meanwhile), or
+/// holds the last reference to the device's `Shared` (no capture of `um` can be in progress).
+fn unload(raw: sys::CUcontext, modules: Vec<ModuleCache>) {
+    if modules.is_empty() {
+        return;
+    }
+    if driver::ctx_bind(raw).is_ok() && driver::ctx_synchronize().is_ok() {
+        drop(modules);
+    } else {
+        std::mem::forget(modules);
     }
 }
 
@@ -194,18 +254,24 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Uncontended: every holder of the lock holds an `Arc` of this `Shared`.
         let graves = self.take_graves(&mut self.quiet());
-        if thread_is_capturing() || in_driver_callback() {
-            // The last handle of this device dropped on a thread that is capturing (on another
-            // device), or inside a driver callback: the wait is refused there (and on a
-            // capturing thread it would invalidate the capture), and so would be the release
-            // of the primary context, which destroys it when um held the last retain (red team
-            // 5, finding 3). Both are leaked: the modules and one retain of the device's
-            // primary context, which stays alive until the process ends.
+        if in_driver_callback() {
+            // The last handle of this device dropped inside a driver callback: the wait is
+            // refused there, and so would be the release of the primary context, which
+            // destroys it when um held the last retain (red team 5, finding 3). Both are
+            // leaked: the modules and one retain of the device's primary context, which stays
+            // alive until the process ends.
             std::mem::forget(graves);
             return;
         }
-        self.unload(graves);
-        driver::primary_ctx_release(self.device);
+        let (raw, device) = (self.raw, self.device);
+        let release = move || {
+            unload(raw, graves);
+            driver::primary_ctx_release(device);
+        };
+        // On a thread that is capturing (on another device), the wait would be refused and
+        // would invalidate the capture: both wait for the end of the thread's captures (the
+        // retain keeps the context alive until then).
+        defer_while_capturing(release);
     }
 }
 
@@ -218,6 +284,93 @@ thread_local! {
 /// Whether a capture of `um` is in progress on the calling thread.
 pub(crate) fn thread_is_capturing() -> bool {
     THREAD_CAPTURES.with(std::cell::Cell::get) > 0
+}
+
+/// Counts a capture of `um` on the calling thread, from before `cuStreamBeginCapture`.
+fn enter_thread_capture() {
+    THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
+}
+
+/// Uncounts it, after `cuStreamEndCapture`; whether that was the thread's last (the caller then
+/// runs what was kept for it: [`run_after_captures`]).
+fn leave_thread_capture() -> bool {
+    THREAD_CAPTURES.with(|n| n.set(n.get().saturating_sub(1)));
+    !thread_is_capturing()
+}
+
+thread_local! {
+    /// What this thread kept while a capture of `um` was open on it ([`keep_for_capture_end`]):
+    /// run on this thread once its last capture has ended. Read with `try_with`: it has a
+    /// destructor, and is gone while the thread's later thread-local destructors run.
+    static AFTER_CAPTURES: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps `task` for the end of the calling thread's captures of `um` (it runs on this thread
+/// once the last of them has ended). Where the thread's record is gone (a thread-local
+/// destructor while the thread exits), the task is forgotten, neither run nor dropped: what it
+/// would have released is leaked, and nothing it owns is dropped on a capturing thread.
+pub(crate) fn keep_for_capture_end(task: Box<dyn FnOnce()>) {
+    let mut task = Some(task);
+    let _ = AFTER_CAPTURES.try_with(|kept| kept.borrow_mut().extend(task.take()));
+    if let Some(task) = task {
+        std::mem::forget(task);
+    }
+}
+
+/// Runs what the calling thread kept for the end of its captures, now that none is open; also
+/// what those tasks keep in turn (none, unless one begins a capture of its own).
+fn run_after_captures() {
+    loop {
+        let kept = AFTER_CAPTURES
+            .try_with(|kept| std::mem::take(&mut *kept.borrow_mut()))
+            .unwrap_or_default();
+        if kept.is_empty() {
+            return;
+        }
+        for task in kept {
+            run_caught(task);
+        }
+    }
+}
+
+/// Runs `task`, and drops a panic of it: kept work runs inside um's own bookkeeping (the end of
+/// a capture, a drop), which must go on whatever one task does.
+fn run_caught<F: FnOnce()>(task: F) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+}
+
+/// Whether a capture of `um` is open on the calling thread: inside the closure of
+/// [`Stream::capture`](crate::Stream::capture) (or of `capture_streams`), and in what runs
+/// there (a drop, a thread-local destructor of a thread that exits inside the closure). There
+/// the driver refuses frees, waits and most other calls that are not part of the capture (and
+/// such a refusal invalidates the capture): a library's destructor asks this first, and defers
+/// its work with [`defer_while_capturing`].
+pub fn capturing_on_this_thread() -> bool {
+    thread_is_capturing()
+}
+
+/// Runs `f` now, unless a capture of `um` is open on the calling thread
+/// ([`capturing_on_this_thread`]): then keeps it, and runs it on this thread as soon as the
+/// last capture of `um` open on it has ended (right after its `cuStreamEndCapture`, inside
+/// [`Stream::capture`](crate::Stream::capture)). Whether `f` ran now.
+///
+/// For a destructor that frees or waits (a communicator's teardown): run on a capturing
+/// thread, those calls are refused, so what they would free is lost and the capture fails.
+/// Kept, they run where they may. A panic of `f` run later is caught and dropped. Where the
+/// thread exits inside the capture closure (`std::process::exit`), `f` is forgotten, neither
+/// run nor dropped.
+///
+/// Only this thread's captures are waited for: in the thread-local mode `um` captures in,
+/// other threads' captures do not restrict this thread's calls, except a wait for the whole
+/// device (see [`Context::with_idle_after_captures`] for that).
+pub fn defer_while_capturing(f: impl FnOnce() + 'static) -> bool {
+    if !thread_is_capturing() {
+        f();
+        return true;
+    }
+    keep_for_capture_end(Box::new(f));
+    false
 }
 
 /// Runs `f` with the calling thread's stream-capture mode relaxed while a capture of `um` is in
@@ -237,10 +390,13 @@ pub(crate) fn thread_is_capturing() -> bool {
 /// do during the capture anyway (`um` captures in thread-local mode, which restricts the
 /// capturing thread only), or fail as the driver decides. `um` never relies on those refusals:
 /// what a capturing thread frees or waits for, `um` decides from its own record of captures, not
-/// from the driver's answer. A stream-owned buffer dropped there is never freed or waited for
-/// (rule 187; one in the capture is freed after it, rule 181); a host-owned one is freed at
-/// once, which is safe because no GPU work uses host-owned memory; a `Blas` or `Context` handle
-/// dropped there waits for nothing (rules 146, 187). What does wait for the whole device,
+/// from the driver's answer. Nothing `um` frees is freed on a capturing thread, relaxed or not
+/// ("every free is deferred, never dropped, while a capture may refuse it": `docs/safety.md`):
+/// a stream-owned buffer dropped there is never freed or waited for (rule 187; one in the
+/// capture is freed after it, rule 181); a host-owned one is freed on this thread once the
+/// capture has ended (no GPU work uses host-owned memory); a `Blas` or `Context` handle, a
+/// graph, a stream or an event dropped there waits for nothing, and is destroyed once the
+/// capture has ended (rules 146, 187, 197). What does wait for the whole device,
 /// [`Context::wait_idle`], fails a capture in progress on any thread with an `Err`, relaxed or
 /// not (rule 187); whether the driver refuses it before or after waiting is its own affair.
 /// The capture streams are not [`Eager`](crate::Eager), so no wait or `sync` of one compiles.
@@ -281,6 +437,14 @@ thread_local! {
     /// Set on um's event thread (`reclaim/completion.rs`), which runs wakers: a capture begun
     /// there could wait for an idle section whose closure waits for that very thread.
     static NO_CAPTURE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether work for an idle section of a device must be kept for the end of its captures
+/// rather than run now: a capture of `um` in progress on the device (`quiet.captures`) or on
+/// this thread (`here`, any device), or one waiting to begin on the device unless this thread
+/// is already inside a section of it (`in_section`: the capture waits for that one anyway).
+fn must_keep(quiet: &Quiet, here: bool, in_section: bool) -> bool {
+    quiet.captures > 0 || here || (quiet.waiting > 0 && !in_section)
 }
 
 /// Whether the calling thread runs the closure of an idle section of the device of `shared`.
@@ -411,15 +575,17 @@ pub(crate) struct CaptureGuard {
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
-        THREAD_CAPTURES.with(|n| n.set(n.get().saturating_sub(1)));
-        let mut quiet = self.shared.quiet();
-        quiet.captures = quiet.captures.saturating_sub(1);
-        // Not while this thread still captures on another device (nested scopes): the graves
-        // then wait for the next drop of a handle or guard of this device, or for its last
-        // handle.
-        if quiet.captures == 0 && !thread_is_capturing() {
-            let graves = self.shared.take_graves(&mut quiet);
-            self.shared.unload(graves);
+        let last_here = leave_thread_capture();
+        {
+            let mut quiet = self.shared.quiet();
+            quiet.captures = quiet.captures.saturating_sub(1);
+        }
+        // The last capture of the device: its graves are unloaded and its kept tasks run,
+        // unless this thread still captures (nested scopes, another device), in which case
+        // that happens once its last capture has ended.
+        self.shared.settle();
+        if last_here {
+            run_after_captures();
         }
     }
 }
@@ -618,7 +784,7 @@ impl Context {
         }
         quiet.captures += 1;
         drop(quiet);
-        THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
+        enter_thread_capture();
         Ok(CaptureGuard {
             shared,
             _thread: std::marker::PhantomData,
@@ -710,6 +876,67 @@ impl Context {
         Ok(Some(f()))
     }
 
+    /// Runs `f` as [`with_idle_unless_capturing`](Context::with_idle_unless_capturing) does:
+    /// after a wait for all work of the context, with no capture of `um` able to begin on the
+    /// device until `f` has returned. Where that call would not wait because a capture of `um`
+    /// is in progress on the device (any thread) or on the calling thread (any device), or
+    /// waits to begin on the device, `f` is not dropped but kept, and run the same way (after
+    /// a wait for the context) by the thread that ends the last of those captures, right after
+    /// its `cuStreamEndCapture` (or, if another capture begins or waits meanwhile, at that
+    /// one's end).
+    ///
+    /// `Ok(true)`: `f` ran now. `Ok(false)`: it is kept. `Err`: inside um's stream callback
+    /// ([`Error::InsideDriverCallback`]), or the wait failed (a sticky error); `f` is then
+    /// dropped unrun, so what it would have released is leaked, never released under a kernel
+    /// that may still run.
+    ///
+    /// For a library object whose release waits for the whole device, or frees memory the
+    /// device may still use (a cuBLAS handle and its workspace): its drop during a capture of
+    /// `um` then neither fails that capture nor leaks, as [`with_idle_unless_capturing`]'s
+    /// `Ok(None)` would make it. Kept, `f` runs on another thread than the caller's, maybe
+    /// (hence `Send`), inside the end of a capture, where a panic of it is caught and dropped:
+    /// it must release what it owns and do nothing that waits for other threads.
+    ///
+    /// [`with_idle_unless_capturing`]: Context::with_idle_unless_capturing
+    pub fn with_idle_after_captures(&self, f: impl FnOnce() + Send + 'static) -> Result<bool> {
+        refuse_inside_stream_callback("a wait for the device")?;
+        self.idle_or_keep(Box::new(f))
+    }
+
+    /// [`with_idle_after_captures`](Context::with_idle_after_captures) for a boxed task: run in
+    /// an idle section now, or kept in the device's tasks, whichever its state allows, decided
+    /// under the device's lock (so that no capture can end between the decision and the keep
+    /// and strand the task). A panic of a task run now goes to the caller (kept tasks are run
+    /// each under `run_caught` by [`Shared::settle`]).
+    fn idle_or_keep(&self, task: DeviceTask) -> Result<bool> {
+        let shared = &self.inner.shared;
+        {
+            let mut quiet = shared.quiet();
+            let here = thread_is_capturing();
+            if must_keep(&quiet, here, in_idle_section_of(shared)) {
+                quiet.tasks.push((self.clone(), task));
+                let alone = quiet.captures == 0 && quiet.waiting == 0;
+                drop(quiet);
+                if here && alone {
+                    // No capture of this device will end to settle it: this thread's will.
+                    shared.settle_after_this_threads_captures();
+                }
+                return Ok(false);
+            }
+            // From here no capture begins until the hold is dropped.
+            quiet.idle += 1;
+        }
+        let _hold = IdleHold { shared };
+        // The thread's mark, where there is room for it (16 deep): kept work begins no capture,
+        // so only the count above matters to captures of other threads.
+        let _section = (IDLE_DEPTH.with(std::cell::Cell::get) < MAX_NESTED_SECTIONS)
+            .then(|| IdleSection::enter(shared));
+        self.bind()?;
+        driver::ctx_synchronize()?;
+        task();
+        Ok(true)
+    }
+
     /// Whether two handles name the same driver context. Two `Context::new` of one device
     /// retain the same primary context, so they are the same context.
     pub fn same_as(&self, other: &Context) -> bool {
@@ -795,6 +1022,117 @@ fn first_lacking(devices: impl IntoIterator<Item = Result<bool>>) -> Result<Opti
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::{
+        Quiet, defer_while_capturing, enter_thread_capture, leave_thread_capture, must_keep,
+        run_after_captures,
+    };
+
+    /// What a capture scope does with the thread's count: enters before the capture begins,
+    /// leaves after it ended, and runs what was kept when the last one has ended.
+    fn capture_on_this_thread<R>(f: impl FnOnce() -> R) -> R {
+        enter_thread_capture();
+        let r = f();
+        if leave_thread_capture() {
+            run_after_captures();
+        }
+        r
+    }
+
+    fn recorder() -> (
+        Rc<RefCell<Vec<&'static str>>>,
+        impl Fn(&'static str) + Clone,
+    ) {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let to = Rc::clone(&log);
+        (log, move |what| to.borrow_mut().push(what))
+    }
+
+    /// Work a destructor defers on a capturing thread (a free, a destroy, a teardown) is kept,
+    /// not dropped, and runs on the thread once its capture has ended; outside a capture it
+    /// runs at once.
+    #[test]
+    fn work_deferred_while_this_thread_captures_runs_once_its_capture_has_ended() {
+        let (log, note) = recorder();
+        let n = note.clone();
+        assert!(defer_while_capturing(move || n("outside")), "ran now");
+        assert_eq!(*log.borrow(), ["outside"]);
+        capture_on_this_thread(|| {
+            let n = note.clone();
+            assert!(!defer_while_capturing(move || n("kept")), "kept");
+            assert_eq!(*log.borrow(), ["outside"], "not run during the capture");
+        });
+        assert_eq!(*log.borrow(), ["outside", "kept"], "run when it ended");
+        run_after_captures();
+        assert_eq!(log.borrow().len(), 2, "run once");
+    }
+
+    /// Nested captures (a capture begun inside another's closure, or on another device): the
+    /// kept work waits for the outermost.
+    #[test]
+    fn deferred_work_waits_for_the_last_capture_of_the_thread() {
+        let (log, note) = recorder();
+        capture_on_this_thread(|| {
+            capture_on_this_thread(|| {
+                let n = note.clone();
+                defer_while_capturing(move || n("inner"));
+            });
+            assert!(log.borrow().is_empty(), "the outer capture is still open");
+        });
+        assert_eq!(*log.borrow(), ["inner"]);
+    }
+
+    /// One kept task that panics does not keep the others from running (they run inside the
+    /// end of a capture, which must go on), and work kept on another thread stays there.
+    #[test]
+    fn a_panicking_deferred_task_does_not_stop_the_others_nor_the_capture_end() {
+        let (log, note) = recorder();
+        capture_on_this_thread(|| {
+            let n = note.clone();
+            defer_while_capturing(|| panic!("a task that fails"));
+            defer_while_capturing(move || n("after the panic"));
+            let other = std::thread::spawn(|| {
+                // Another thread does not capture: its work runs there, at once.
+                defer_while_capturing(|| ())
+            })
+            .join();
+            assert_eq!(other.ok(), Some(true));
+        });
+        assert_eq!(*log.borrow(), ["after the panic"]);
+    }
+
+    /// Work for a device-wide wait (a `Blas`'s destroy) is kept while a capture of `um` is in
+    /// progress on the device or on this thread, or waits to begin (unless this thread already
+    /// holds a section of the device, which that capture waits for anyway); otherwise it runs.
+    #[test]
+    fn device_work_is_kept_while_a_capture_is_in_progress_or_waits() {
+        let quiet = |captures, waiting| Quiet {
+            captures,
+            waiting,
+            ..Quiet::default()
+        };
+        assert!(!must_keep(&quiet(0, 0), false, false));
+        assert!(
+            must_keep(&quiet(1, 0), false, false),
+            "another thread's capture"
+        );
+        assert!(
+            must_keep(&quiet(0, 0), true, false),
+            "this thread's capture"
+        );
+        assert!(
+            must_keep(&quiet(0, 1), false, false),
+            "a capture waits to begin"
+        );
+        assert!(
+            !must_keep(&quiet(0, 1), false, true),
+            "... for this thread's section"
+        );
+        assert!(must_keep(&quiet(2, 1), true, true));
+    }
+
     /// Red team 13: inside um's stream callback (a user's waker) every call of `um` that would
     /// reach the driver is refused before any driver call or lock, and only there.
     #[test]

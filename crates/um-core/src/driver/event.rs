@@ -17,7 +17,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, keep_for_capture_end, thread_is_capturing};
 use crate::driver::poison::PoisonFlag;
 use crate::driver::sys;
 use crate::error::Result;
@@ -96,15 +96,28 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // Without the context the event cannot be destroyed safely: leak it. That includes
-        // um's stream callback (a waker dropping a `StreamOrder`), where `bind` refuses, since
-        // no CUDA call is allowed there (rule 189; red team 12, attempt 6).
-        if self.ctx.bind().is_ok() {
-            // SAFETY: created by `event_create`, destroyed only here, context current. Work
-            // that recorded it or waits for it still completes (the driver releases the event
-            // afterwards).
-            let _ = unsafe { driver::event_destroy(self.raw) };
+        if thread_is_capturing() {
+            // On a thread that captures, um destroys nothing: the event is destroyed on this
+            // thread once its captures have ended (a destroy needs no order: work that recorded
+            // the event or waits for it still completes).
+            let (ctx, raw) = (self.ctx.clone(), self.raw);
+            keep_for_capture_end(Box::new(move || destroy_event(&ctx, raw)));
+            return;
         }
+        destroy_event(&self.ctx, self.raw);
+    }
+}
+
+/// Destroys the event `raw` of `ctx`, made by `event_create` and destroyed once, here. Without
+/// the context the event cannot be destroyed safely: leaked. That includes um's stream callback
+/// (a waker dropping a `StreamOrder`), where `bind` refuses, since no CUDA call is allowed there
+/// (rule 189; red team 12, attempt 6).
+fn destroy_event(ctx: &Context, raw: sys::CUevent) {
+    if ctx.bind().is_ok() {
+        // SAFETY: created by `event_create`, destroyed only here, context current. Work that
+        // recorded it or waits for it still completes (the driver releases the event
+        // afterwards).
+        let _ = unsafe { driver::event_destroy(raw) };
     }
 }
 

@@ -43,6 +43,19 @@ pub(crate) fn driver_error(call: &'static str, code: i32) -> Error {
     }
 }
 
+/// Whether `e` is the driver's refusal of a call because of a stream capture (codes 900 to 908:
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and its siblings), as opposed to an error of the work
+/// itself. A refused call did nothing: a refused free freed nothing, a refused query says
+/// nothing about the stream.
+pub(crate) fn is_capture_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Driver { code, .. }
+            if (sys::ERROR_STREAM_CAPTURE_UNSUPPORTED..=sys::ERROR_STREAM_CAPTURE_WRONG_THREAD)
+                .contains(code)
+    )
+}
+
 /// The driver's name and description of `code`, or a placeholder when it does not know it.
 fn error_strings(code: i32) -> (String, String) {
     let read = |f: unsafe extern "C" fn(i32, *mut *const c_char) -> i32| {
@@ -664,6 +677,17 @@ impl Drop for RelaxedCapture {
     }
 }
 
+/// Puts the calling thread in thread-local capture mode for good: a capture begun on another
+/// thread, in whatever mode (global, by another library), no longer restricts its calls. For
+/// um's own threads, which never capture: the reaper, which frees, and the event thread, which
+/// waits. Best effort: where the driver refuses, the mode stays the default (global), which
+/// only other libraries' global captures can restrict.
+pub(crate) fn ignore_other_threads_captures() {
+    let mut mode = sys::CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: `mode` is a valid in-out pointer holding a valid CUstreamCaptureMode.
+    let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+}
+
 /// Instantiates a captured graph (`cuGraphInstantiateWithFlags`, no flags).
 ///
 /// # Safety
@@ -735,4 +759,37 @@ pub(crate) unsafe fn graph_exec_set_kernel_params(
     check("cuGraphExecKernelNodeSetParams", unsafe {
         sys::cuGraphExecKernelNodeSetParams_v2(e, node, params)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_capture_refusal;
+    use crate::error::Error;
+
+    fn driver(code: i32) -> Error {
+        Error::Driver {
+            call: "cuMemFree",
+            code,
+            name: String::new(),
+            description: String::new(),
+        }
+    }
+
+    /// A free or a query refused because of a capture is told apart from an error of the work
+    /// (a sticky fault): the first did nothing and may be made again later; the second is the
+    /// stream's own state.
+    #[test]
+    fn capture_refusals_are_told_from_errors_of_the_work() {
+        for code in 900..=908 {
+            assert!(is_capture_refusal(&driver(code)), "{code}");
+        }
+        for code in [0, 1, 2, 600, 700, 719, 899, 909, 910] {
+            assert!(!is_capture_refusal(&driver(code)), "{code}");
+        }
+        assert!(!is_capture_refusal(&Error::StreamPoisoned));
+        assert!(!is_capture_refusal(&Error::NoDevice {
+            call: "cuInit",
+            name: String::new()
+        }));
+    }
 }

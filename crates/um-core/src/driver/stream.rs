@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::driver;
-use crate::driver::context::{Context, next_stream_id};
+use crate::driver::context::{Context, keep_for_capture_end, next_stream_id, thread_is_capturing};
 use crate::driver::event::{Event, StreamEvent};
 use crate::driver::poison::{PoisonFlag, Poisoner};
 use crate::driver::sys;
@@ -260,11 +260,25 @@ pub struct Stream<'s, K: StreamKind = Created> {
 
 impl<K: StreamKind> Drop for Stream<'_, K> {
     fn drop(&mut self) {
-        if K::CREATED && self.ctx.bind().is_ok() {
-            // Every buffer attached to this stream carries its brand and so was dropped or
-            // synced before this point. Destroying is asynchronous: queued work still finishes.
-            // SAFETY: the handle was created by `with_stream` and is destroyed only here.
-            let _ = unsafe { driver::stream_destroy(self.raw.handle) };
+        if !K::CREATED {
+            return;
+        }
+        let (ctx, handle) = (self.ctx.clone(), self.raw.handle);
+        // Every buffer attached to this stream carries its brand and so was dropped or synced
+        // before this point. Destroying is asynchronous: queued work still finishes (callbacks
+        // enqueued by those drops included).
+        let destroy = move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: the handle was created by `with_stream` (or a capture scope) and is
+                // destroyed only here; nothing names it any more (its brand has ended).
+                let _ = unsafe { driver::stream_destroy(handle) };
+            }
+        };
+        if thread_is_capturing() {
+            // On a thread that captures, um destroys nothing: once its captures have ended.
+            keep_for_capture_end(Box::new(destroy));
+        } else {
+            destroy();
         }
     }
 }

@@ -32,6 +32,12 @@ pub(crate) const ERROR_UNSUPPORTED_PTX_VERSION: i32 = 222;
 pub(crate) const CAPTURE_MODE_THREAD_LOCAL: c_uint = 1;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread may make potentially unsafe calls.
 pub(crate) const CAPTURE_MODE_RELAXED: c_uint = 2;
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the first of the codes by which the driver refuses a
+/// call because of a stream capture (`..._INVALIDATED`, `..._MERGE`, `..._UNMATCHED`,
+/// `..._UNJOINED`, `..._ISOLATION`, `..._IMPLICIT`, `CUDA_ERROR_CAPTURED_EVENT`).
+pub(crate) const ERROR_STREAM_CAPTURE_UNSUPPORTED: i32 = 900;
+/// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`, the last of them.
+pub(crate) const ERROR_STREAM_CAPTURE_WRONG_THREAD: i32 = 908;
 /// `CU_STREAM_CAPTURE_STATUS_NONE`: the stream is not capturing.
 pub(crate) const CAPTURE_STATUS_NONE: c_uint = 0;
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.

@@ -33,9 +33,9 @@ use crate::driver::context::{CaptureGuard, Context};
 use crate::driver::stream::{Capture, Eager, RawStream, Stream};
 use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::graph::exec::Graph;
+use crate::graph::exec::{Graph, destroy_graph};
 use crate::memory::state::CaptureSet;
-use crate::reclaim::defer::{captures_recordable, close_capture, defer_free, open_capture};
+use crate::reclaim::defer::{captures_recordable, close_capture, defer_free_or_keep, open_capture};
 use crate::sealed::PRIVATE;
 
 impl<'s, K: Eager> Stream<'s, K> {
@@ -69,8 +69,8 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// dropped (freed once this stream is done with them).
     ///
     /// While `f` runs, other threads' calls that would wait for the whole device are refused
-    /// (an idle section returns `Ok(None)`; a `um_cublas::Blas` dropped is leaked) until the
-    /// capture has ended: so **`f` must not wait without a bound for another thread's such
+    /// or kept (an idle section returns `Ok(None)`; a `um_cublas::Blas` dropped is destroyed
+    /// once the capture has ended, by the thread that ends it) until the capture has ended: so **`f` must not wait without a bound for another thread's such
     /// call**, nor for a thread that retries one until it succeeds. It would wait for ever (red
     /// team 10, attempt 4). A `Blas` moving to another stream waits for nothing (its order is
     /// kept on the device) and goes through, unless a record of its order failed before
@@ -242,7 +242,7 @@ impl<'c> Scope<'c> {
             (Ok(()), graph) => graph,
             (Err(e), Ok(graph)) => {
                 // SAFETY: the graph was just returned to us; nothing uses it.
-                let _ = unsafe { driver::graph_destroy(graph) };
+                unsafe { destroy_graph(&self.ctx, graph) };
                 Err(e)
             }
             (Err(e), Err(_)) => Err(e),
@@ -250,8 +250,9 @@ impl<'c> Scope<'c> {
     }
 
     /// The buffers dropped during the capture, freed once the owner stream is done with them
-    /// (a callback on it, then the reaper), and leaked if the owner stream is poisoned by then;
-    /// how many there were.
+    /// (a callback on it, then the reaper; or, should the callback not be enqueued, after a
+    /// wait for the device once no capture of `um` is in progress on it nor on this thread),
+    /// and leaked if the owner stream is poisoned by then; how many there were.
     fn free_buried(&mut self) -> usize {
         let buried = close_capture(&self.ids);
         let lost = buried.len();
@@ -259,8 +260,7 @@ impl<'c> Scope<'c> {
         // alive for the whole scope.
         let poison = unsafe { self.owner.poison_flag() };
         for orphan in buried {
-            // If the callback cannot be enqueued the orphan comes back, and dropping it leaks.
-            let _ = defer_free(&self.ctx, self.owner, orphan.watching(poison.clone()));
+            defer_free_or_keep(&self.ctx, self.owner, orphan.watching(poison.clone()));
         }
         lost
     }
@@ -278,7 +278,7 @@ impl<'c> Scope<'c> {
             (Err(e), graph) => {
                 if let Ok(graph) = graph {
                     // SAFETY: ours, unused.
-                    let _ = unsafe { driver::graph_destroy(graph) };
+                    unsafe { destroy_graph(&self.ctx, graph) };
                 }
                 return Err(e);
             }
@@ -291,14 +291,14 @@ impl<'c> Scope<'c> {
                 if lost > 0 {
                     drop(B::leave(out.0, self.owner, 0, PRIVATE));
                     // SAFETY: ours, unused.
-                    let _ = unsafe { driver::graph_destroy(graph) };
+                    unsafe { destroy_graph(&self.ctx, graph) };
                     return Err(Error::CaptureLostBuffer { lost });
                 }
                 match B::leave(out.0, self.owner, count, PRIVATE) {
                     Ok(buffers) => ((buffers, graph), out.1),
                     Err(e) => {
                         // SAFETY: ours, unused.
-                        let _ = unsafe { driver::graph_destroy(graph) };
+                        unsafe { destroy_graph(&self.ctx, graph) };
                         return Err(e);
                     }
                 }
@@ -316,7 +316,7 @@ impl Drop for Scope<'_> {
             // joined, so that the streams leave the capture) and discard the graph.
             if let Ok(graph) = self.end() {
                 // SAFETY: ours, unused.
-                let _ = unsafe { driver::graph_destroy(graph) };
+                unsafe { destroy_graph(&self.ctx, graph) };
             }
         }
         self.free_buried();

@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::driver;
-use crate::driver::context::Context;
+use crate::driver::context::{Context, keep_for_capture_end, thread_is_capturing};
 use crate::driver::stream::{Attachable, Brand, Eager, RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -67,8 +67,8 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
         let exec = match exec {
             Ok(exec) => exec,
             Err(e) => {
-                // SAFETY: ours, unused; its context is current (or it is lost anyway).
-                let _ = unsafe { driver::graph_destroy(graph) };
+                // SAFETY: ours, unused, destroyed once.
+                unsafe { destroy_graph(&ctx, graph) };
                 return Err(e);
             }
         };
@@ -185,17 +185,49 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
 impl<'s, K: StreamKind, B: CaptureSet<'s, K>> Drop for Graph<'s, K, B> {
     fn drop(&mut self) {
         // The buffers first: each one's drop waits for the graph's stream (so no replay still
-        // uses it when it is freed), or leaks it if the wait fails.
+        // uses it when it is freed), or leaks it if the wait fails; on a capturing thread it
+        // waits for nothing and frees them behind a callback on that stream, after the replays.
         drop(self.buffers.take());
-        if self.ctx.bind().is_ok() {
-            // SAFETY: made by `new`, destroyed once, here, with the context current. A launch
-            // still in flight (only possible without buffers to wait for) is not cut short: the
-            // driver frees the executable graph once it completes.
-            let _ = unsafe { driver::graph_exec_destroy(self.exec) };
-            // SAFETY: made by the capture, destroyed once, here; the executable graph does not
-            // depend on it.
-            let _ = unsafe { driver::graph_destroy(self.graph) };
+        let (ctx, exec, graph) = (self.ctx.clone(), self.exec, self.graph);
+        let destroy = move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: made by `new`, destroyed once, here, with the context current. A
+                // launch still in flight is not cut short: the driver frees the executable
+                // graph once it completes.
+                let _ = unsafe { driver::graph_exec_destroy(exec) };
+                // SAFETY: made by the capture, destroyed once, here; the executable graph does
+                // not depend on it.
+                let _ = unsafe { driver::graph_destroy(graph) };
+            }
+        };
+        if thread_is_capturing() {
+            // On a thread that captures (the graph moved into another capture's closure), um
+            // destroys nothing: once its captures have ended.
+            keep_for_capture_end(Box::new(destroy));
+        } else {
+            destroy();
         }
+    }
+}
+
+/// Destroys a captured graph that no executable graph was made from (or that one no longer
+/// needs): now, or on a thread that captures (nested capture scopes) once its captures have
+/// ended. Leaked if the context cannot be made current.
+///
+/// # Safety
+/// `graph` came from `cuStreamEndCapture` in `ctx`, is destroyed once, and nothing uses it.
+pub(crate) unsafe fn destroy_graph(ctx: &Context, graph: sys::CUgraph) {
+    let ctx = ctx.clone();
+    let destroy = move || {
+        if ctx.bind().is_ok() {
+            // SAFETY: the caller's guarantee; the context is current.
+            let _ = unsafe { driver::graph_destroy(graph) };
+        }
+    };
+    if thread_is_capturing() {
+        keep_for_capture_end(Box::new(destroy));
+    } else {
+        destroy();
     }
 }
 

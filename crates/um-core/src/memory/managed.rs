@@ -31,7 +31,9 @@ use crate::error::Result;
 use crate::memory::marker::{HostAccess, HostOwned, State};
 use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
 use crate::memory::storage::unified::Unified;
-use crate::reclaim::defer::{bury, capturing, defer_free, dropping_scope};
+use crate::reclaim::defer::{
+    bury, capturing, defer_free, defer_free_or_keep, dropping_scope, free_after_captures,
+};
 use crate::reclaim::reaper::{self, Orphan};
 use crate::sealed::PRIVATE;
 
@@ -466,15 +468,16 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             let owner = self.owner_context();
             // On a thread that is capturing, the wait below is refused and would invalidate the
             // capture. The memory goes to the reaper behind a callback enqueued now on its (eager)
-            // stream, which is alive here: its brand is on this buffer. Should that fail, the
-            // memory is leaked, never waited for. (`capturing` also holds in a thread-local
-            // destructor that runs while a capture is open: red team 11.)
+            // stream, which is alive here: its brand is on this buffer. Should that fail, it is
+            // kept until the device's captures and this thread's have ended, and freed after a
+            // wait for the owner's context; never waited for here. (`capturing` also holds in a
+            // thread-local destructor that runs while a capture is open: red team 11.)
             if capturing() {
-                // SAFETY: whether `defer_free` takes the orphan or gives it back (then dropped
-                // unfreed: a leak), this drop returns without freeing.
+                // SAFETY: the orphan takes the allocation over (freed once, by the reaper or
+                // after the device's wait, or leaked), and this drop returns without freeing.
                 let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
                     .watching(self.owner_poison());
-                let _ = defer_free(owner, self.alloc.stream, orphan);
+                defer_free_or_keep(owner, self.alloc.stream, orphan);
                 return;
             }
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
@@ -500,16 +503,25 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
                 return;
             }
         }
-        // Inside um's stream callback (a waker that drops a host-owned buffer) CUDA allows no
-        // call: the reaper thread frees it instead. Only host-owned memory gets here (a
-        // stream-owned drop there returned above: its context cannot be made current), and no
-        // GPU work uses host-owned memory, so it may be freed at any time (red team 13).
+        // Only host-owned memory gets here (a stream-owned drop that cannot free here returned
+        // above), and no GPU work uses host-owned memory, so it may be freed at any time, on
+        // any thread. Inside um's stream callback (a waker that drops a host-owned buffer)
+        // CUDA allows no call: the reaper thread frees it instead (red team 13).
         if in_driver_callback() {
             // SAFETY: the orphan takes the allocation over; the reaper frees it once (`ok`), and
             // this drop returns without freeing.
             let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) };
-            reaper::expect(1);
-            reaper::hand_over(vec![orphan], true);
+            reaper::free_elsewhere(orphan);
+            return;
+        }
+        // On a thread that captures (inside a capture closure, relaxed or not, or a destructor
+        // run there) the driver refuses the free, which would lose the memory for good and
+        // invalidate the capture: it is freed on this thread once its captures have ended.
+        if capturing() {
+            // SAFETY: the orphan takes the allocation over (freed once, later, or leaked if the
+            // thread exits inside the capture), and this drop returns without freeing; no GPU
+            // work uses host-owned memory.
+            unsafe { free_after_captures(M::orphan(self.host_ptr(), &self.alloc, PRIVATE)) };
             return;
         }
         // Without the context nothing can be freed safely: leak.

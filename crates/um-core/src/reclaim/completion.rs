@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::driver;
-use crate::driver::context::{Context, DriverCallback};
+use crate::driver::context::{Context, DriverCallback, thread_is_capturing};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
@@ -88,7 +88,12 @@ impl Completion {
     /// Arranges for the completion to be signalled once `stream` has run everything enqueued
     /// so far: a stream callback, or an event for the event thread.
     pub(crate) fn enqueue(ctx: &Context, stream: RawStream) -> Result<Arc<Completion>> {
-        if EVENT_THREAD.load(std::sync::atomic::Ordering::Relaxed) && event_thread::start() {
+        // Not on a thread that captures: the event thread's event would be created there, a
+        // call that the capture may refuse; a callback on an eager stream is accepted.
+        if EVENT_THREAD.load(std::sync::atomic::Ordering::Relaxed)
+            && !thread_is_capturing()
+            && event_thread::start()
+        {
             return event_thread::enqueue(ctx, stream);
         }
         let completion = Arc::new(Completion::new("cuStreamAddCallback"));
@@ -237,6 +242,8 @@ mod event_thread {
         // This thread runs wakers: a capture begun here could wait for an idle section whose
         // closure waits for a future that this thread completes (red team 7, finding 2).
         crate::driver::context::refuse_captures_on_this_thread();
+        // Its waits go on while other threads capture, in whatever mode.
+        crate::driver::ignore_other_threads_captures();
         loop {
             let wait = {
                 let mut q = lock(&QUEUE);

@@ -8,7 +8,7 @@
 //! memory to it ([`defer_free`]), and the reaper frees it once the stream has run past that
 //! point. Outside the mark, dropping stream-owned memory still waits, as in synchronous code.
 
-use crate::driver::context::{Context, thread_is_capturing};
+use crate::driver::context::{Context, keep_for_capture_end, thread_is_capturing};
 use crate::driver::stream::RawStream;
 use crate::reclaim::completion::Completion;
 use crate::reclaim::reaper::Orphan;
@@ -41,6 +41,45 @@ impl DroppingScope {
 impl Drop for DroppingScope {
     fn drop(&mut self) {
         DROPPING_SCOPES.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Frees `orphan` where the driver accepts the free: on a thread that captures (the driver
+/// would refuse it there, the memory would be lost for good, and the refusal would invalidate
+/// the capture), on this thread once its captures have ended; elsewhere at once. For memory no
+/// GPU work uses (host-owned memory) dropped on a thread that may be capturing. Forgotten
+/// (leaked) where the thread exits inside its capture.
+///
+/// # Safety
+/// No work on any stream can use the memory; the caller gave the allocation up to `orphan`.
+pub(crate) unsafe fn free_after_captures(orphan: Orphan) {
+    let free = move || {
+        // SAFETY: the caller's guarantee.
+        unsafe { orphan.free_unless_poisoned() }
+    };
+    if thread_is_capturing() {
+        keep_for_capture_end(Box::new(free));
+    } else {
+        free();
+    }
+}
+
+/// [`defer_free`] for memory that may not be waited for here (a capture is open on this thread)
+/// and must not be lost: should the callback not be enqueued, the memory is kept until no
+/// capture of `um` is in progress on the owner's device nor on this thread, and freed then,
+/// after a wait for that device's whole context (`Context::with_idle_after_captures`). Leaked
+/// only if that wait fails (a sticky error: the GPU may still hold it) or a stream that owned
+/// it was poisoned.
+pub(crate) fn defer_free_or_keep(owner: &Context, stream: RawStream, orphan: Orphan) {
+    if let Err(orphan) = defer_free(owner, stream, orphan) {
+        let later = move || {
+            // SAFETY: run only after a completed wait for all work of the context of the stream
+            // that owned the memory (the contract of `with_idle_after_captures`), which includes
+            // every kernel and copy that stream had queued when the memory was given up; no
+            // later work can name it (its owner gave it up).
+            unsafe { orphan.free_unless_poisoned() };
+        };
+        let _ = owner.with_idle_after_captures(later);
     }
 }
 

@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::driver::context::{Context, in_driver_callback};
+use crate::driver::context::{Context, in_driver_callback, thread_is_capturing};
 use crate::driver::poison::PoisonFlag;
 use crate::reclaim::lock;
 
@@ -57,6 +57,19 @@ impl Orphan {
         self.poison.iter().any(|p| p.is_set())
     }
 
+    /// Frees the allocation unless a stream that owned it was poisoned (then it is leaked), for
+    /// a free made outside the reaper: after a wait for the whole context of the stream that
+    /// owned it (`Context::with_idle_after_captures`).
+    ///
+    /// # Safety
+    /// No work on any stream can use the memory any more.
+    pub(crate) unsafe fn free_unless_poisoned(self) {
+        if !self.is_poisoned() {
+            // SAFETY: the caller's guarantee.
+            unsafe { self.free() };
+        }
+    }
+
     /// Frees the allocation; leaks it if the context cannot be made current.
     ///
     /// # Safety
@@ -91,6 +104,15 @@ static QUEUE: Mutex<Queue> = Mutex::new(Queue {
 });
 static WORK: Condvar = Condvar::new();
 static IDLE: Condvar = Condvar::new();
+
+/// Frees `orphan` on the reaper thread, at once: for memory that no GPU work can use any more
+/// (host-owned memory) dropped where no CUDA call may be made, inside um's stream callback. The
+/// reaper thread never captures, and ignores other threads' captures (thread-local mode), so its
+/// free is not refused.
+pub(crate) fn free_elsewhere(orphan: Orphan) {
+    expect(1);
+    hand_over(vec![orphan], true);
+}
 
 /// `n` orphans will be handed over; starts the reaper thread on first use.
 pub(crate) fn expect(n: usize) {
@@ -141,6 +163,9 @@ fn done(n: usize) {
 }
 
 fn run() {
+    // Frees are made here while other threads capture: no capture of theirs, in whatever mode,
+    // may refuse them (um's are thread-local anyway).
+    crate::driver::ignore_other_threads_captures();
     loop {
         let jobs = {
             let mut q = lock(&QUEUE);
@@ -166,6 +191,11 @@ pub fn reap_pending() {
     }
     let mut q = lock(&QUEUE);
     while q.pending > 0 {
+        if !q.thread && thread_is_capturing() {
+            // No reaper thread, and this thread may not free (it captures): nobody would free
+            // the orphans while it waited. They wait for the next call outside the capture.
+            return;
+        }
         if !q.thread && !q.jobs.is_empty() {
             // No reaper thread could be started: do its work here.
             let jobs = std::mem::take(&mut q.jobs);

@@ -7,6 +7,14 @@
 //! callback ran, the future checks the stream's status (`cuStreamQuery` returns a sticky error)
 //! and only then retypes the buffers to the host. No thread blocks and nothing polls.
 //!
+//! On a thread that captures (a future awaited inside a capture closure) the query is not made:
+//! the driver would refuse it there, which would invalidate the capture, and the future would
+//! take the refusal for an error of the stream and leak the buffers. The callback's success is
+//! enough to hand them to the CPU: the driver calls it once every operation enqueued before it
+//! has completed, and passes it the error if the stream met one. A query refused elsewhere
+//! because of a capture (another library's, in global mode) leaves the callback's word standing
+//! too.
+//!
 //! # Cancellation
 //!
 //! Dropping a future before its stream reached the point must neither free the buffers (a
@@ -33,6 +41,7 @@ use crate::memory::release::{Passed, Released};
 use crate::memory::state::{SyncGroup, release_to_host};
 use crate::memory::storage::{Storage, Unified};
 use crate::reclaim::completion::Completion;
+use crate::reclaim::defer::capturing;
 use crate::sealed::PRIVATE;
 
 impl<'s, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
@@ -156,19 +165,21 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
                 // The stream's status: the callback's, and then the stream's own, which
                 // carries a sticky error of the context. "Not ready" only means later work.
                 let checked = if status == sys::SUCCESS {
-                    ctx.bind()
-                        .and_then(|()| driver::stream_query(stream.handle))
-                        .and_then(|_| {
-                            // SAFETY: the future carries the stream's brand 's, so the stream
-                            // is alive. Poisoned (it, or a stream a buffer was handed off
-                            // from): work was aborted and may still touch the memory, whatever
-                            // the stream reports.
-                            if unsafe { stream.is_poisoned() } || group.poisoned_group(PRIVATE) {
-                                Err(Error::StreamPoisoned)
-                            } else {
-                                Ok(())
-                            }
-                        })
+                    confirmed(capturing(), || {
+                        ctx.bind()
+                            .and_then(|()| driver::stream_query(stream.handle))
+                    })
+                    .and_then(|()| {
+                        // SAFETY: the future carries the stream's brand 's, so the stream
+                        // is alive. Poisoned (it, or a stream a buffer was handed off
+                        // from): work was aborted and may still touch the memory, whatever
+                        // the stream reports.
+                        if unsafe { stream.is_poisoned() } || group.poisoned_group(PRIVATE) {
+                            Err(Error::StreamPoisoned)
+                        } else {
+                            Ok(())
+                        }
+                    })
                 } else {
                     Err(driver::driver_error(completion.source(), status))
                 };
@@ -183,6 +194,22 @@ impl<'s, K: StreamKind, G: SyncGroup<'s, K>> Future for SyncAllFuture<'s, K, G> 
             }
             Waiting::Done => panic!("a sync future was polled after it completed"),
         }
+    }
+}
+
+/// Whether a stream whose callback reported success may be taken to have passed the point: the
+/// stream's own status (`query`: a sticky error of the context) where it may be asked, that is
+/// not on a thread that captures (`capturing`: the driver would refuse the query and invalidate
+/// the capture); a query refused because of a capture says nothing about the stream, and leaves
+/// the callback's word standing. An error of the stream itself is the `Err`.
+fn confirmed(capturing: bool, query: impl FnOnce() -> Result<bool>) -> Result<()> {
+    if capturing {
+        return Ok(());
+    }
+    match query() {
+        Ok(_) => Ok(()),
+        Err(e) if driver::is_capture_refusal(&e) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -257,5 +284,53 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> Future for SyncFuture<'s, T, K, M
 impl<T: ?Sized, K: StreamKind, M: Storage> fmt::Debug for SyncFuture<'_, T, K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confirmed;
+    use crate::error::Error;
+
+    fn driver(code: i32) -> Error {
+        Error::Driver {
+            call: "cuStreamQuery",
+            code,
+            name: String::new(),
+            description: String::new(),
+        }
+    }
+
+    /// Inside a capture closure the future hands the buffers to the CPU on the callback's word:
+    /// it makes no query there (which the driver would refuse, invalidating the capture, and
+    /// which the future then took for an error of the stream, leaking the buffers).
+    #[test]
+    fn on_a_capturing_thread_the_callback_is_trusted_without_a_query() {
+        let mut asked = false;
+        assert_eq!(
+            confirmed(true, || {
+                asked = true;
+                Err(driver(900))
+            }),
+            Ok(())
+        );
+        assert!(!asked, "no query on a capturing thread");
+    }
+
+    /// Elsewhere the query is made: a sticky error of the stream is the future's `Err` (and the
+    /// buffers are leaked), "not ready" only means later work, and a refusal because of a
+    /// capture (another library's) says nothing about the stream.
+    #[test]
+    fn elsewhere_a_sticky_error_counts_and_a_capture_refusal_does_not() {
+        assert_eq!(confirmed(false, || Ok(true)), Ok(()));
+        assert_eq!(confirmed(false, || Ok(false)), Ok(()));
+        assert_eq!(confirmed(false, || Err(driver(700))), Err(driver(700)));
+        assert_eq!(
+            confirmed(false, || Err(Error::StreamPoisoned)),
+            Err(Error::StreamPoisoned)
+        );
+        for code in [900, 901, 906] {
+            assert_eq!(confirmed(false, || Err(driver(code))), Ok(()), "{code}");
+        }
     }
 }

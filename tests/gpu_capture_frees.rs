@@ -1,0 +1,715 @@
+//! Every free is deferred, never dropped, while a capture may refuse it (`docs/safety.md`,
+//! rule 195). One row per path that frees or may free: drops of every state and storage, the
+//! sync futures (awaited, dropped unfinished), the blocking waits that fail inside a capture,
+//! graphs, streams, events, context handles with modules, cuBLAS handles and NCCL
+//! communicators. Each row runs inside a capture closure on the capturing thread, and (where it
+//! can) on another thread while the closure runs. Each run checks:
+//!
+//! * the capture: valid (the graph, replayed twice, gives the right values) or failed with an
+//!   `Err`, whichever the row says; never a graph that replays wrong or fails to launch;
+//! * the memory: the device's free memory (`cuMemGetInfo`) once the capture has ended and the
+//!   reaper is drained (`reap_pending`) is back where it was, within 8 MiB, after two runs that
+//!   each free 32 MiB (a lost buffer is 64 MiB); where the row's memory must show in the free
+//!   memory, that it did (so that a leak of it could be seen at all).
+//!
+//! Two rows are the leaks this rule was written against: a mirrored buffer made host-owned by
+//! `from_slice_mirrored` and dropped inside the closure (its free was made on the capturing
+//! thread, refused by the driver, and the memory lost for the life of the process), and
+//! `block_on(y.sync_async())` on an eager buffer of the capture's stream (the future queried
+//! the stream, which the driver refuses on a capturing thread, took the refusal for an error
+//! and leaked the buffer).
+//!
+//! Every row runs once unmeasured first, so that what the driver and the libraries allocate
+//! once (a first capture, a graph's first replay, cuBLAS's and NCCL's first use) is not taken
+//! for a leak. Free memory is read again for up to 2 s where it lags a free (the driver hands
+//! memory back late: `gpu_graphs::a_graph_dropped_with_a_replay_in_flight_is_safe`). No
+//! assertion depends on timing.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use um::kernels::testing::{add_scalar, spin_then_add};
+use um::{
+    Coherent, Context, Created, Error, Graph, HostOwned, Managed, StreamOptions, StreamOrder,
+    StreamOwned, relaxed_while_capturing,
+};
+
+type Stream<'s> = um::Stream<'s, Created>;
+
+/// What a row frees, made ready before the capture: run inside the closure (or on another
+/// thread while it runs). Its `Err` fails the capture.
+type Free<'a> = Box<dyn FnOnce() -> um::Result<()> + Send + 'a>;
+
+/// Makes what a row frees, before the capture, on the capture's own eager stream `s`: `None`
+/// where the row cannot run here (the library or the storage is not available), said why.
+type Prepare = for<'a, 's> fn(&'a Context, &'a Stream<'s>) -> um::Result<Option<Free<'a>>>;
+
+/// The outcome a row expects of the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    /// The capture is `Ok`, and its graph replays right.
+    Valid,
+    /// The capture is an `Err` (the row's own call was refused, which invalidates it).
+    Fails,
+}
+
+/// Where the row's free runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Inside the capture closure, on the capturing thread.
+    Inside,
+    /// On another thread, while the capture closure waits for it.
+    Beside,
+}
+
+enum What {
+    /// Made by a [`Prepare`], freed by the closure or beside it.
+    Held(Prepare),
+    /// A buffer of the capture's own set, dropped inside the closure (capturing thread only:
+    /// capture streams are `!Send`).
+    SetBuffer,
+}
+
+struct Row {
+    name: &'static str,
+    what: What,
+    inside: Expect,
+    /// `None` where the row cannot run on another thread.
+    beside: Option<Expect>,
+    /// Whether the memory the row frees must show in the device's free memory once made.
+    shows: bool,
+}
+
+/// What one run came to.
+#[derive(Debug)]
+enum Came {
+    Valid,
+    Failed(Error),
+    /// The capture was `Ok` but its graph did not replay right, or a row's own check failed.
+    Broken(String),
+    /// The row cannot run here (said why).
+    Skipped,
+}
+
+/// Elements of a row's buffer: 32 MiB of floats (small under a sanitizer).
+fn len() -> usize {
+    common::workload(8 << 20, 1 << 16)
+}
+
+/// What two runs of a row may leave behind in free memory without counting as a leak: well
+/// below one buffer.
+const TOLERANCE: usize = 8 << 20;
+
+/// How many measured runs per row and mode: two, none under a sanitizer (which compares no free
+/// memory, and runs every call far slower: the unmeasured run checks the capture, and memcheck
+/// its leaks).
+fn runs() -> usize {
+    if common::under_sanitizer() { 0 } else { 2 }
+}
+
+fn table() -> Vec<Row> {
+    use Expect::{Fails, Valid};
+    let row = |name, prepare: Prepare, inside, beside, shows| Row {
+        name,
+        what: What::Held(prepare),
+        inside,
+        beside: Some(beside),
+        shows,
+    };
+    vec![
+        row(
+            "host-owned unified buffer dropped",
+            host_owned_unified,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "host-owned coherent buffer dropped",
+            host_owned_coherent,
+            Valid,
+            Valid,
+            true,
+        ),
+        // Was lost: `Managed::drop` freed host-owned memory at once, with no capture branch; the
+        // driver refused the free on the capturing thread and nothing freed it later.
+        row(
+            "host-owned mirrored buffer (from_slice_mirrored) dropped",
+            host_owned_mirrored,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "host-owned mirrored buffer dropped inside relaxed_while_capturing",
+            host_owned_mirrored_relaxed,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "stream-owned unified buffer dropped with its kernel running",
+            stream_owned_unified,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "stream-owned mirrored buffer dropped with its kernel running",
+            stream_owned_mirrored,
+            Valid,
+            Valid,
+            true,
+        ),
+        Row {
+            name: "buffer of the capture's own set dropped in the closure",
+            what: What::SetBuffer,
+            inside: Fails,
+            beside: None,
+            shows: true,
+        },
+        // Was lost: the future's `poll` queried the stream after the callback reported success;
+        // the driver refused the query on the capturing thread, and the future leaked the
+        // buffer as if the stream had failed.
+        row(
+            "block_on(y.sync_async()) on an eager buffer of the capture's stream",
+            sync_future_awaited,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "block_on(s.sync_all_async((y,))) on the capture's stream",
+            sync_all_future_awaited,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "sync future dropped before its stream reached it",
+            sync_future_dropped,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "blocking sync of an eager buffer (refused on the capturing thread)",
+            blocking_sync,
+            Fails,
+            Valid,
+            true,
+        ),
+        row(
+            "graph holding a buffer dropped with a replay in flight",
+            graph_dropped,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "graph synced (its wait refused on the capturing thread)",
+            graph_synced,
+            Fails,
+            Valid,
+            true,
+        ),
+        row(
+            "stream scope ended with its buffer dropped and its kernel running",
+            stream_scope_ended,
+            Valid,
+            Valid,
+            true,
+        ),
+        row(
+            "stream order (an event) dropped",
+            stream_order_dropped,
+            Valid,
+            Valid,
+            false,
+        ),
+        row(
+            "context handle with a module loaded dropped",
+            context_handle_dropped,
+            Valid,
+            Valid,
+            false,
+        ),
+        row("cuBLAS handles dropped", blas_dropped, Valid, Valid, false),
+        row(
+            "NCCL communicator dropped",
+            comm_dropped,
+            Valid,
+            Valid,
+            false,
+        ),
+    ]
+}
+
+// --- What each row frees -------------------------------------------------------------------
+
+/// A buffer of `s`, written by a kernel (2.0 each): its pages are on the device.
+fn eager<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Managed<[f32], StreamOwned<'s>>> {
+    let mut y = Managed::from_fn(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    add_scalar(s, &mut y, 1.0)?;
+    Ok(y)
+}
+
+/// As [`eager`], with its kernel still running for about 20 ms when the row frees it.
+fn busy<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Managed<[f32], StreamOwned<'s>>> {
+    let mut y = eager(ctx, s)?;
+    spin_then_add(s, &mut y, 1.0, 20_000_000)?;
+    Ok(y)
+}
+
+/// The buffer's values, once back on the host: `want` everywhere.
+fn assert_all(y: &[f32], want: f32) {
+    if let Some(i) = y.iter().position(|v| *v != want) {
+        panic!("element {i} is {}, not {want}", y[i]);
+    }
+}
+
+fn host_owned_unified<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    // Host-owned, its pages still on the device (nothing on the CPU touched them since).
+    let h = eager(ctx, s)?.sync()?;
+    Ok(Some(Box::new(move || {
+        drop(h);
+        Ok(())
+    })))
+}
+
+/// A host-owned coherent buffer whose pages a kernel of `s` wrote (they are on the device);
+/// `None`, said, where coherent memory is refused (a device without concurrent managed access).
+fn coherent_on_device(
+    ctx: &Context,
+    s: &Stream<'_>,
+) -> um::Result<Option<Managed<[f32], HostOwned, Coherent>>> {
+    let h = match Managed::from_fn_coherent(ctx, len(), |_| 1.0f32) {
+        Ok(h) => h,
+        Err(Error::NeedsConcurrentManagedAccess { device }) => {
+            eprintln!("skipped: coherent memory needs concurrent managed access (device {device})");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut h = h.attach(s)?;
+    add_scalar(s, &mut h, 1.0)?;
+    Ok(Some(h.sync()?))
+}
+
+fn host_owned_coherent<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let Some(h) = coherent_on_device(ctx, s)? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        drop(h);
+        Ok(())
+    })))
+}
+
+fn host_owned_mirrored<'a, 's>(
+    ctx: &'a Context,
+    _: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let big = vec![1.0f32; len()];
+    let h = Managed::from_slice_mirrored(ctx, &big)?;
+    Ok(Some(Box::new(move || {
+        drop(h);
+        Ok(())
+    })))
+}
+
+fn host_owned_mirrored_relaxed<'a, 's>(
+    ctx: &'a Context,
+    _: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let h = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?;
+    Ok(Some(Box::new(move || relaxed_while_capturing(|| drop(h)))))
+}
+
+fn stream_owned_unified<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let y = busy(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        drop(y);
+        Ok(())
+    })))
+}
+
+fn stream_owned_mirrored<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let mut y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    spin_then_add(s, &mut y, 1.0, 20_000_000)?;
+    Ok(Some(Box::new(move || {
+        drop(y);
+        Ok(())
+    })))
+}
+
+fn sync_future_awaited<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let y = eager(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        let y = pollster::block_on(y.sync_async())?;
+        assert_all(&y, 2.0);
+        Ok(())
+    })))
+}
+
+fn sync_all_future_awaited<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let y = busy(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        let (y,) = pollster::block_on(s.sync_all_async((y,)))?;
+        assert_all(&y, 3.0);
+        Ok(())
+    })))
+}
+
+fn sync_future_dropped<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let y = busy(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        drop(y.sync_async()); // made (its callback enqueued), never polled
+        Ok(())
+    })))
+}
+
+fn blocking_sync<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let y = busy(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        // On the capturing thread the wait is refused: the `Err` fails the capture, and the
+        // buffer, dropped by the failed `sync`, is freed behind its stream.
+        let y = y.sync()?;
+        assert_all(&y, 3.0);
+        Ok(())
+    })))
+}
+
+/// A graph of `s` holding one buffer of `s`.
+type Held<'s> = Graph<'s, Created, (Managed<[f32], StreamOwned<'s>>,)>;
+
+/// A graph of `s` holding a buffer of `s`, replayed once (the replay may still run).
+fn replayed_graph<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Held<'s>> {
+    let y = eager(ctx, s)?;
+    let (graph, ()) = s.capture((y,), |cap, (mut y,)| {
+        spin_then_add(cap, &mut y, 1.0, 20_000_000)?;
+        Ok(((y,), ()))
+    })?;
+    graph.launch(s)?;
+    Ok(graph)
+}
+
+fn graph_dropped<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let graph = replayed_graph(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        drop(graph);
+        Ok(())
+    })))
+}
+
+fn graph_synced<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let graph = replayed_graph(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        let (y,) = graph.sync()?;
+        assert_all(&y, 3.0);
+        Ok(())
+    })))
+}
+
+fn stream_scope_ended<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    // Coherent memory: its attach makes no association call, which a capturing thread could
+    // not make.
+    let Some(h) = coherent_on_device(ctx, s)? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        ctx.with_stream(StreamOptions::new().non_blocking(), |t| {
+            let mut h = h.attach(t)?;
+            spin_then_add(t, &mut h, 1.0, 20_000_000)?;
+            drop(h); // freed behind `t`, after the kernel
+            Ok(())
+        }) // `t` is destroyed here (on the capturing thread: once the capture has ended)
+    })))
+}
+
+fn stream_order_dropped<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let order = StreamOrder::new(ctx)?;
+    order.record(s)?;
+    Ok(Some(Box::new(move || {
+        drop(order);
+        Ok(())
+    })))
+}
+
+fn context_handle_dropped<'a, 's>(
+    _: &'a Context,
+    _: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let handle = common::handle_with_a_module();
+    Ok(Some(Box::new(move || {
+        drop(handle);
+        Ok(())
+    })))
+}
+
+fn blas_dropped<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    use um::cublas::{Blas, Gemm};
+    let n = 64;
+    let a = Managed::from_slice(ctx, &vec![1.0f32; n * n])?.attach(s)?;
+    let mut c = Managed::from_slice(ctx, &vec![0.0f32; n * n])?.attach(s)?;
+    let mut handles = Vec::new();
+    // Eight, each used once (its workspace in use): what one handle holds may be small.
+    for _ in 0..8 {
+        let blas = match Blas::new(ctx) {
+            Ok(blas) => blas,
+            Err(e) => {
+                eprintln!("skipped: no cuBLAS ({e})");
+                return Ok(None);
+            }
+        };
+        blas.gemm(s, &Gemm::new(n, n, n), &a, &a, &mut c)
+            .expect("gemm");
+        handles.push(blas);
+    }
+    drop(s.sync_all((a, c))?);
+    Ok(Some(Box::new(move || {
+        drop(handles);
+        Ok(())
+    })))
+}
+
+fn comm_dropped<'a, 's>(ctx: &'a Context, _: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let Some(comm) = common::one_rank_comm(ctx, um::nccl::CommOptions::new()) else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        drop(comm);
+        Ok(())
+    })))
+}
+
+// --- Running a row -------------------------------------------------------------------------
+
+fn free_memory(ctx: &Context) -> usize {
+    ctx.mem_info().map_or(0, |(free, _)| free)
+}
+
+/// After a capture: the reaper drained, the device idle.
+fn settle(ctx: &Context) {
+    um::reap_pending();
+    ctx.wait_idle().expect("the context still works");
+    um::reap_pending();
+}
+
+/// One run of `row` in `mode`: what the capture came to, and by how much free memory fell
+/// when the row's memory was made.
+fn run_once(ctx: &Context, row: &Row, mode: Mode) -> (Came, usize) {
+    let _dog = common::watchdog(row.name);
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
+    let mut shown = 0;
+    let came = ctx.with_stream(StreamOptions::new(), |s| {
+        let before = free_memory(ctx);
+        Ok(match row.what {
+            What::SetBuffer => {
+                let big = eager(ctx, s)?;
+                shown = before.saturating_sub(free_memory(ctx));
+                set_buffer_dropped(s, x.attach(s)?, big)
+            }
+            What::Held(prepare) => {
+                let Some(free) = prepare(ctx, s)? else {
+                    return Ok(Came::Skipped);
+                };
+                shown = before.saturating_sub(free_memory(ctx));
+                let x = x.attach(s)?;
+                let captured = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    match mode {
+                        Mode::Inside => free()?,
+                        Mode::Beside => std::thread::scope(|t| t.spawn(free).join())
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+                    }
+                    add_scalar(cap, &mut x, 1.0)?; // recorded after the free
+                    Ok(((x,), ()))
+                });
+                replay(s, captured)
+            }
+        })
+    });
+    (
+        came.unwrap_or_else(|e| Came::Broken(format!("the stream scope: {e}"))),
+        shown,
+    )
+}
+
+/// The capture's graph replayed twice: each replay adds 2 to every element of `x`.
+fn replay<'s>(s: &Stream<'s>, captured: um::Result<(Held<'s>, ())>) -> Came {
+    let graph = match captured {
+        Ok((graph, ())) => graph,
+        Err(e) => return Came::Failed(e),
+    };
+    let replayed = graph
+        .launch(s)
+        .and_then(|()| graph.launch(s))
+        .and_then(|()| graph.sync());
+    match replayed {
+        Ok((x,)) if x.iter().all(|v| *v == 4.0) => Came::Valid,
+        Ok((x,)) => Came::Broken(format!("the replays gave {:?}, not 4.0", &x[..4])),
+        Err(e) => Came::Broken(format!("a valid capture failed to replay: {e}")),
+    }
+}
+
+/// The capture set's second buffer dropped in the closure: lost to the graph, so the capture is
+/// `CaptureLostBuffer`, and the buffer is freed once its stream is done.
+fn set_buffer_dropped<'s>(
+    s: &Stream<'s>,
+    x: Managed<[f32], StreamOwned<'s>>,
+    big: Managed<[f32], StreamOwned<'s>>,
+) -> Came {
+    let captured = s.capture(vec![x, big], |cap, mut set| {
+        for b in &mut set {
+            add_scalar(cap, b, 1.0)?;
+        }
+        drop(set.pop());
+        Ok((set, ()))
+    });
+    match captured {
+        Err(e @ Error::CaptureLostBuffer { lost: 1 }) => Came::Failed(e),
+        Err(e) => Came::Broken(format!("not the lost buffer's error: {e}")),
+        Ok(_) => Came::Broken("a capture that lost a buffer was Ok".to_owned()),
+    }
+}
+
+/// Whether `came` is what `expect` says; the reason if not.
+fn judge(came: &Came, expect: Expect) -> Result<(), String> {
+    match (came, expect) {
+        (Came::Valid, Expect::Valid) | (Came::Failed(_), Expect::Fails) | (Came::Skipped, _) => {
+            Ok(())
+        }
+        (Came::Failed(e), Expect::Valid) => Err(format!("the capture failed: {e}")),
+        (Came::Valid, Expect::Fails) => Err("the capture was Ok where it must fail".to_owned()),
+        (Came::Broken(why), _) => Err(format!("broken: {why}")),
+    }
+}
+
+/// Runs `row` in `mode`: once unmeasured, then [`runs`] times between two readings of free
+/// memory. Every run's capture is judged. The failures, each with the row's name.
+fn check(ctx: &Context, row: &Row, mode: Mode, expect: Expect) -> Vec<String> {
+    let counts = common::counts_free_memory();
+    let mut failures = Vec::new();
+    let mut note = |what: String| failures.push(format!("{} ({mode:?}): {what}", row.name));
+    let (came, _) = run_once(ctx, row, mode);
+    println!("{} ({mode:?}), unmeasured: {came:?}", row.name);
+    if let Came::Skipped = came {
+        return failures;
+    }
+    if let Err(why) = judge(&came, expect) {
+        note(why);
+    }
+    settle(ctx);
+    let before = free_memory(ctx);
+    for run in 0..runs() {
+        let (came, shown) = run_once(ctx, row, mode);
+        println!(
+            "{} ({mode:?}), run {run}: {came:?}; its memory took {:.1} MiB",
+            row.name,
+            shown as f64 / (1 << 20) as f64
+        );
+        if let Err(why) = judge(&came, expect) {
+            note(format!("run {run}: {why}"));
+        }
+        let buffer = len() * size_of::<f32>();
+        if row.shows && counts && shown + TOLERANCE < buffer {
+            note(format!(
+                "run {run}: its {} MiB took only {} MiB of free memory: a leak could not be seen",
+                buffer >> 20,
+                shown >> 20
+            ));
+        }
+    }
+    settle(ctx);
+    let mut after = free_memory(ctx);
+    let t = Instant::now();
+    while after + TOLERANCE < before && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+        after = free_memory(ctx);
+    }
+    println!(
+        "{} ({mode:?}): free {:.1} MiB before {} runs, {:.1} MiB after",
+        row.name,
+        before as f64 / (1 << 20) as f64,
+        runs(),
+        after as f64 / (1 << 20) as f64
+    );
+    if counts && after + TOLERANCE < before {
+        note(format!(
+            "{} MiB lost over {} runs ({before} bytes free before, {after} after)",
+            (before - after) >> 20,
+            runs()
+        ));
+    }
+    failures
+}
+
+/// Every row in `mode`; then the context must still run work (nothing was freed under a
+/// kernel: that would be a sticky error), and no row may have failed.
+fn every_row(mode: Mode) {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for row in table() {
+        let expect = match mode {
+            Mode::Inside => Some(row.inside),
+            Mode::Beside => row.beside,
+        };
+        if let Some(expect) = expect {
+            failures.extend(check(&ctx, &row, mode, expect));
+        }
+    }
+    common::assert_context_usable(&ctx);
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Each free path run inside a capture closure, on the capturing thread, where the driver
+/// refuses frees and waits (thread-local mode): every free is deferred and made once the
+/// capture has ended (or by the reaper thread), the capture stays valid unless the row's own
+/// call was a refused wait, and no memory is lost.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn every_free_inside_a_capture_closure_is_deferred_and_nothing_is_lost() {
+    every_row(Mode::Inside);
+}
+
+/// Each free path run on another thread while a capture closure runs: `um` captures in
+/// thread-local mode, so that thread's frees and waits go through (a device-wide wait, as
+/// cuBLAS's destroy makes, is kept for the capture's end), the capture stays valid, and no
+/// memory is lost.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn every_free_on_another_thread_during_a_capture_keeps_it_valid_and_nothing_is_lost() {
+    every_row(Mode::Beside);
+}
