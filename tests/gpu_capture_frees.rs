@@ -1,5 +1,5 @@
 //! Every free is deferred, never dropped, while a capture may refuse it (`docs/safety.md`,
-//! rule 195). One row per path that frees or may free: drops of every state and storage, the
+//! rule 197). One row per path that frees or may free: drops of every state and storage, the
 //! sync futures (awaited, dropped unfinished), the blocking waits that fail inside a capture,
 //! graphs, streams, events, context handles with modules, cuBLAS handles and NCCL
 //! communicators. Each row runs inside a capture closure on the capturing thread, and (where it
@@ -7,10 +7,14 @@
 //!
 //! * the capture: valid (the graph, replayed twice, gives the right values) or failed with an
 //!   `Err`, whichever the row says; never a graph that replays wrong or fails to launch;
-//! * the memory: the device's free memory (`cuMemGetInfo`) once the capture has ended and the
-//!   reaper is drained (`reap_pending`) is back where it was, within 8 MiB, after two runs that
-//!   each free 32 MiB (a lost buffer is 64 MiB); where the row's memory must show in the free
-//!   memory, that it did (so that a leak of it could be seen at all).
+//! * the memory: every allocation the row frees (its device address, and a mirror's pinned
+//!   host half) is asked of the driver once the capture has ended and the reaper is drained
+//!   (`reap_pending`): an allocation the driver still knows, at the same start and of the same
+//!   size, was lost. This is exact for every storage, where the device's free memory is not
+//!   (managed memory is backed lazily and returned in chunks, so `cuMemGetInfo` moves by 0 or
+//!   128 MiB for a 32 MiB buffer). Rows that free no buffer of their own (a cuBLAS handle, a
+//!   communicator, an event, a module) are checked by the device's free memory instead, which
+//!   their allocations move by far more than the tolerance.
 //!
 //! Two rows are the leaks this rule was written against: a mirrored buffer made host-owned by
 //! `from_slice_mirrored` and dropped inside the closure (its free was made on the capturing
@@ -23,17 +27,21 @@
 //! once (a first capture, a graph's first replay, cuBLAS's and NCCL's first use) is not taken
 //! for a leak. Free memory is read again for up to 2 s where it lags a free (the driver hands
 //! memory back late: `gpu_graphs::a_graph_dropped_with_a_replay_in_flight_is_safe`). No
-//! assertion depends on timing.
+//! assertion depends on timing. Both tests hold the binary's lock, so that no other allocation
+//! takes a freed address between the free and the question.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use cust::sys as cs;
 
 use um::kernels::testing::{add_scalar, spin_then_add};
 use um::{
-    Coherent, Context, Created, Error, Graph, HostOwned, Managed, StreamOptions, StreamOrder,
-    StreamOwned, relaxed_while_capturing,
+    Coherent, Context, Created, Error, Graph, HostOwned, Managed, Mirror, StreamOptions,
+    StreamOrder, StreamOwned, relaxed_while_capturing,
 };
 
 type Stream<'s> = um::Stream<'s, Created>;
@@ -78,8 +86,6 @@ struct Row {
     inside: Expect,
     /// `None` where the row cannot run on another thread.
     beside: Option<Expect>,
-    /// Whether the memory the row frees must show in the device's free memory once made.
-    shows: bool,
 }
 
 /// What one run came to.
@@ -98,8 +104,8 @@ fn len() -> usize {
     common::workload(8 << 20, 1 << 16)
 }
 
-/// What two runs of a row may leave behind in free memory without counting as a leak: well
-/// below one buffer.
+/// What two runs of a row that frees no buffer of its own may leave behind in free memory
+/// without counting as a leak.
 const TOLERANCE: usize = 8 << 20;
 
 /// How many measured runs per row and mode: two, none under a sanitizer (which compares no free
@@ -111,12 +117,11 @@ fn runs() -> usize {
 
 fn table() -> Vec<Row> {
     use Expect::{Fails, Valid};
-    let row = |name, prepare: Prepare, inside, beside, shows| Row {
+    let row = |name, prepare: Prepare, inside, beside| Row {
         name,
         what: What::Held(prepare),
         inside,
         beside: Some(beside),
-        shows,
     };
     vec![
         row(
@@ -124,14 +129,12 @@ fn table() -> Vec<Row> {
             host_owned_unified,
             Valid,
             Valid,
-            true,
         ),
         row(
             "host-owned coherent buffer dropped",
             host_owned_coherent,
             Valid,
             Valid,
-            true,
         ),
         // Was lost: `Managed::drop` freed host-owned memory at once, with no capture branch; the
         // driver refused the free on the capturing thread and nothing freed it later.
@@ -140,35 +143,30 @@ fn table() -> Vec<Row> {
             host_owned_mirrored,
             Valid,
             Valid,
-            true,
         ),
         row(
             "host-owned mirrored buffer dropped inside relaxed_while_capturing",
             host_owned_mirrored_relaxed,
             Valid,
             Valid,
-            true,
         ),
         row(
             "stream-owned unified buffer dropped with its kernel running",
             stream_owned_unified,
             Valid,
             Valid,
-            true,
         ),
         row(
             "stream-owned mirrored buffer dropped with its kernel running",
             stream_owned_mirrored,
             Valid,
             Valid,
-            true,
         ),
         Row {
             name: "buffer of the capture's own set dropped in the closure",
             what: What::SetBuffer,
             inside: Fails,
             beside: None,
-            shows: true,
         },
         // Was lost: the future's `poll` queried the stream after the callback reported success;
         // the driver refused the query on the capturing thread, and the future leaked the
@@ -178,72 +176,57 @@ fn table() -> Vec<Row> {
             sync_future_awaited,
             Valid,
             Valid,
-            true,
         ),
         row(
             "block_on(s.sync_all_async((y,))) on the capture's stream",
             sync_all_future_awaited,
             Valid,
             Valid,
-            true,
         ),
         row(
             "sync future dropped before its stream reached it",
             sync_future_dropped,
             Valid,
             Valid,
-            true,
         ),
         row(
             "blocking sync of an eager buffer (refused on the capturing thread)",
             blocking_sync,
             Fails,
             Valid,
-            true,
         ),
         row(
             "graph holding a buffer dropped with a replay in flight",
             graph_dropped,
             Valid,
             Valid,
-            true,
         ),
         row(
             "graph synced (its wait refused on the capturing thread)",
             graph_synced,
             Fails,
             Valid,
-            true,
         ),
         row(
             "stream scope ended with its buffer dropped and its kernel running",
             stream_scope_ended,
             Valid,
             Valid,
-            true,
         ),
         row(
             "stream order (an event) dropped",
             stream_order_dropped,
             Valid,
             Valid,
-            false,
         ),
         row(
             "context handle with a module loaded dropped",
             context_handle_dropped,
             Valid,
             Valid,
-            false,
         ),
-        row("cuBLAS handles dropped", blas_dropped, Valid, Valid, false),
-        row(
-            "NCCL communicator dropped",
-            comm_dropped,
-            Valid,
-            Valid,
-            false,
-        ),
+        row("cuBLAS handles dropped", blas_dropped, Valid, Valid),
+        row("NCCL communicator dropped", comm_dropped, Valid, Valid),
     ]
 }
 
@@ -252,6 +235,7 @@ fn table() -> Vec<Row> {
 /// A buffer of `s`, written by a kernel (2.0 each): its pages are on the device.
 fn eager<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Managed<[f32], StreamOwned<'s>>> {
     let mut y = Managed::from_fn(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    watch_buffer(&y);
     add_scalar(s, &mut y, 1.0)?;
     Ok(y)
 }
@@ -261,6 +245,60 @@ fn busy<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Managed<[f32], StreamOw
     let mut y = eager(ctx, s)?;
     spin_then_add(s, &mut y, 1.0, 20_000_000)?;
     Ok(y)
+}
+
+/// The allocations the current run frees: (start address, size in bytes), as the driver gave
+/// them while they were live.
+static WATCHED: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+
+/// The driver's range of the allocation that holds `address`: `None` where it knows none.
+fn allocation_at(address: u64) -> Option<(u64, usize)> {
+    let (mut start, mut size) = (0u64, 0usize);
+    // SAFETY: each call writes one value of the attribute's type (a device pointer, a size_t)
+    // to a local of that type, and reads nothing but the driver's table.
+    let found = unsafe {
+        cs::cuPointerGetAttribute(
+            std::ptr::from_mut(&mut start).cast(),
+            cs::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            address,
+        ) == cs::CUresult::CUDA_SUCCESS
+            && cs::cuPointerGetAttribute(
+                std::ptr::from_mut(&mut size).cast(),
+                cs::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                address,
+            ) == cs::CUresult::CUDA_SUCCESS
+    };
+    found.then_some((start, size))
+}
+
+/// Remembers the allocation at `address` (live now) as one the run must free.
+fn watch(address: u64) {
+    let range = allocation_at(address).expect("a live allocation is known to the driver");
+    WATCHED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(range);
+}
+
+/// Remembers a stream-owned buffer's device allocation.
+fn watch_buffer<M: um::Storage>(y: &Managed<[f32], StreamOwned<'_>, M>) {
+    watch(y.as_device_ptr().address());
+}
+
+/// The watched allocations the driver still knows (same start, same size): lost. Empties the
+/// list.
+fn still_allocated() -> (usize, Vec<(u64, usize)>) {
+    let watched = std::mem::take(
+        &mut *WATCHED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let lost = watched
+        .iter()
+        .copied()
+        .filter(|&(start, size)| allocation_at(start) == Some((start, size)))
+        .collect();
+    (watched.len(), lost)
 }
 
 /// The buffer's values, once back on the host: `want` everywhere.
@@ -294,6 +332,7 @@ fn coherent_on_device(
         Err(e) => return Err(e),
     };
     let mut h = h.attach(s)?;
+    watch_buffer(&h);
     add_scalar(s, &mut h, 1.0)?;
     Ok(Some(h.sync()?))
 }
@@ -311,12 +350,24 @@ fn host_owned_coherent<'a, 's>(
     })))
 }
 
+/// A host-owned mirror, both halves watched (the device half's address is known only while the
+/// buffer is stream-owned: an attach and a `sync` with no launch between, which copy nothing).
+fn watched_mirror<'s>(
+    s: &Stream<'s>,
+    h: Managed<[f32], HostOwned, Mirror>,
+) -> um::Result<Managed<[f32], HostOwned, Mirror>> {
+    watch(h.as_ptr() as u64);
+    let y = h.attach(s)?;
+    watch_buffer(&y);
+    y.sync()
+}
+
 fn host_owned_mirrored<'a, 's>(
     ctx: &'a Context,
-    _: &'a Stream<'s>,
+    s: &'a Stream<'s>,
 ) -> um::Result<Option<Free<'a>>> {
     let big = vec![1.0f32; len()];
-    let h = Managed::from_slice_mirrored(ctx, &big)?;
+    let h = watched_mirror(s, Managed::from_slice_mirrored(ctx, &big)?)?;
     Ok(Some(Box::new(move || {
         drop(h);
         Ok(())
@@ -325,9 +376,9 @@ fn host_owned_mirrored<'a, 's>(
 
 fn host_owned_mirrored_relaxed<'a, 's>(
     ctx: &'a Context,
-    _: &'a Stream<'s>,
+    s: &'a Stream<'s>,
 ) -> um::Result<Option<Free<'a>>> {
-    let h = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?;
+    let h = watched_mirror(s, Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?)?;
     Ok(Some(Box::new(move || relaxed_while_capturing(|| drop(h)))))
 }
 
@@ -347,6 +398,7 @@ fn stream_owned_mirrored<'a, 's>(
     s: &'a Stream<'s>,
 ) -> um::Result<Option<Free<'a>>> {
     let mut y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    watch_buffer(&y);
     spin_then_add(s, &mut y, 1.0, 20_000_000)?;
     Ok(Some(Box::new(move || {
         drop(y);
@@ -519,25 +571,17 @@ fn settle(ctx: &Context) {
     um::reap_pending();
 }
 
-/// One run of `row` in `mode`: what the capture came to, and by how much free memory fell
-/// when the row's memory was made.
-fn run_once(ctx: &Context, row: &Row, mode: Mode) -> (Came, usize) {
+/// One run of `row` in `mode`: what the capture came to.
+fn run_once(ctx: &Context, row: &Row, mode: Mode) -> Came {
     let _dog = common::watchdog(row.name);
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
-    let mut shown = 0;
     let came = ctx.with_stream(StreamOptions::new(), |s| {
-        let before = free_memory(ctx);
         Ok(match row.what {
-            What::SetBuffer => {
-                let big = eager(ctx, s)?;
-                shown = before.saturating_sub(free_memory(ctx));
-                set_buffer_dropped(s, x.attach(s)?, big)
-            }
+            What::SetBuffer => set_buffer_dropped(s, x.attach(s)?, eager(ctx, s)?),
             What::Held(prepare) => {
                 let Some(free) = prepare(ctx, s)? else {
                     return Ok(Came::Skipped);
                 };
-                shown = before.saturating_sub(free_memory(ctx));
                 let x = x.attach(s)?;
                 let captured = s.capture((x,), |cap, (mut x,)| {
                     add_scalar(cap, &mut x, 1.0)?;
@@ -553,10 +597,7 @@ fn run_once(ctx: &Context, row: &Row, mode: Mode) -> (Came, usize) {
             }
         })
     });
-    (
-        came.unwrap_or_else(|e| Came::Broken(format!("the stream scope: {e}"))),
-        shown,
-    )
+    came.unwrap_or_else(|e| Came::Broken(format!("the stream scope: {e}")))
 }
 
 /// The capture's graph replayed twice: each replay adds 2 to every element of `x`.
@@ -609,42 +650,54 @@ fn judge(came: &Came, expect: Expect) -> Result<(), String> {
     }
 }
 
-/// Runs `row` in `mode`: once unmeasured, then [`runs`] times between two readings of free
-/// memory. Every run's capture is judged. The failures, each with the row's name.
+/// Runs `row` in `mode`: once unmeasured, then [`runs`] times. Every run's capture is judged,
+/// and every allocation it watched must be gone once the run has settled; a row that watched
+/// none must leave the device's free memory where it was. The failures, each with the row's name.
 fn check(ctx: &Context, row: &Row, mode: Mode, expect: Expect) -> Vec<String> {
     let counts = common::counts_free_memory();
     let mut failures = Vec::new();
     let mut note = |what: String| failures.push(format!("{} ({mode:?}): {what}", row.name));
-    let (came, _) = run_once(ctx, row, mode);
+    let came = run_once(ctx, row, mode);
     println!("{} ({mode:?}), unmeasured: {came:?}", row.name);
+    settle(ctx);
+    let (watched, lost) = still_allocated();
     if let Came::Skipped = came {
         return failures;
     }
     if let Err(why) = judge(&came, expect) {
         note(why);
     }
-    settle(ctx);
+    if !lost.is_empty() {
+        note(format!(
+            "unmeasured run: {} of {watched} allocations not freed: {lost:x?}",
+            lost.len()
+        ));
+    }
     let before = free_memory(ctx);
+    let mut buffers = watched;
     for run in 0..runs() {
-        let (came, shown) = run_once(ctx, row, mode);
+        let came = run_once(ctx, row, mode);
+        settle(ctx);
+        let (watched, lost) = still_allocated();
         println!(
-            "{} ({mode:?}), run {run}: {came:?}; its memory took {:.1} MiB",
-            row.name,
-            shown as f64 / (1 << 20) as f64
+            "{} ({mode:?}), run {run}: {came:?}; {watched} allocations watched",
+            row.name
         );
         if let Err(why) = judge(&came, expect) {
             note(format!("run {run}: {why}"));
         }
-        let buffer = len() * size_of::<f32>();
-        if row.shows && counts && shown + TOLERANCE < buffer {
+        if !lost.is_empty() {
             note(format!(
-                "run {run}: its {} MiB took only {} MiB of free memory: a leak could not be seen",
-                buffer >> 20,
-                shown >> 20
+                "run {run}: {} of {watched} allocations not freed: {lost:x?}",
+                lost.len()
             ));
         }
+        buffers = buffers.max(watched);
     }
-    settle(ctx);
+    if buffers > 0 || runs() == 0 {
+        return failures;
+    }
+    // No buffer of the row's own: the device's free memory tells.
     let mut after = free_memory(ctx);
     let t = Instant::now();
     while after + TOLERANCE < before && t.elapsed() < Duration::from_secs(2) {
