@@ -173,7 +173,12 @@ fn a_blas_kept_in_a_thread_local_and_moved_between_streams_does_not_abort_at_thr
             // The thread ends: its TLS destructors run in reverse order of registration, the
             // mark's first, then BLAS's: Blas::drop -> with_idle_unless_capturing ->
             // IdleSection::enter -> IDLE_SECTIONS.with panics -> abort.
-        });
+        })
+        // Joined: `scope` stops waiting for a thread when its closure returns, before its
+        // thread-local destructors run (the process could end with BLAS's drop half done);
+        // the join waits for the thread's end.
+        .join()
+        .expect("the thread");
     });
     println!("the thread with a thread-local Blas ended");
 }
@@ -209,7 +214,10 @@ fn a_library_object_in_a_thread_local_whose_drop_waits_through_um_does_not_abort
             // Any idle section (or any capture: `may_begin_capture` reads the mark) after the
             // thread-local was set up.
             assert_eq!(ctx.wait_idle_unless_capturing(), Ok(true));
-        });
+        })
+        // Joined, so that the thread-local destructors have run (see above).
+        .join()
+        .expect("the thread");
     });
     println!("the thread with a thread-local library object ended");
 }
