@@ -808,7 +808,7 @@ mod tests {
         );
     }
 
-    // ---- Red team 16 (docs/redteam15.md): `leave`, re-joins, groups, a model check ----
+    // ---- Red team 16: `leave`, re-joins, groups, a model check ----
 
     fn rt16_invariants(l: &Ledger) {
         let st = l.lock();
