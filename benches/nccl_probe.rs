@@ -1,4 +1,4 @@
-//! Where the NCCL benchmark's small-size gap comes from (issue 22): the C++ baseline's loop
+//! Where the NCCL benchmark's small-size gap comes from: the C++ baseline's loop
 //! (`bench/nccl_baseline.cpp`: group of `ncclAllReduce`, one per GPU, on `cuMemAlloc` buffers
 //! and `cuStreamCreate` streams), made from Rust, with each piece of the process set up either
 //! raw or by um. Prints one JSON line per size, as the baseline does.

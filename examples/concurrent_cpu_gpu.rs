@@ -8,7 +8,7 @@
 //! CPU work, and with the durations: CPU work and B's kernel together take about as long as the
 //! longer of the two, not their sum.
 //!
-//! B's work must outlast the CPU's on every machine, whatever the CPU's speed (issue 20: a
+//! B's work must outlast the CPU's on every machine, whatever the CPU's speed (a
 //! 33 ms kernel against a 34-38 ms CPU pass failed on some machines). So the example first
 //! times one CPU pass, then has B spin on the GPU's clock (`%globaltimer`, one block, so A's
 //! kernel still finds room) for four times that plus 100 ms before its seed kernel: the check

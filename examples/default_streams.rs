@@ -15,7 +15,7 @@
 //! launch on a stream sets it up in the driver, and that cost is not the seed's point.
 //! `--cold-streams` leaves the streams cold. `--enqueue-study` prints, instead, a table of
 //! where the enqueue time goes: cold and warm streams, with each kind of dummy, and each
-//! launch's host time by its place (issue 13, `docs/examples.md`).
+//! launch's host time by its place (`docs/examples.md`).
 
 mod common;
 
@@ -48,7 +48,7 @@ enum Dummy {
 /// launches.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Warm {
-    /// No warming: the example's behaviour before issue 13 (`--cold-streams`).
+    /// No warming: the streams stay cold (`--cold-streams`).
     Cold,
     /// Before the memory is attached: separates the stream's own setup from the first launch
     /// after an attach.
@@ -186,7 +186,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// `--enqueue-study`: which part of the enqueue time is which (issue 13). Each setup runs
+/// `--enqueue-study`: which part of the enqueue time is which. Each setup runs
 /// `rounds` times; prints medians over the rounds of the overlap and of the total enqueue
 /// time, and medians over all launches of each launch's host time by its place.
 fn enqueue_study(ctx: &Context, rounds: usize) -> um::Result<()> {

@@ -53,7 +53,7 @@ if [ "${gpus:-0}" -ge 2 ]; then
     tail -n 5 "$tmp/nccl_build.log" >&2
   fi
 fi
-# Section 9's C++ program (CUDA graphs, issue 24).
+# Section 9's C++ program (CUDA graphs).
 graph_baseline=$(dirname "$baseline")/graph_baseline
 "$nvcc" -O3 -cudart none -o "$graph_baseline" bench/graph_baseline.cpp -lcuda
 UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md "${@:2}"

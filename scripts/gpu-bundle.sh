@@ -87,7 +87,7 @@ cp bench/reliability-notes.md "$out/reliability-notes.md"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || commit="$commit+uncommitted"
 echo "$commit" >"$out/COMMIT"
-# The racecheck study (issue 13): a C++ reproducer without um, built by nvcc on the GPU machine,
+# The racecheck study: a C++ reproducer without um, built by nvcc on the GPU machine,
 # um's own streams.ptx for it (the newest release build's; the study rebuilds it from the
 # source where it is missing), and the script: `bash DIR/racecheck/study.sh OUT`.
 mkdir -p "$out/racecheck"
@@ -96,7 +96,7 @@ cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
 chmod +x "$out/racecheck/study.sh"
 ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/um-ptx/streams.ptx 2>/dev/null | head -n 1 || true)
 [ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
-# The pipeline probe (issue 11): CUDA C++ without um, built by nvcc on the GPU machine:
+# The pipeline probe: CUDA C++ without um, built by nvcc on the GPU machine:
 # `bash DIR/pipeline-probe/probe.sh OUT`.
 mkdir -p "$out/pipeline-probe"
 cp bench/pipeline_probe.cu "$out/pipeline-probe/"

@@ -505,7 +505,7 @@ sanitize_prog() {
   [ "$prog" = tests/gpu_nccl ] && note=" (its killed-rank and hostile-abort tests skipped, as the fault tests are)"
   if [ "$tool" = racecheck ] && [ "$prog" = tests/gpu_stress ]; then
     # racecheck slows 16 host threads' launches by orders of magnitude: 20 iterations did not
-    # finish in 9 minutes on an H100 (2026-11-22); the study of issue 13 ran 2.
+    # finish in 9 minutes on an H100 (2026-11-22); the racecheck study ran 2.
     envs=(UM_STRESS_ITERS=2)
     note=" (2 iterations under racecheck)"
   fi

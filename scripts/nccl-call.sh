@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's GPU runs, in one or two calls of the device tool (every step takes about 560 s on
+# The NCCL GPU runs, in one or two calls of the device tool (every step takes about 560 s on
 # 2x H200: run "tests examples memcheck", then "bench"): on a machine with two or more GPUs
 # (the 2x and 4x H200 kinds), from the repository root, with target/gpu-bundle carried:
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine with two or more GPUs, from the repository root, the bundle built:
 #   bash scripts/nccl-probe.sh OUT
-# Where the NCCL benchmark's small-size gap comes from (issue 22): the C++ baseline and
+# Where the NCCL benchmark's small-size gap comes from: the C++ baseline and
 # bench/nccl_probe (the baseline's loop from Rust, the process set up raw or by um piece by
 # piece), each a fresh process, same sizes; NCCL's own log of the two ends kept in OUT.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What crates.io, docs.rs and a user without nvcc get (issue 21). Run by .ci/run; needs what
+# What crates.io, docs.rs and a user without nvcc get. Run by .ci/run; needs what
 # scripts/setup.sh installs, and the network (crates.io's index, for the packages' dependencies).
 #
 #  1. `cargo package --workspace` (own-kernels, `publish = false`, excluded), verified: cargo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pipeline probe (issue 11), on the GPU machine: builds bench/pipeline_probe.cu (CUDA C++,
+# The pipeline probe, on the GPU machine: builds bench/pipeline_probe.cu (CUDA C++,
 # no um) with nvcc and runs it for stages of 10 and 100 us. Writes OUT/pipeline_probe.jsonl.
 #
 #   bash DIR/pipeline-probe/probe.sh OUT [BATCHES]

@@ -2,12 +2,12 @@
 # Runs on the GPU machine, from the bundle (scripts/gpu-bundle.sh puts it, with the reproducer
 # source and um's streams.ptx, in racecheck/): which programs make compute-sanitizer racecheck
 # end with "Internal Sanitizer Error: Detected a failure to track a kernel launch"
-# (issue 13, docs/reliability.md).
+# (docs/reliability.md).
 #
 #   bash racecheck/study.sh [OUT_DIR]        # default OUT_DIR: ./racecheck-out
 #
-# STUDY_PARTS="threads async" (the default: both) picks the sections: `threads` is the study of
-# issue 13 below (steps 2 and 3); `async` is the pattern of examples/async_requests.rs, which
+# STUDY_PARTS="threads async" (the default: both) picks the sections: `threads` is the study
+# of threads below (steps 2 and 3); `async` is the pattern of examples/async_requests.rs, which
 # hung once under racecheck (300 s, no summary) and once reported the same internal error
 # (2x H200, 2026-11-23): 8 host threads, a non-blocking stream created per round, 2 kernels per
 # round, waits by cuStreamSynchronize and by stream callback, each repeated; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# UnifiedMemoryStreams side by side (issue 23), on the GPU machine: builds NVIDIA's original
+# UnifiedMemoryStreams side by side, on the GPU machine: builds NVIDIA's original
 # cuda-samples source (carried in the bundle's external/ only where .external/ was fetched; it is
 # never committed) with nvcc and cuBLAS, patched only to take a fixed seed and to print the time
 # of its two phases; then runs it and um's examples/unified_memory_streams alternately, with the

@@ -23,7 +23,7 @@ if kill -0 "$pid" 2>/dev/null; then
   echo "verdict-call: stopped at ${limit}s; the next call goes on from $dir"
   # The whole session that setsid made (its id is run.sh's pid): `timeout`, which run.sh starts
   # every program under, moves itself into a process group of its own, so the group alone would
-  # miss it and its program (red team 15).
+  # miss it and its program.
   pkill -TERM -s "$pid" 2>/dev/null
   sleep 5
   pkill -KILL -s "$pid" 2>/dev/null

@@ -1,4 +1,4 @@
-//! `scripts/nccl-call.sh` (issue 22's GPU runs in one device call), run here without a GPU: a
+//! `scripts/nccl-call.sh` (the NCCL GPU runs in one device call), run here without a GPU: a
 //! stand-in `nvidia-smi` and a bundle of stand-in programs that print how they were called,
 //! so that CI checks the steps, their order, the summary and the budget before a 4x H200
 //! machine spends time on them.

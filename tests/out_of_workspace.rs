@@ -198,7 +198,7 @@ fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
         .unwrap_or_else(|| panic!("no `--- stderr` section:\n{stderr}"));
     let first = script.lines().next().unwrap_or_default().trim();
     // The plain integer named like a length is the one named, with the type to write
-    // (issue 21: before, the message was about `x`, which "has no length after it").
+    // (not `x`, which would read "has no length after it").
     assert_eq!(
         first,
         format!(

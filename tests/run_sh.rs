@@ -339,7 +339,7 @@ fn resume_in_the_same_folder_keeps_its_parts_and_goes_on_with_its_partial() {
 
 /// `--resume` keeps only the parts of this bundle's commit (the stand-in bundle's is `test`):
 /// a verdict of one run is of one bundle. `UM_RESUME_ANY_COMMIT=1` keeps another's too, and the
-/// commit line then names both (red team 15).
+/// commit line then names both.
 #[test]
 fn resume_keeps_parts_of_another_commit_only_when_told_and_says_so() {
     let m = Machine::new("resume-commit", 1, &["gpu_a"], &["ex1"]);

@@ -1,5 +1,5 @@
 //! `nccl_probe --poll ROUNDS`: where um's host time per step on nonblocking communicators goes
-//! (issue 22's goal, ≤ +1 µs over the raw call). The same grouped all-reduce of 1 KiB per GPU,
+//! (the goal: ≤ +1 µs over the raw call). The same grouped all-reduce of 1 KiB per GPU,
 //! on um's nonblocking communicators, mirrors and streams, issued raw and polled in several
 //! ways, and through um's `Group`; batches of 32 steps taking turns, the streams drained between
 //! batches. Prints, per variant, the median over rounds of each round's median step, and the

@@ -1,4 +1,4 @@
-//! Section 8: cuBLAS on owned buffers (issue 23). GEMM time per call through um-cublas against
+//! Section 8: cuBLAS on owned buffers. GEMM time per call through um-cublas against
 //! CUDA C++ (`bench/cublas_baseline.cpp`, cuBLAS on `cuMemAlloc` memory, run as a subprocess
 //! between the Rust measurements of each round), and the host time per call of
 //! `Blas::gemm` against a raw `cublasSgemm_v2` from Rust in the same process, interleaved.
@@ -461,7 +461,7 @@ pub(crate) fn section(
     }
     let _ = writeln!(
         md,
-        "\n## 8. cuBLAS on owned buffers (issue 23)\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column).\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "\n## 8. cuBLAS on owned buffers\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column).\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut shapes: Vec<&str> = Vec::new();
     for r in &gemm {

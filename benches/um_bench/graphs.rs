@@ -1,4 +1,4 @@
-//! Section 9 of the report, CUDA graphs (issue 24): the two-stage pipeline of section 7 with
+//! Section 9 of the report, CUDA graphs: the two-stage pipeline of section 7 with
 //! 10 µs stages, eager (`hand_off`) and as one graph replayed; and a sequence of 20 small kernels,
 //! launched one by one and replayed as a graph; each against the C++ program
 //! `bench/graph_baseline.cpp`, which does the same work with the driver API.
@@ -266,7 +266,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     }
     let _ = writeln!(
         md,
-        "\n## 9. CUDA graphs (issue 24)\n\n\
+        "\n## 9. CUDA graphs\n\n\
          Host time of {KERNELS} small kernels (`add_scalar` on {LEN} floats) launched one by one, \
          and of one replay of the same {KERNELS} launches captured as a graph (median of {REPS} \
          samples per round, then of rounds); and the two-stage pipeline of section 7 with 10 µs \
@@ -286,7 +286,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     }
     let _ = writeln!(
         md,
-        "\nThe goals of issue 24 are in the table of goals below."
+        "\nThe goals of this section are in the table of goals below."
     );
     md
 }
@@ -300,7 +300,7 @@ fn get(records: &[Record], imp: &str, key: &str) -> Option<f64> {
         .map(|r| r.median)
 }
 
-/// Issue 24's goals, for the report's table of goals (`report.rs`): (goal, measured, met).
+/// Section 9's goals, for the report's table of goals (`report.rs`): (goal, measured, met).
 pub(crate) fn goals(records: &[Record]) -> Vec<(String, String, bool)> {
     let mut goals = Vec::new();
     if let Some(us) = get(records, "um", "pipeline_graph_us") {

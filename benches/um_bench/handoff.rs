@@ -1,4 +1,4 @@
-//! Section 7 of the report, handing memory from one stream to another (issue 11): the host
+//! Section 7 of the report, handing memory from one stream to another: the host
 //! cost of `hand_off` against `sync` + `attach`, against cudarc's automatic per-launch events,
 //! and the throughput of a two-stage pipeline built both ways.
 
@@ -396,7 +396,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
     }
     let _ = writeln!(
         md,
-        "\n## 7. Handing memory from stream A to stream B (issue 11)\n\n\
+        "\n## 7. Handing memory from stream A to stream B\n\n\
          Host time of one transition (µs), and per launch when each launch is on the other \
          stream than the last. Unified memory unless the row says coherent (managed memory \
          attached globally, whose handoff is the event alone). Rows marked \"fresh process\" \

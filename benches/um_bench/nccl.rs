@@ -1,4 +1,4 @@
-//! Section 8: NCCL all-reduce on owned buffers (issue 22), every GPU, one thread: each round of
+//! Section 8: NCCL all-reduce on owned buffers, every GPU, one thread: each round of
 //! the bandwidth rows in a fresh process (as the C++ baseline's), the host times in this one.
 //!
 //! * Bus bandwidth by size, 8 B to 1 GiB, out of place, f32 sum, by nccl-tests' formula

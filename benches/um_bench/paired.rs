@@ -1,5 +1,5 @@
 //! Section 1b: what um's launch paths cost over a raw `cuLaunchKernel`, resolved to a few
-//! hundredths of a microsecond (issue 20).
+//! hundredths of a microsecond.
 //!
 //! Section 1 runs each implementation in its own process, so the process-to-process spread
 //! (about ±0.3 µs per launch on an H200) hides differences of 0.1 µs. Here every variant runs in
