@@ -13,7 +13,7 @@
 //   * touch no memory but its parameters, its locals and its static shared memory (within
 //     bounds for any block of up to 1024 threads), and no `__device__` global that two
 //     launches could write at once; no dynamic (`extern __shared__`) shared memory, which
-//     um-build refuses in a safe kernel;
+//     um-build refuses in any file with a safe kernel;
 //   * reach each __syncthreads() from every thread of the block or from none, and make no
 //     grid-wide or cluster-wide synchronization (a safe launch is not cooperative).
 //

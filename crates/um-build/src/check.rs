@@ -14,8 +14,9 @@
 //! signed or unsigned integer), size, pointer-ness and the `const` of its pointee; each struct's
 //! size, alignment, and each field's offset, kind and size. The asserts add no code. The
 //! wrapper ends with one variable of its own, its mark (`fresh.rs`): the PTX read back must
-//! declare it, which proves that this build's nvcc compiled this wrapper; its declaration is
-//! then taken out, so the PTX is the same as without the wrapper.
+//! declare it, which shows that this run wrote it from this wrapper (the toolchain, trusted,
+//! compiles what it is given); its declaration is then taken out, so the PTX is the same as
+//! without the wrapper.
 //!
 //! The file is hostile ground, so the wrapper defends what it says:
 //! * the prelude comes before the file, so the file's macros cannot change it, and its

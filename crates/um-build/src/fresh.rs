@@ -2,8 +2,9 @@
 //!
 //! um-build reads back a file that another program (nvcc) wrote. A file from an earlier build
 //! can lie at that path (another folder built into the same output folder, the same kernel
-//! before its text changed), and an nvcc run can exit 0 without writing one (`--dryrun`,
-//! `--version`, a stand-in that is not nvcc), or write something else there (`-E`, a binary). So:
+//! before its text changed, a build of another folder into the same output folder at the same
+//! time), and an nvcc run can exit 0 without writing one (`--dryrun`, `--version`), or write
+//! something else there (`-E`, `-M`, a binary). So:
 //!
 //! * every file um-build writes is written as a new file ([`write_new`]): what lies at its path
 //!   is removed first, never written through (a link to elsewhere is replaced, not followed);
@@ -13,12 +14,21 @@
 //!   ([`Mark`]) is drawn at random for that one wrapper (OS randomness through `RandomState`,
 //!   the time, the process id, a counter, the wrapper's text). [`Mark::proved`] accepts a PTX
 //!   text only if it is PTX (its first directive is `.version`) and declares that variable at
-//!   module scope, as nvcc compiles it: no earlier file, no preprocessed text and no compile of
-//!   another file can hold that line;
+//!   module scope, outside any comment or string, as nvcc compiles it: no earlier file, no
+//!   preprocessed text and no compile of another file can hold that line;
 //! * the mark is then taken out of the text, which makes the PTX the same in every build
 //!   (`um-kernels` compares its shipped PTX with it). Only its one declaration line goes: where
 //!   the name appears anywhere else (the debug sections of `-G`), the text is kept as nvcc
 //!   wrote it, an unused variable that loads as any other.
+//!
+//! The mark shows that the file is this run's output for this wrapper, given a toolchain that
+//! compiles what it is given; that the PTX is the compile of the wrapper, checks and all, is
+//! the toolchain's part. um-build trusts the nvcc it runs (found, or given with
+//! `Kernels::nvcc`), the tools nvcc runs and the host compiler it finds on `PATH` to compile the
+//! wrapper they are given, as cargo trusts rustc to compile Rust: a program put in nvcc's place
+//! that compiles other code around the mark cannot be told from nvcc by its output. What could
+//! put another program or other options into the pipeline from um-build's side (`-ccbin`,
+//! `-Xcompiler`, options files, `NVCC_PREPEND_FLAGS`, ...) is refused or removed (`nvcc.rs`).
 //!
 //! The generated Rust holds the proved text itself, not a path to it, so what `rustc` embeds is
 //! what um-build checked, whatever happens to the files afterwards.
@@ -32,6 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::ptx::Code;
 
 /// Removes the file at `path`, if any (a link is removed, not what it points to).
 pub(crate) fn remove(path: &Path) -> Result<()> {
@@ -116,27 +127,40 @@ impl Mark {
     /// `ptx` (what nvcc wrote at `path`) if it is the PTX of the wrapper that carries this mark,
     /// with the mark's declaration taken out; otherwise why not.
     pub(crate) fn proved(&self, ptx: &str, path: &Path) -> Result<String> {
-        let first = ptx
+        // Read as ptxas reads it: no comment or string counts as a directive.
+        let code = Code::new(ptx);
+        let first = code
+            .text()
             .lines()
             .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with("//"))
+            .find(|l| !l.is_empty())
             .unwrap_or_default();
-        if !first.starts_with(".version ") {
+        if first.split_whitespace().next() != Some(".version") {
+            let shown = ptx
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !l.starts_with("//"))
+                .unwrap_or_default();
             return Err(Error::new(format!(
                 "what nvcc wrote to {} is not PTX (it begins `{}`, not `.version`)",
                 path.display(),
-                first.chars().take(40).collect::<String>()
+                shown.chars().take(40).collect::<String>()
             ))
             .help(
-                "a flag given to nvcc (Kernels::flag, or an options file) may have changed \
-                 what nvcc writes (-E, -M, -cubin, ...): remove it",
+                "a flag given to nvcc (Kernels::flag) may have changed what nvcc writes (-E, -M, \
+                 -cubin, ...): remove it",
             ));
         }
         let declarations = self.declarations();
         let mut kept = String::with_capacity(ptx.len());
         let mut found = false;
-        for line in ptx.split_inclusive('\n') {
-            if !found && declarations.iter().any(|d| line.trim() == d) {
+        // `Code` keeps every line break, so its lines are the text's.
+        for (line, code_line) in ptx
+            .split_inclusive('\n')
+            .zip(code.text().split_inclusive('\n'))
+        {
+            let is_mark = |l: &str| declarations.iter().any(|d| l.trim() == d);
+            if !found && is_mark(line) && is_mark(code_line) {
                 found = true;
             } else {
                 kept.push_str(line);

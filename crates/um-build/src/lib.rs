@@ -34,7 +34,9 @@
 //! The PTX a launcher embeds is the one checked, compiled in this build from this build's
 //! check wrapper (or, without nvcc, read in this build from [`Kernels::prebuilt_ptx`]): the
 //! generated file holds its text, and a compile that wrote no fresh PTX of its wrapper fails
-//! the build (see [`Kernels::flag`] for the nvcc options refused).
+//! the build (see [`Kernels::flag`] for the nvcc options refused). The toolchain is trusted to
+//! compile the wrapper it is given, as rustc is trusted to compile Rust: the nvcc run (see
+//! [`Kernels::nvcc`]), the tools it runs, and the host compiler it finds on `PATH`.
 //!
 //! [`Kernels::build_or_exit`] prints a failure as it is (the [`Error`]'s `Display`) and exits
 //! with status 1, which is what a build script wants; [`Kernels::build`] returns it.
@@ -42,14 +44,16 @@
 //! nvcc is found through [`Kernels::nvcc`], `$NVCC`, `$CUDA_PATH/bin/nvcc`,
 //! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`, then `PATH`. `$UM_CUDA_ARCH` overrides the
 //! architecture set with [`Kernels::arch`]. A crate that ships its PTX
-//! ([`Kernels::prebuilt_ptx`]) builds without nvcc, as `um-kernels` does on machines without a
-//! CUDA toolkit and on docs.rs.
+//! ([`Kernels::prebuilt_ptx`], an `unsafe fn`: the caller promises the files are um-build's
+//! own output for these inputs) builds without nvcc, as `um-kernels` does on machines without
+//! a CUDA toolkit and on docs.rs.
 
 mod check;
 mod contract;
 mod error;
 mod fresh;
 mod generate;
+mod inputs;
 mod mistakes;
 mod nvcc;
 mod ptx;
@@ -120,6 +124,15 @@ impl Kernels {
     }
 
     /// The nvcc to use, before any other is looked for.
+    ///
+    /// The nvcc um-build runs, found or given here, is trusted, with the tools it runs (its
+    /// `nvcc.profile`, cudafe++, cicc) and the host compiler it finds on `PATH` (with that
+    /// compiler's own environment), to compile the check wrapper it is given, as rustc is
+    /// trusted to compile Rust: the static_asserts that check each declaration are evaluated by
+    /// that compiler. A program given here that is not nvcc, and compiles other code around
+    /// the wrapper's mark, is not detected. What the mark does detect is a file that this run
+    /// did not write from this wrapper: a stale file, an output folder shared between builds
+    /// or kernel folders, an nvcc option under which nvcc writes nothing or something else.
     pub fn nvcc(mut self, path: impl AsRef<Path>) -> Kernels {
         self.nvcc = Some(path.as_ref().to_path_buf());
         self
@@ -136,11 +149,27 @@ impl Kernels {
     /// `-ltoir`, `-c`/`--compile`, `-dc`/`--device-c`, `-dw`/`--device-w`,
     /// `-dlink`/`--device-link`, `-link`, `-lib`, `-run`, `-fdevice-syntax-only`,
     /// `-clean`/`--clean-targets`); and `-dryrun`, `-V`/`--version`, `-h`/`--help`,
-    /// `-arch-ls`/`--list-gpu-arch`, `-code-ls`/`--list-gpu-code`. A flag is matched by its
-    /// name (up to `=`), with one or two leading dashes.
+    /// `-arch-ls`/`--list-gpu-arch`, `-code-ls`/`--list-gpu-code`.
     ///
-    /// Whatever the flags (an options file, a stand-in for nvcc), a build embeds only PTX that
-    /// nvcc wrote in this build from this build's check wrapper: the wrapper defines a variable
+    /// It also refuses a flag that substitutes or instructs a tool of nvcc's pipeline, since
+    /// the check wrapper is only as good as the compiler that reads it (a host compiler that
+    /// drops its `static_assert`s still compiles the rest): `-ccbin`/`--compiler-bindir`,
+    /// `-arbin`/`--archiver-binary`, `-ldir`/`--libdevice-directory`,
+    /// `-noprof`/`--dont-use-profile`, the tool prefixes (`--all-prefix`, `--cpp-prefix`,
+    /// `--cicc-prefix`, `--cudafe-prefix`, `--ptxas-prefix`, `--nvlink-prefix`, and the drive
+    /// prefixes `-idp`, `-ddp`, `-dp`), the options handed to a tool (`-Xcompiler`/
+    /// `--compiler-options`, `-Xlinker`, `-Xarchive`, `-Xptxas`, `-Xnvlink`, `-Xfatbin`,
+    /// `-Xcicc`, `-Xcudafe`, `-Xnvvm`, `-Xnvasm`, `-Xnvdisasm` and their `--<tool>-options`
+    /// forms), `--forward-unknown-to-host-compiler`, `--forward-unknown-to-host-linker`,
+    /// `--forward-unknown-opts`, and any other option whose name begins with `X` or ends with
+    /// `-options` or `-prefix`; and `-optf`/`--options-file`, which could carry any of these.
+    /// nvcc runs without `NVCC_CCBIN`, `NVCC_PREPEND_FLAGS`, `NVCC_APPEND_FLAGS`,
+    /// `CUDAFE_FLAGS`, `PTXAS_FLAGS`, `INCLUDES`, `SYSTEM_INCLUDES` and `LIBRARIES` in its
+    /// environment, which would do the same unseen.
+    ///
+    /// A flag is matched by its name (up to `=` or a space), with one or two leading dashes;
+    /// nvcc takes no abbreviation of a name. Whatever the flags, a build embeds only PTX that
+    /// nvcc wrote in this run from this build's check wrapper: the wrapper defines a variable
     /// named at random for it, and PTX without that variable's declaration is refused.
     pub fn flag(mut self, flag: &str) -> Kernels {
         self.flags.push(flag.to_owned());
@@ -159,14 +188,30 @@ impl Kernels {
     /// this folder is not read.
     ///
     /// Without nvcc, each declaration is still checked against its `.entry` in the given PTX
-    /// (count, pointer-ness, width, struct layouts) and for dynamic shared memory, but the
-    /// compiler-side check (the `static_assert`s of every declaration) cannot run again: it is
-    /// the one of the build that made the PTX. So the folder must hold what [`Kernels::build`]
-    /// wrote with nvcc into `$OUT_DIR/um-ptx/`, from these same `.cu` files, and a test should
-    /// rebuild it and compare (`um-kernels` does: `tests/shipped_ptx.rs`). A file that is
-    /// missing fails the build. What the launchers embed, and the copy in `$OUT_DIR/um-ptx/`,
-    /// is the text read from this folder in this build.
-    pub fn prebuilt_ptx(mut self, dir: impl AsRef<Path>) -> Kernels {
+    /// (count, pointer-ness, width, struct layouts), for dynamic shared memory and for a fixed
+    /// block shape, but the compiler-side check (the `static_assert`s of every declaration)
+    /// cannot run again: it is the one of the build that made the PTX. So each file must be
+    /// what [`Kernels::build`] wrote with nvcc into `$OUT_DIR/um-ptx/`, and um-build checks
+    /// what it can of that: every file it writes begins with the line `// um-build inputs
+    /// <hex>`, a hash (64-bit FNV-1a) of, in this order, the `.cu` file's bytes, `um.cuh`'s
+    /// bytes ([`HEADER`]), the architecture (`compute_NN`, from the PTX's `.target sm_NN`) and
+    /// each flag ([`Kernels::flag`]) in order, each field hashed as its length (8 bytes,
+    /// little-endian) followed by its bytes. A prebuilt file whose first line is not the line
+    /// of this build's inputs (missing, or from before a change of the `.cu` file, `um.cuh` or
+    /// the flags) fails the build, saying to rebuild it with nvcc; so does a missing file.
+    /// Headers the `.cu` file includes, other than `um.cuh`, are not hashed. What the launchers
+    /// embed, and the copy in `$OUT_DIR/um-ptx/`, is the text read from this folder in this
+    /// build.
+    ///
+    /// # Safety
+    ///
+    /// Each `<file>.ptx` in `dir` is PTX that um-build wrote with nvcc (into
+    /// `$OUT_DIR/um-ptx/`) from the same `<file>.cu`, the same `um.cuh`, and the same
+    /// architecture and flags, unchanged since. The inputs line catches a stale or mismatched
+    /// file, not a forged one: PTX of another declaration with a matching line would give a
+    /// safe launcher values its kernel was not compiled for. Keep a test that rebuilds the
+    /// folder with nvcc and compares (`um-kernels` does: `tests/shipped_ptx.rs`).
+    pub unsafe fn prebuilt_ptx(mut self, dir: impl AsRef<Path>) -> Kernels {
         self.prebuilt = Some(dir.as_ref().to_path_buf());
         self
     }
@@ -300,19 +345,26 @@ impl Kernels {
                 warnings.push(warning);
             }
             let ptx = match &ptx_from {
-                PtxFrom::Nvcc(nvcc) => compile_checked(
-                    nvcc,
-                    &arch,
-                    &include,
-                    &self.flags,
-                    &source,
-                    src,
-                    &check_dir.join(format!("{file_stem}.cu")),
-                    &check_dir.join(format!("{file_stem}.ptx")),
-                )?,
+                PtxFrom::Nvcc(nvcc) => {
+                    let proved = compile_checked(
+                        nvcc,
+                        &arch,
+                        &include,
+                        &self.flags,
+                        &source,
+                        src,
+                        &check_dir.join(format!("{file_stem}.cu")),
+                        &check_dir.join(format!("{file_stem}.ptx")),
+                    )?;
+                    // What it was built from, first: a prebuilt copy is checked against it.
+                    let target =
+                        ptx::target_arch(&ptx::Code::new(&proved)).map_err(|e| e.in_file(src))?;
+                    inputs::with_line(&proved, inputs::hash(text.as_bytes(), &target, &self.flags))
+                }
                 PtxFrom::Prebuilt(dir) => {
-                    let ptx = use_prebuilt(dir, &file_stem).map_err(|e| e.in_file(src))?;
-                    let target = ptx::target_arch(&ptx).map_err(|e| e.in_file(src))?;
+                    let (from, ptx) = use_prebuilt(dir, &file_stem).map_err(|e| e.in_file(src))?;
+                    let target =
+                        ptx::target_arch(&ptx::Code::new(&ptx)).map_err(|e| e.in_file(src))?;
                     if let Some(other) = prebuilt_arch.as_ref().filter(|a| **a != target) {
                         return Err(Error::new(format!(
                             "the prebuilt PTX is for {target}, another file's for {other}"
@@ -320,6 +372,14 @@ impl Kernels {
                         .in_file(src)
                         .help("rebuild every prebuilt PTX file for one architecture"));
                     }
+                    // Built from this file, um.cuh and these flags, for its architecture.
+                    inputs::check(
+                        &ptx,
+                        inputs::hash(text.as_bytes(), &target, &self.flags),
+                        &target,
+                        &from,
+                    )
+                    .map_err(|e| e.in_file(src))?;
                     prebuilt_arch = Some(target);
                     ptx
                 }
@@ -469,9 +529,9 @@ enum PtxFrom {
     Prebuilt(PathBuf),
 }
 
-/// Reads `dir/<stem>.ptx`, the PTX given for this file. `Kernels::build` checks it, writes it to
-/// `um-ptx/` and embeds it in the generated file, as it does with nvcc's.
-fn use_prebuilt(dir: &Path, stem: &str) -> Result<String> {
+/// Reads `dir/<stem>.ptx`, the PTX given for this file: its path and text. `Kernels::build`
+/// checks it, writes it to `um-ptx/` and embeds it in the generated file, as it does with nvcc's.
+fn use_prebuilt(dir: &Path, stem: &str) -> Result<(PathBuf, String)> {
     let from = dir.join(format!("{stem}.ptx"));
     println!("cargo:rerun-if-changed={}", from.display());
     let ptx = fs::read_to_string(&from).map_err(|e| {
@@ -484,7 +544,7 @@ fn use_prebuilt(dir: &Path, stem: &str) -> Result<String> {
              nvcc: it is what Kernels::build writes to $OUT_DIR/um-ptx/",
         )
     })?;
-    Ok(ptx)
+    Ok((from, ptx))
 }
 
 /// Checks one CUDA source against its PTX and returns the generated Rust, without nvcc or a

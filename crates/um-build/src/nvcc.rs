@@ -77,26 +77,119 @@ pub(crate) const REFUSED_OPTIONS: &[(&str, &str)] = &[
     ("-code-ls", "--list-gpu-code"),
 ];
 
-/// Refuses a flag that names one of [`REFUSED_OPTIONS`], by its option name: the flag up to an
-/// `=` or a space, with either one or two leading dashes (nvcc takes both).
+/// nvcc's options that substitute a tool of its pipeline (the host compiler, cudafe++, cicc,
+/// ptxas, ...), run one through another program, hand one options of its own, or read more
+/// options from a file: `(short, long)`, the hidden ones (`-Xcicc`, `--cicc-prefix`, ...)
+/// included. um-build trusts the toolchain to compile the check wrapper it is given (see
+/// [`Kernels::nvcc`](crate::Kernels::nvcc)): a flag that puts another program in the pipeline,
+/// or tells one of its tools to read, drop or rewrite part of the wrapper (a host compiler that
+/// deletes its `static_assert`s still compiles its mark), would make that trust cover code that
+/// is not the toolchain's. So a [`Kernels::flag`](crate::Kernels::flag) naming one is refused
+/// before nvcc runs, and so is every option whose name begins with `X` or ends with `-options`
+/// or `-prefix` ([`is_tool_option`]), for those a later nvcc adds. An options file
+/// (`--options-file`) could carry any refused flag, so it is refused too.
+pub(crate) const TOOL_OPTIONS: &[(&str, &str)] = &[
+    // Another program in the pipeline.
+    ("-ccbin", "--compiler-bindir"),
+    ("-arbin", "--archiver-binary"),
+    ("-ldir", "--libdevice-directory"),
+    ("-noprof", "--dont-use-profile"),
+    ("-all-prefix", "--all-prefix"),
+    ("-cpp-prefix", "--cpp-prefix"),
+    ("-cicc-prefix", "--cicc-prefix"),
+    ("-cudafe-prefix", "--cudafe-prefix"),
+    ("-ptxas-prefix", "--ptxas-prefix"),
+    ("-nvlink-prefix", "--nvlink-prefix"),
+    ("-idp", "--input-drive-prefix"),
+    ("-ddp", "--dependency-drive-prefix"),
+    ("-dp", "--drive-prefix"),
+    // Options handed to one tool.
+    ("-Xcompiler", "--compiler-options"),
+    ("-Xlinker", "--linker-options"),
+    ("-Xarchive", "--archive-options"),
+    ("-Xptxas", "--ptxas-options"),
+    ("-Xnvlink", "--nvlink-options"),
+    ("-Xfatbin", "--fatbin-options"),
+    ("-Xcicc", "--cicc-options"),
+    ("-Xcudafe", "--cudafe-options"),
+    ("-Xnvvm", "--nvvm-options"),
+    ("-Xnvasm", "--nvasm-options"),
+    ("-Xnvdisasm", "--nvdisasm-options"),
+    (
+        "-forward-unknown-to-host-compiler",
+        "--forward-unknown-to-host-compiler",
+    ),
+    (
+        "-forward-unknown-to-host-linker",
+        "--forward-unknown-to-host-linker",
+    ),
+    ("-forward-unknown-opts", "--forward-unknown-opts"),
+    // Options read from a file, which may hold any of the refused ones.
+    ("-optf", "--options-file"),
+];
+
+/// Whether an option name without its dashes is one of [`TOOL_OPTIONS`] by its form: `-X<tool>`,
+/// `--<tool>-options`, `--<tool>-prefix`.
+fn is_tool_option(bare: &str) -> bool {
+    bare.starts_with('X') || bare.ends_with("-options") || bare.ends_with("-prefix")
+}
+
+/// The environment variables nvcc reads (or its `nvcc.profile` adds to a tool's command line)
+/// that substitute or instruct a tool: `NVCC_CCBIN` (as `-ccbin`), `NVCC_PREPEND_FLAGS` and
+/// `NVCC_APPEND_FLAGS` (flags unseen by [`check_flags`]), `CUDAFE_FLAGS` and `PTXAS_FLAGS`
+/// (options of cicc and ptxas), `INCLUDES`, `SYSTEM_INCLUDES` and `LIBRARIES` (put as they are
+/// on the host compiler's command line, where `-B dir` substitutes its preprocessor). They are
+/// removed from nvcc's environment, so the build is the same whatever the caller exported.
+pub(crate) const REMOVED_VARS: &[&str] = &[
+    "NVCC_CCBIN",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CUDAFE_FLAGS",
+    "PTXAS_FLAGS",
+    "INCLUDES",
+    "SYSTEM_INCLUDES",
+    "LIBRARIES",
+];
+
+/// Refuses a flag that names one of [`REFUSED_OPTIONS`] or [`TOOL_OPTIONS`] (or has the form of
+/// one of the latter), by its option name: the flag up to an `=` or a space, with either one or
+/// two leading dashes (nvcc takes both, and no abbreviation of a name).
 pub(crate) fn check_flags(flags: &[String]) -> Result<()> {
+    let named = |list: &'static [(&'static str, &'static str)], bare: &str| {
+        list.iter()
+            .find(|(short, long)| {
+                short.trim_start_matches('-') == bare || long.trim_start_matches('-') == bare
+            })
+            .map(|(short, long)| format!(" ({short}, {long})"))
+    };
     for flag in flags {
         let name = flag.split(['=', ' ']).next().unwrap_or_default();
         let bare = name.trim_start_matches('-');
         if !name.starts_with('-') || bare.is_empty() {
             continue;
         }
-        let refused = REFUSED_OPTIONS.iter().find(|(short, long)| {
-            short.trim_start_matches('-') == bare || long.trim_start_matches('-') == bare
-        });
-        if let Some((short, long)) = refused {
+        if let Some(names) = named(REFUSED_OPTIONS, bare) {
             return Err(Error::new(format!(
-                "the nvcc flag `{flag}` ({short}, {long}) changes what nvcc writes or where, \
-                 and um-build reads the PTX that `--ptx -o` writes"
+                "the nvcc flag `{flag}`{names} changes what nvcc writes or where, and um-build \
+                 reads the PTX that `--ptx -o` writes"
             ))
             .help(
                 "remove the flag from Kernels::flag: um-build sets the output (`--ptx`, `-o`) \
                  itself; the PTX it checked is in $OUT_DIR/um-ptx/",
+            ));
+        }
+        let tool = named(TOOL_OPTIONS, bare);
+        if tool.is_some() || is_tool_option(bare) {
+            return Err(Error::new(format!(
+                "the nvcc flag `{flag}`{} substitutes or instructs a tool of nvcc's pipeline, or \
+                 reads options from a file, and um-build embeds only what nvcc's own pipeline \
+                 makes of its check wrapper",
+                tool.unwrap_or_default()
+            ))
+            .help(
+                "remove the flag from Kernels::flag: nvcc runs its own tools and the host \
+                 compiler found on PATH; pass macros and include paths as -D and -I, and each \
+                 option of an options file as a Kernels::flag of its own",
             ));
         }
     }
@@ -104,7 +197,8 @@ pub(crate) fn check_flags(flags: &[String]) -> Result<()> {
 }
 
 /// `nvcc --ptx -arch=ARCH -O3 -I INCLUDE FLAGS -o PTX SRC`, with no file at `PTX` before it
-/// runs: whatever is there afterwards, nvcc wrote in this run (or nothing is there).
+/// runs: whatever is there afterwards, nvcc wrote in this run (or nothing is there). nvcc runs
+/// without [`REMOVED_VARS`] in its environment.
 pub(crate) fn compile(
     nvcc: &Path,
     arch: &str,
@@ -125,6 +219,9 @@ pub(crate) fn compile(
         .arg(ptx)
         .arg(src);
     let shown = format!("{cmd:?}");
+    for var in REMOVED_VARS {
+        cmd.env_remove(var);
+    }
     let out = cmd
         .output()
         .map_err(|e| Error::new(format!("cannot run nvcc: {e}\ncommand: {shown}")))?;
@@ -138,4 +235,81 @@ pub(crate) fn compile(
         .in_file(src));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(flags: &[&str]) -> Result<()> {
+        check_flags(&flags.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())
+    }
+
+    /// Every option that substitutes or instructs a tool, in each spelling nvcc takes, is
+    /// refused, and so are those of their form that this nvcc does not have.
+    #[test]
+    fn flags_that_substitute_or_instruct_a_tool_are_refused() {
+        let says = "substitutes or instructs a tool";
+        let mut spellings = Vec::new();
+        for (short, long) in TOOL_OPTIONS {
+            let bare = long.trim_start_matches('-');
+            spellings.extend([
+                (*short).to_owned(),
+                (*long).to_owned(),
+                format!("-{bare}"),
+                format!("{long}=x"),
+                format!("{short} x"),
+            ]);
+        }
+        spellings.extend(
+            [
+                "-Xnew",
+                "--new-options=-v",
+                "--new-prefix",
+                "-ccbin=/usr/bin",
+            ]
+            .map(String::from),
+        );
+        for flag in &spellings {
+            let e = check(&["-DA=1", flag]).expect_err(flag);
+            assert!(e.message().contains(says), "{flag}: {e}");
+            assert!(e.message().contains(flag.as_str()), "{flag}: {e}");
+        }
+        for (flag, names) in [
+            ("-ccbin", "(-ccbin, --compiler-bindir)"),
+            ("--options-file=o.txt", "(-optf, --options-file)"),
+            ("-Xcompiler", "(-Xcompiler, --compiler-options)"),
+        ] {
+            let e = check(&[flag]).expect_err(flag);
+            assert!(e.message().contains(names), "{e}");
+        }
+    }
+
+    #[test]
+    fn flags_that_keep_the_pipeline_pass() {
+        let allowed = [
+            "-DFOO",
+            "-DX=-ccbin",
+            "-I",
+            "/inc",
+            "-isystem",
+            "/sys",
+            "-include",
+            "pre.h",
+            "-G",
+            "-lineinfo",
+            "--use_fast_math",
+            "-x",
+            "c++",
+            "-Wno-deprecated-gpu-targets",
+            "-rdc=true",
+            "-std=c++17",
+            "--keep",
+            "-maxrregcount=32",
+            "-allow-unsupported-compiler",
+            "-target-dir",
+            "x86_64-linux",
+        ];
+        assert_eq!(check(&allowed), Ok(()));
+    }
 }

@@ -17,12 +17,113 @@ pub(crate) struct PtxParam {
     pub(crate) array: Option<usize>,
 }
 
+/// A PTX text as ptxas reads it, for every scan of this module: its comments (`// ...` to the end
+/// of the line, `/* ... */`) and the contents of its string literals (`"..."`, as in `.file 1
+/// "k.cu"`) blanked out, byte for byte, newlines kept. ptxas reads a string from `"` to the next
+/// `"`, newlines included and with no escapes, and a comment only outside strings; so does
+/// [`Code::new`]. No comment or string can then hold an `.entry`, a directive or a name that
+/// counts: nvcc copies source lines into comments (`-src-in-ptx`), and an inline `asm` can write
+/// any text into the PTX.
+pub(crate) struct Code(String);
+
+impl Code {
+    /// `ptx` with its comments and the contents of its strings blanked.
+    pub(crate) fn new(ptx: &str) -> Code {
+        #[derive(PartialEq)]
+        enum In {
+            Code,
+            Line,
+            Block,
+            Str,
+        }
+        let mut out = String::with_capacity(ptx.len());
+        let mut state = In::Code;
+        let mut chars = ptx.chars().peekable();
+        let blank = |out: &mut String, c: char| {
+            if c == '\n' {
+                out.push('\n');
+            } else {
+                out.extend(std::iter::repeat_n(' ', c.len_utf8()));
+            }
+        };
+        while let Some(c) = chars.next() {
+            match state {
+                In::Code => match (c, chars.peek()) {
+                    ('/', Some('/')) => {
+                        state = In::Line;
+                        blank(&mut out, c);
+                    }
+                    ('/', Some('*')) => {
+                        state = In::Block;
+                        blank(&mut out, c);
+                        chars.next();
+                        blank(&mut out, '*');
+                    }
+                    ('"', _) => {
+                        state = In::Str;
+                        out.push(c);
+                    }
+                    _ => out.push(c),
+                },
+                In::Line => {
+                    if c == '\n' {
+                        state = In::Code;
+                    }
+                    blank(&mut out, c);
+                }
+                In::Block => {
+                    if c == '*' && chars.peek() == Some(&'/') {
+                        state = In::Code;
+                        chars.next();
+                        blank(&mut out, '/');
+                    }
+                    blank(&mut out, c);
+                }
+                In::Str => {
+                    if c == '"' {
+                        state = In::Code;
+                        out.push(c);
+                    } else {
+                        blank(&mut out, c);
+                    }
+                }
+            }
+        }
+        Code(out)
+    }
+
+    /// The blanked text.
+    pub(crate) fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Where `directive` (`.entry`, `.extern`, `.reqntid`, ...) stands in `code` as a token of its
+/// own: not followed by a character of a name (`.entry` in `.entryx` is no token). A `.` always
+/// begins a token, so one glued to the one before counts (`.visible.entry`, `.extern.shared`,
+/// `).reqntid`), and so does a modifier of an instruction (`.shared` in `ld.shared.f32`).
+fn tokens<'a>(code: &'a str, directive: &'a str) -> impl Iterator<Item = usize> + 'a {
+    code.match_indices(directive)
+        .map(|(at, _)| at)
+        .filter(move |at| {
+            !code[at + directive.len()..]
+                .chars()
+                .next()
+                .is_some_and(is_ptx_ident)
+        })
+}
+
+/// Whether `directive` stands in `code` as a token of its own ([`tokens`]).
+fn has_token(code: &str, directive: &str) -> bool {
+    tokens(code, directive).next().is_some()
+}
+
 /// The `.entry` kernels of a PTX text, with their parameters.
-pub(crate) fn entries(ptx: &str) -> Vec<(String, Vec<PtxParam>)> {
+pub(crate) fn entries(code: &Code) -> Vec<(String, Vec<PtxParam>)> {
+    let code = code.text();
     let mut entries = Vec::new();
-    let mut rest = ptx;
-    while let Some(at) = rest.find(".entry ") {
-        let after = &rest[at + ".entry ".len()..];
+    for at in tokens(code, ".entry") {
+        let after = &code[at + ".entry".len()..];
         let open = after.find('(').unwrap_or(after.len());
         let name = after[..open].trim().to_owned();
         let close = after.find(')').unwrap_or(after.len());
@@ -59,16 +160,21 @@ pub(crate) fn entries(ptx: &str) -> Vec<(String, Vec<PtxParam>)> {
             })
             .collect();
         entries.push((name, params));
-        rest = &after[close..];
     }
     entries
 }
 
 /// The virtual architecture a PTX text was built for, from its `.target` directive:
 /// `.target sm_75` was built with `-arch=compute_75`.
-pub(crate) fn target_arch(ptx: &str) -> Result<String> {
-    ptx.lines()
-        .find_map(|l| l.trim().strip_prefix(".target "))
+pub(crate) fn target_arch(code: &Code) -> Result<String> {
+    code.text()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(".target")
+                .filter(|t| t.starts_with(char::is_whitespace))
+                .map(str::trim_start)
+        })
         .and_then(|t| t.split([',', ' ']).next())
         .and_then(|t| t.trim().strip_prefix("sm_"))
         .map(|sm| format!("compute_{sm}"))
@@ -92,15 +198,38 @@ fn mentions(text: &str, name: &str) -> bool {
     })
 }
 
-/// The symbols of dynamic shared memory: `.extern .shared ... name[];` at module scope.
-fn dynamic_shared(ptx: &str) -> Vec<String> {
-    ptx.lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with(".extern") && l.contains(".shared"))
-        .filter_map(|l| {
-            let declarator = l.trim_end_matches(';').split_whitespace().last()?;
-            let name = declarator.split('[').next()?;
-            (!name.is_empty()).then(|| name.to_owned())
+/// The statements of `code` that declare dynamic shared memory: those (between `;`, `{` and
+/// `}`) that hold both the tokens `.extern` and `.shared`, in any order and with any space or
+/// line break between them (`.extern .shared .align 16 .b8 sm[]`, `} .extern.shared ...`), each
+/// from the first of the two, with whitespace collapsed.
+fn dynamic_shared_declarations(code: &str) -> Vec<String> {
+    code.split([';', '{', '}'])
+        .filter_map(|st| {
+            let from = tokens(st, ".extern").next()?;
+            let shared = tokens(st, ".shared").next()?;
+            // From the first of the two: directives without a `;` (`.target`) may come before.
+            let st = &st[from.min(shared)..];
+            Some(st.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .collect()
+}
+
+/// The symbols of dynamic shared memory: the name each of `declarations` (from
+/// [`dynamic_shared_declarations`]) declares (`sm` of `.extern .shared .align 16 .b8 sm[]`).
+fn dynamic_shared(declarations: &[String]) -> Vec<String> {
+    declarations
+        .iter()
+        .filter_map(|st| {
+            let declarator = st.split('[').next()?.trim_end();
+            let name: String = declarator
+                .chars()
+                .rev()
+                .take_while(|c| is_ptx_ident(*c) || *c == '%')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            (!name.is_empty()).then_some(name)
         })
         .collect()
 }
@@ -122,7 +251,7 @@ fn functions(ptx: &str) -> Vec<(Range<usize>, Option<Body<'_>>)> {
     let mut from = 0;
     while let Some(found) = [".entry", ".func"]
         .iter()
-        .filter_map(|d| ptx[from..].find(d).map(|i| (from + i, *d)))
+        .filter_map(|d| tokens(&ptx[from..], d).next().map(|i| (from + i, *d)))
         .min()
     {
         let (at, directive) = found;
@@ -173,31 +302,6 @@ fn functions(ptx: &str) -> Vec<(Range<usize>, Option<Body<'_>>)> {
 /// Every `.entry` and `.func` that has a body.
 fn bodies(ptx: &str) -> Vec<Body<'_>> {
     functions(ptx).into_iter().filter_map(|(_, b)| b).collect()
-}
-
-/// `ptx` with its comments (`// ...` to the end of the line, `/* ... */`) blanked out, byte for
-/// byte, so that no name in a comment counts as a use.
-fn without_comments(ptx: &str) -> String {
-    let mut out = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    while let Some(at) = rest.find("//").into_iter().chain(rest.find("/*")).min() {
-        out.push_str(&rest[..at]);
-        let end = if rest[at..].starts_with("//") {
-            rest[at..].find('\n').map_or(rest.len(), |i| at + i)
-        } else {
-            rest[at + 2..]
-                .find("*/")
-                .map_or(rest.len(), |i| at + 2 + i + 2)
-        };
-        out.extend(
-            rest[at..end]
-                .chars()
-                .map(|c| if c == '\n' { '\n' } else { ' ' }),
-        );
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// What is left of `ptx` outside its functions: the module-scope declarations, among them
@@ -281,16 +385,22 @@ enum Why {
 /// call, or an address taken); every `.func` named in a module-scope initialiser (`.global
 /// .u64 table[2] = {f, g};`: any kernel may load it and call through it); and, once a function
 /// it reaches calls through a register, every `.func` whose address is taken anywhere.
-pub(crate) fn check_dynamic_shared(source: &Source, ptx: &str) -> Result<()> {
-    let ptx = without_comments(ptx);
-    let symbols = dynamic_shared(&ptx);
-    if symbols.is_empty() {
+///
+/// Then, whatever a safe kernel reaches: a file that has a safe kernel may declare no dynamic
+/// shared memory at all ([`dynamic_shared_declarations`]: inline `asm` can declare it where no
+/// function names it, and another kernel can store its address in a `__device__` pointer that
+/// the safe kernel reads).
+pub(crate) fn check_dynamic_shared(source: &Source, code: &Code) -> Result<()> {
+    let ptx = code.text();
+    let declared = dynamic_shared_declarations(ptx);
+    if declared.is_empty() {
         return Ok(());
     }
-    let bodies = bodies(&ptx);
+    let symbols = dynamic_shared(&declared);
+    let bodies = bodies(ptx);
     // The `.func`s, by index into `bodies`.
     let funcs: Vec<usize> = (0..bodies.len()).filter(|i| !bodies[*i].entry).collect();
-    let module = module_scope(&ptx);
+    let module = module_scope(ptx);
     let in_initialisers: Vec<usize> = funcs
         .iter()
         .copied()
@@ -376,6 +486,21 @@ pub(crate) fn check_dynamic_shared(source: &Source, ptx: &str) -> Result<()> {
             ));
         }
     }
+    if let (Some(declaration), Some(k)) = (declared.first(), source.kernels.iter().find(|k| k.safe))
+    {
+        return Err(Error::new(format!(
+            "its PTX declares dynamic shared memory (`{declaration}`), and a file with a safe \
+             kernel (`{}`, here) may not declare any: a safe launch passes none, and a pointer \
+             to it kept in memory (or a symbol named by inline asm) can reach the safe kernel",
+            k.name
+        ))
+        .at(k.line)
+        .help(
+            "move the unsafe kernel that uses it (`extern \"C\" __global__`, whose LaunchConfig \
+             sets `shared_mem_bytes`) to a .cu file of its own, or use a `__shared__` array of \
+             fixed size",
+        ));
+    }
     Ok(())
 }
 
@@ -395,13 +520,16 @@ fn scalar_matches(s: Scalar, p: &PtxParam) -> bool {
     }
 }
 
-/// Checks every kernel of `source` against its `.entry` in `ptx`: same parameter count,
-/// pointers as 64-bit values, scalars of the same class and width, structs of the same size
-/// and alignment; and that no safe kernel reaches dynamic shared memory.
+/// Checks every kernel of `source` against its `.entry` in `ptx`: one `.entry` of each name, the
+/// same parameter count, pointers as 64-bit values, scalars of the same class and width, structs
+/// of the same size and alignment; that no safe kernel reaches dynamic shared memory, nor shares
+/// its file with any; and that no safe kernel's block shape is fixed. Every scan reads the PTX
+/// as ptxas does, without its comments and strings ([`Code`]).
 pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
-    check_entries(source, ptx)?;
-    check_dynamic_shared(source, ptx)?;
-    check_launch_directives(source, ptx)
+    let code = Code::new(ptx);
+    check_entries(source, &code)?;
+    check_dynamic_shared(source, &code)?;
+    check_launch_directives(source, &code)
 }
 
 /// The entry directives that fix the shape of a block, which a safe launch cannot honour: a
@@ -409,7 +537,7 @@ pub(crate) fn check(source: &Source, ptx: &str) -> Result<()> {
 /// compiles to `.reqntid x, y, z` and `.blocksareclusters`, under which the grid counts
 /// clusters and the GPU runs blocks of the compiled shape whatever the launch says: a
 /// y-extended block (two threads per index) or 1024 times the threads `Linear` counted (an
-/// index past 2^31). Found by issue 18's red team.
+/// index past 2^31).
 const SHAPE_DIRECTIVES: [&str; 2] = [".blocksareclusters", ".reqntid"];
 
 /// Refuses a safe kernel whose PTX entry fixes its block shape ([`SHAPE_DIRECTIVES`]), however
@@ -417,8 +545,8 @@ const SHAPE_DIRECTIVES: [&str; 2] = [".blocksareclusters", ".reqntid"];
 /// redefined marker). `.maxntid` (`__launch_bounds__`), `.maxnreg`, `.minnctapersm` and cluster
 /// dimensions (`__cluster_dims__`: a grid they do not divide is refused by the driver) change no
 /// thread's index and stay allowed.
-pub(crate) fn check_launch_directives(source: &Source, ptx: &str) -> Result<()> {
-    let bodies = bodies(ptx);
+pub(crate) fn check_launch_directives(source: &Source, code: &Code) -> Result<()> {
+    let bodies = bodies(code.text());
     for k in source.kernels.iter().filter(|k| k.safe) {
         let Some(entry) = bodies.iter().find(|b| b.entry && b.name == k.name) else {
             continue; // the entry check of `check` reports it
@@ -428,11 +556,7 @@ pub(crate) fn check_launch_directives(source: &Source, ptx: &str) -> Result<()> 
             .header
             .rfind(')')
             .map_or("", |at| &entry.header[at + 1..]);
-        if let Some(d) = SHAPE_DIRECTIVES.iter().find(|d| {
-            directives
-                .split_whitespace()
-                .any(|w| w.trim_end_matches(',') == **d)
-        }) {
+        if let Some(d) = SHAPE_DIRECTIVES.iter().find(|d| has_token(directives, d)) {
             return Err(Error::new(format!(
                 "its PTX entry fixes the block's shape (`{d}`, from `__block_size__`), which a \
                  safe launch cannot honour: a `Linear` launch decides the block"
@@ -448,8 +572,19 @@ pub(crate) fn check_launch_directives(source: &Source, ptx: &str) -> Result<()> 
     Ok(())
 }
 
-fn check_entries(source: &Source, ptx: &str) -> Result<()> {
-    let entries = entries(ptx);
+fn check_entries(source: &Source, code: &Code) -> Result<()> {
+    let entries = entries(code);
+    // ptxas refuses a second `.entry` of one name; without it (prebuilt PTX), so does this.
+    if let Some((_, (name, _))) = entries
+        .iter()
+        .enumerate()
+        .find(|(i, (name, _))| entries[..*i].iter().any(|(n, _)| n == name))
+    {
+        return Err(Error::new(format!(
+            "the PTX declares `.entry {name}` twice, and PTX declares each kernel once"
+        ))
+        .help("is it PTX that nvcc wrote, unchanged?"));
+    }
     for k in &source.kernels {
         let err = |msg: String| Error::new(msg).kernel(&k.name).at(k.line);
         let (_, ptx_params) = entries.iter().find(|(n, _)| *n == k.name).ok_or_else(|| {
@@ -568,6 +703,18 @@ mod tests {
 }
 "#;
 
+    /// Whether `got` is the refusal of a file that declares dynamic shared memory beside a safe
+    /// kernel, which names no kernel (none reaches it as far as the reading of calls can tell).
+    fn refused_for_the_file(got: &Result<()>) -> bool {
+        got.as_ref().is_err_and(|e| {
+            e.kernel_name().is_none()
+                && e.message().contains("a file with a safe")
+                && e.message().contains("declares dynamic shared memory")
+        })
+    }
+
+    /// Each safe kernel that reaches dynamic shared memory is named, with the way it reaches
+    /// it; one that does not is refused all the same, for the file.
     #[test]
     fn a_safe_kernel_that_reaches_dynamic_shared_memory_is_refused() {
         let decl = |name: &str, safe: bool| {
@@ -578,15 +725,18 @@ mod tests {
             };
             parse(&format!("{marker} void {name}(float *x) {{}}")).expect("parses")
         };
-        for (name, refused) in [("a", true), ("b", true), ("c", false)] {
-            let got = check_dynamic_shared(&decl(name, true), DYNAMIC);
-            assert_eq!(got.is_err(), refused, "{name}: {got:?}");
-            if let Err(e) = got {
+        let code = Code::new(DYNAMIC);
+        for (name, reaches) in [("a", true), ("b", true), ("c", false)] {
+            let got = check_dynamic_shared(&decl(name, true), &code);
+            if reaches {
+                let e = got.expect_err(name);
                 assert!(e.message().contains("dynamic shared memory"), "{e}");
                 assert_eq!(e.kernel_name(), Some(name));
+            } else {
+                assert!(refused_for_the_file(&got), "{name}: {got:?}");
             }
             // An unsafe kernel may use it: its LaunchConfig says how much.
-            assert_eq!(check_dynamic_shared(&decl(name, false), DYNAMIC), Ok(()));
+            assert_eq!(check_dynamic_shared(&decl(name, false), &code), Ok(()));
         }
     }
 
@@ -770,32 +920,32 @@ mod tests {
         let safe = |name: &str| {
             parse(&format!("UM_SAFE_KERNEL void {name}(float *x) {{}}")).expect("parses")
         };
-        let says = |ptx: &str, name: &str| {
-            check_dynamic_shared(&safe(name), ptx)
-                .err()
-                .map(|e| e.message().to_owned())
-        };
-        for (ptx, name, refused, why) in [
+        let check = |ptx: &str, name: &str| check_dynamic_shared(&safe(name), &Code::new(ptx));
+        for (ptx, name, why) in [
             // Named in an initialiser: any kernel may load and call it.
-            (TABLES, "k", true, "module-scope variable"),
-            (TABLES, "k2", true, "module-scope variable"),
-            (TABLES, "k3", true, "module-scope variable"),
+            (TABLES, "k", Some("module-scope variable")),
+            (TABLES, "k2", Some("module-scope variable")),
+            (TABLES, "k3", Some("module-scope variable")),
             // Its address taken (by `setup`), and the kernel calls through a pointer.
-            (SLOT, "call_slot", true, "function pointer"),
+            (SLOT, "call_slot", Some("function pointer")),
             // No call through a pointer, no initialiser: `plain` only, which has none.
-            (SLOT, "direct", false, ""),
+            (SLOT, "direct", None),
             // A name in a comment is no use.
-            (SLOT, "mentions", false, ""),
+            (SLOT, "mentions", None),
         ] {
-            let got = says(ptx, name);
-            assert_eq!(got.is_some(), refused, "{name}: {got:?}");
-            if let Some(message) = got {
-                assert!(
-                    message.contains("dynamic shared memory")
-                        && message.contains("_Z8uses_dynPfj")
-                        && message.contains(why),
-                    "{name}: {message}"
-                );
+            let got = check(ptx, name);
+            match why {
+                Some(why) => {
+                    let message = got.expect_err(name).message().to_owned();
+                    assert!(
+                        message.contains("dynamic shared memory")
+                            && message.contains("_Z8uses_dynPfj")
+                            && message.contains(why),
+                        "{name}: {message}"
+                    );
+                }
+                // Not reached: refused for the file that declares it.
+                None => assert!(refused_for_the_file(&got), "{name}: {got:?}"),
             }
         }
         // Only functions whose address is taken: with `setup` taking `plain`'s alone, a call
@@ -804,11 +954,53 @@ mod tests {
             "mov.u64 \t%rd1, _Z8uses_dynPfj;",
             "mov.u64 \t%rd1, _Z5plainPfj;",
         );
-        assert_eq!(says(&plain_only, "call_slot"), None);
+        assert!(refused_for_the_file(&check(&plain_only, "call_slot")));
         // An unsafe kernel may: its LaunchConfig says how much.
         let unsafe_slot =
             parse("extern \"C\" __global__ void call_slot(float *x) {}").expect("parses");
-        assert_eq!(check_dynamic_shared(&unsafe_slot, SLOT), Ok(()));
+        assert_eq!(check_dynamic_shared(&unsafe_slot, &Code::new(SLOT)), Ok(()));
+    }
+
+    /// A file with a safe kernel may declare no dynamic shared memory, however the declaration
+    /// is spelled: after a brace on one line (inline asm), across lines, glued, anywhere; one
+    /// in a comment or a string declares nothing.
+    #[test]
+    fn a_file_with_a_safe_kernel_declares_no_dynamic_shared_memory() {
+        let safe = parse("UM_SAFE_KERNEL void k(float *x) {}").expect("parses");
+        let unsafe_only = parse("extern \"C\" __global__ void k(float *x) {}").expect("parses");
+        let module = |decl: &str| {
+            format!(
+                ".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry first(\n\t.param .u64 p\n)\n\
+                 {{\n\tret;\n{decl}\n.visible .entry k(\n\t.param .u64 k_param_0\n)\n{{\n\tret;\n}}\n"
+            )
+        };
+        for decl in [
+            "}\n.extern .shared .align 16 .b8 sm[];\n.func rest()\n{",
+            "} .extern .shared .align 4 .b8 hid[];\n.func um_rest()\n{",
+            "}\n.extern\n\t.shared\n.align 4 .b8 d[];\n.func r()\n{",
+            "}\n.extern.shared .align 4 .b8 d[];\n.func r()\n{",
+            "}\n.extern/* */.shared .b8 d[];\n.func r()\n{",
+            "\t.extern .shared .align 4 .b8 inner[];",
+        ] {
+            let got = check_dynamic_shared(&safe, &Code::new(&module(decl)));
+            assert!(refused_for_the_file(&got), "{decl}: {got:?}");
+            assert_eq!(
+                check_dynamic_shared(&unsafe_only, &Code::new(&module(decl))),
+                Ok(())
+            );
+        }
+        for decl in [
+            "// .extern .shared .align 4 .b8 d[];\n}",
+            "/* .extern\n.shared .b8 d[]; */ }",
+            "}\n.file 9 \".extern .shared .b8 d[];\"\n.func r()\n{",
+            "\tld.shared.u32 %r1, [s];\n\tmov.u32 %r2, extern_shared;\n}",
+        ] {
+            assert_eq!(
+                check_dynamic_shared(&safe, &Code::new(&module(decl))),
+                Ok(()),
+                "{decl}"
+            );
+        }
     }
 
     #[test]
@@ -824,11 +1016,55 @@ mod tests {
     }
 
     #[test]
-    fn comments_are_blanked_byte_for_byte() {
-        let text = "a // b\nc /* d\ne */ f";
-        let blank = without_comments(text);
-        assert_eq!(blank.len(), text.len());
-        assert_eq!(blank, "a     \nc     \n     f");
+    fn comments_and_strings_are_blanked_byte_for_byte() {
+        let blank = |text: &str| {
+            let code = Code::new(text);
+            assert_eq!(code.text().len(), text.len(), "{text}");
+            code.0
+        };
+        assert_eq!(blank("a // b\nc /* d\ne */ f"), "a     \nc     \n     f");
+        // ptxas reads a string to the next quote (no escapes, line breaks included), and no
+        // comment inside one: `/*` in a `.file` name opens none.
+        assert_eq!(
+            blank(".file 1 \"/a/*/k.cu\"\n.reqntid 1 // */\n"),
+            ".file 1 \"         \"\n.reqntid 1      \n"
+        );
+        assert_eq!(blank("\"a\\\" // x\n\"b"), "\"  \"     \n\" ");
+        assert_eq!(blank("x /* \" */ y"), "x         y");
+        assert_eq!(blank("é // é\n"), "é      \n");
+    }
+
+    /// A comment or a string that reads like an entry counts for nothing: not as an entry, not
+    /// as the place of a directive; two entries of one name are refused.
+    #[test]
+    fn entries_and_directives_are_read_outside_comments_and_strings() {
+        let safe = parse("UM_SAFE_KERNEL void put(float *x, um::len32 n) {}").expect("parses");
+        let real = ".visible .entry put(\n\t.param .u64 put_param_0,\n\t.param .align 4 .b8 put_param_1[4]\n)\n\
+                    .reqntid 32, 4, 1\n{\n\tret;\n}\n";
+        let fake = ".entry put( .param .u64 a, .param .align 4 .b8 b[4] ) {}";
+        for before in [
+            format!("// {fake}\n"),
+            format!("/* {fake} */\n"),
+            format!(".file 2 \"{fake}\"\n"),
+        ] {
+            let ptx = format!(".version 9.0\n.target sm_90\n.address_size 64\n{before}{real}");
+            let e = check(&safe, &ptx).expect_err(&before);
+            assert!(
+                e.message().contains("fixes the block's shape"),
+                "{before}: {e}"
+            );
+            assert_eq!(entries(&Code::new(&ptx)).len(), 1, "{before}");
+        }
+        // Glued to the directive before it, `.entry` and `.reqntid` still count.
+        let glued = real
+            .replace(".visible .entry", ".visible.entry")
+            .replace(")\n.reqntid", ").reqntid");
+        let e = check(&safe, &glued).expect_err(&glued);
+        assert!(e.message().contains("fixes the block's shape"), "{e}");
+        // Two entries of one name.
+        let twice = format!("{}{}", real.replace(".reqntid 32, 4, 1\n", ""), real);
+        let e = check(&safe, &twice).expect_err("twice");
+        assert!(e.message().contains("`.entry put` twice"), "{e}");
     }
 
     /// What nvcc 13.0 wrote for `__block_size__((32,4,1))`, `__launch_bounds__(64)`,
@@ -878,19 +1114,22 @@ mod tests {
             parse(&format!("{marker} void {name}(float *x) {{}}")).expect("parses")
         };
         for (name, refused) in [("bump", true), ("lb", false), ("cl", false), ("mr", false)] {
-            let got = check_launch_directives(&decl(name, true), SHAPES);
+            let got = check_launch_directives(&decl(name, true), &Code::new(SHAPES));
             assert_eq!(got.is_err(), refused, "{name}: {got:?}");
             if let Err(e) = got {
                 assert!(e.message().contains("__block_size__"), "{e}");
                 assert_eq!(e.kernel_name(), Some(name));
             }
-            assert_eq!(check_launch_directives(&decl(name, false), SHAPES), Ok(()));
+            assert_eq!(
+                check_launch_directives(&decl(name, false), &Code::new(SHAPES)),
+                Ok(())
+            );
         }
     }
 
     #[test]
     fn the_target_names_the_virtual_architecture() {
-        let arch = |text: &str| target_arch(text).map_err(|e| e.message().to_owned());
+        let arch = |text: &str| target_arch(&Code::new(text)).map_err(|e| e.message().to_owned());
         assert_eq!(
             arch(".version 9.0\n.target sm_75\n"),
             Ok("compute_75".into())
@@ -901,7 +1140,7 @@ mod tests {
 
     #[test]
     fn entries_with_aggregates() {
-        let e = entries(PTX);
+        let e = entries(&Code::new(PTX));
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].1.len(), 4);
         assert_eq!(

@@ -37,7 +37,6 @@ fn build(src: &str, flags: &[&str]) -> Result<um_build::Built, um_build::Error> 
 /// earlier that ends that function's body, writes the comment, and opens a `.func` for the
 /// rest (ptxas takes it). A PTX scan that does not skip comments finds the comment's entry first.
 #[test]
-#[ignore = "hole: check_launch_directives (and entries) read raw PTX, comments included; a comment `.entry put( .. ) {}` before the real entry hides .reqntid"]
 fn a_fixed_block_shape_is_refused_whatever_the_ptx_comments_say() {
     const FAKE: &str = ".entry put( .param .u64 a, .param .align 4 .b8 b[4] ) {}";
     let marker = "#include \"um.cuh\"\n#undef UM_SAFE_KERNEL\n\

@@ -2493,6 +2493,12 @@ fn gen_forms(out: &mut Vec<Case>) {
             Expect::Invalid(Why::Reading),
             1,
         ),
+        (
+            "dynamic shared memory beside a safe kernel",
+            "extern __shared__ float um_diff_sm[];\nextern \"C\" __global__ void d(float *x) { x[threadIdx.x] = um_diff_sm[threadIdx.x]; }\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}",
+            Expect::Invalid(Why::Reading),
+            2,
+        ),
         // Lies about which kernels exist.
         (
             "kernel only in #if 0",
@@ -2582,14 +2588,17 @@ fn gen_forms(out: &mut Vec<Case>) {
     let mut k = KDecl::new(false, "dynamic", decls("float *x, unsigned n"));
     k.body = Some("{\n    um_diff_sm[threadIdx.x] = 1.0f;\n    __syncthreads();\n    if (threadIdx.x < n) x[threadIdx.x] = um_diff_sm[threadIdx.x ^ 1];\n}".into());
     src.kernels.push(KItem::Plain(k));
-    let mut e = KDecl::new(true, "empty", Vec::new());
-    e.void = true;
-    src.kernels.push(KItem::Plain(e));
     src.kernels
         .push(KItem::Plain(KDecl::new(false, "empty_unsafe", Vec::new())));
+    // The safe kernel in a file of its own: a file with a safe kernel declares no dynamic
+    // shared memory.
+    let mut empty = Src::new("empty.cu");
+    let mut e = KDecl::new(true, "empty", Vec::new());
+    e.void = true;
+    empty.kernels.push(KItem::Plain(e));
     out.push(case(
         "forms: dynamic shared in an unsafe kernel, empty lists",
-        &[src],
+        &[src, empty],
         Why::Check,
     ));
     let mut src = Src::new("bounds.cu");

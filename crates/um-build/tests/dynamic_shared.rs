@@ -1,7 +1,10 @@
 //! A safe launch passes no dynamic shared memory, so a `UM_SAFE_KERNEL` that can reach any is
-//! refused: its body, a function it calls, and a function it can call through a pointer (one
-//! named in a `__device__` variable's initialiser, or, once it calls through a pointer, any
-//! whose address is taken). Each case is a real file compiled by nvcc through `Kernels::build`.
+//! refused, naming how: its body, a function it calls, and a function it can call through a
+//! pointer (one named in a `__device__` variable's initialiser, or, once it calls through a
+//! pointer, any whose address is taken). And whatever it reaches, a file with a safe kernel may
+//! declare no dynamic shared memory at all (`.extern .shared` anywhere in its PTX): inline asm
+//! can declare it where no function names it, and a pointer to it can be stored in memory.
+//! Each case is a real file compiled by nvcc through `Kernels::build`.
 //!
 //! Needs nvcc, as every build of um does (`$UM_LOCAL_NVCC` from `.cargo/config.toml` here).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -72,18 +75,41 @@ fn a_safe_kernel_that_can_call_dynamic_shared_memory_through_a_pointer_is_refuse
 
 #[test]
 fn pointers_to_functions_without_dynamic_shared_memory_are_allowed() {
-    // An unsafe kernel uses dynamic shared memory, directly and through `uses_dyn`; the safe
-    // kernel calls through pointers to functions that use none.
+    // The safe kernel calls through pointers to functions that use none, and the file declares
+    // none (`uses_dyn` and `dyn` are never used, so nvcc leaves them out).
     let built = build(&format!(
         "{FUNCTIONS}__device__ op_t table[2] = {{plain, other}};\n\
          __device__ op_t slot;\n\
          extern \"C\" __global__ void setup(int w) {{ slot = w ? plain : other; }}\n\
-         extern \"C\" __global__ void with_dyn(float *x) {{ x[0] = uses_dyn(x, 0) + dyn[1]; }}\n\
          UM_SAFE_KERNEL void k(float *x, um::len32 n, int which) {{ for (auto i : um::indices(n)) x[i] = table[which & 1](x, i) + slot(x, i); }}\n"
     ))
     .expect("no pointer reaches dynamic shared memory");
     assert_eq!(built.safe_kernels, ["k"]);
-    assert_eq!(built.unsafe_kernels, ["setup", "with_dyn"]);
+    assert_eq!(built.unsafe_kernels, ["setup"]);
+}
+
+/// A file with a safe kernel may declare no dynamic shared memory, even where only an unsafe
+/// kernel uses it and no pointer the safe kernel can follow leads there; the unsafe kernel
+/// builds in a file of its own.
+#[test]
+fn a_file_with_a_safe_kernel_may_not_declare_dynamic_shared_memory() {
+    let unsafe_kernel =
+        "extern \"C\" __global__ void with_dyn(float *x) { x[0] = uses_dyn(x, 0) + dyn[1]; }\n";
+    let e = build(&format!(
+        "{FUNCTIONS}{unsafe_kernel}\
+         UM_SAFE_KERNEL void k(float *x, um::len32 n) {{ for (auto i : um::indices(n)) x[i] = plain(x, i); }}\n"
+    ))
+    .expect_err("a safe kernel beside dynamic shared memory");
+    let shown = e.to_string();
+    assert!(
+        shown.contains("k.cu:8: its PTX declares dynamic shared memory (`.extern .shared")
+            && shown.contains("a file with a safe kernel (`k`, here) may not declare any")
+            && shown.contains("move the unsafe kernel that uses it")
+            && e.kernel_name().is_none(),
+        "{shown}"
+    );
+    let built = build(&format!("{FUNCTIONS}{unsafe_kernel}")).expect("alone, it builds");
+    assert_eq!(built.unsafe_kernels, ["with_dyn"]);
 }
 
 /// Dynamic shared memory declared by inline PTX: an unsafe kernel's `asm` ends its own body
@@ -91,7 +117,6 @@ fn pointers_to_functions_without_dynamic_shared_memory_are_allowed() {
 /// same line; the safe kernel names the symbol in its own `asm`. ptxas takes the module (one
 /// declaration, one use); the PTX has no line that begins `.extern`.
 #[test]
-#[ignore = "hole: `.extern .shared` is looked for only at the start of a line; inline asm can declare it after a `}` on one line"]
 fn dynamic_shared_memory_declared_by_inline_asm_is_refused() {
     let src = r#"#include "um.cuh"
 extern "C" __global__ void first(float *x) {
@@ -114,7 +139,6 @@ UM_SAFE_KERNEL void k(float *x, um::len32 n) {
 /// stores it, the safe kernel reads through it. The safe kernel names neither the symbol nor a
 /// function that does; the shared window it reads is its own block's, past its static size.
 #[test]
-#[ignore = "hole: only names of the .extern .shared symbol count; its address stored in a __device__ pointer by another kernel reaches the safe kernel"]
 fn a_safe_kernel_that_reads_through_a_stored_pointer_to_dynamic_shared_memory_is_refused() {
     let src = "#include \"um.cuh\"\n\
         extern __shared__ float dyn[];\n\
