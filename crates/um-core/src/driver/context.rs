@@ -1084,6 +1084,78 @@ mod tests {
         assert_eq!(*log.borrow(), ["inner"]);
     }
 
+    /// A capture may begin in a thread-local destructor as long as the thread's record of its
+    /// capture scopes is there (`captures_recordable`, checked by `Scope::begin`); the work it
+    /// keeps for its end (a host-owned buffer dropped in its closure, a destroy) must then run
+    /// when it ends, never be forgotten. The thread's two records (`CAPTURES`, the scopes', and
+    /// `AFTER_CAPTURES`, the kept work) are destroyed separately at thread exit, in the reverse
+    /// order of their first use on the thread (glibc), and a thread's first capture uses the
+    /// first when it begins and the second only when it ends: a thread-local first touched
+    /// inside that closure is destroyed between the two. Three values, set up before the first
+    /// capture, inside it and after it, each "capture" in its destructor as `Scope` does (count,
+    /// register, keep, end): whichever order the platform runs the destructors in, a capture
+    /// that could begin had its kept work run.
+    #[test]
+    fn work_kept_by_a_capture_begun_in_a_thread_local_destructor_runs_when_it_ends() {
+        use crate::reclaim::defer::{captures_recordable, close_capture, open_capture};
+        use std::sync::Mutex;
+        /// (which value, whether a capture could begin there, whether its kept work ran).
+        static SEEN: Mutex<Vec<(&str, bool, bool)>> = Mutex::new(Vec::new());
+        struct CapturesAtExit(&'static str);
+        impl Drop for CapturesAtExit {
+            fn drop(&mut self) {
+                let began = captures_recordable();
+                let ran = Rc::new(std::cell::Cell::new(false));
+                if began {
+                    let id = [1000 + self.0.len() as u64];
+                    enter_thread_capture();
+                    open_capture(&id);
+                    let r = Rc::clone(&ran);
+                    super::keep_for_capture_end(Box::new(move || r.set(true)));
+                    if leave_thread_capture() {
+                        run_after_captures();
+                    }
+                    let _ = close_capture(&id);
+                }
+                SEEN.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((self.0, began, ran.get()));
+            }
+        }
+        thread_local! {
+            static BEFORE: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+            static INSIDE: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+            static AFTER: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+        }
+        let joined = std::thread::spawn(|| {
+            BEFORE.with(|v| *v.borrow_mut() = Some(CapturesAtExit("before")));
+            // The thread's first capture, as `Scope` makes it: the scopes' record first...
+            assert!(captures_recordable());
+            enter_thread_capture();
+            open_capture(&[7]);
+            INSIDE.with(|v| *v.borrow_mut() = Some(CapturesAtExit("inside")));
+            // ... the kept work's record at its end.
+            if leave_thread_capture() {
+                run_after_captures();
+            }
+            assert!(close_capture(&[7]).is_empty());
+            AFTER.with(|v| *v.borrow_mut() = Some(CapturesAtExit("after")));
+        })
+        .join();
+        assert!(joined.is_ok(), "the thread exited without a panic");
+        let seen = std::mem::take(
+            &mut *SEEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert_eq!(seen.len(), 3, "every destructor ran: {seen:?}");
+        assert!(
+            seen.iter().all(|(_, began, ran)| !began || *ran),
+            "a capture began in a thread-local destructor and its kept work was forgotten \
+             (what it would have freed is lost): {seen:?}"
+        );
+    }
+
     /// One kept task that panics does not keep the others from running (they run inside the
     /// end of a capture, which must go on), and work kept on another thread stays there.
     #[test]
