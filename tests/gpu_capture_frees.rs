@@ -637,6 +637,7 @@ fn comm_waited<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option
     };
     // Mirrored: NCCL takes no unified memory without concurrent managed access.
     let mut y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    watch_buffer(&y);
     comm.all_reduce_in_place(s, &mut y, um::nccl::ReduceOp::Sum)?;
     Ok(Some(Box::new(move || {
         let waited = comm.wait(s, Duration::from_secs(20));
