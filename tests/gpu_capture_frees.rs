@@ -249,6 +249,15 @@ fn table() -> Vec<Row> {
             Fails,
             Valid,
         ),
+        // An abort asked for in the closure: marked at once, its `ncclCommAbort` (which frees
+        // and waits) made once the capture has ended. The communicator enqueued nothing, so no
+        // stream of the capture is poisoned, and the capture stays valid.
+        row(
+            "NCCL communicator aborted (Comm::abort), then dropped",
+            comm_aborted,
+            Valid,
+            Valid,
+        ),
     ]
 }
 
@@ -645,6 +654,24 @@ fn comm_waited<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option
         drop(y); // behind its stream (at once beside the capture), unless the stream was poisoned
         drop(comm);
         waited
+    })))
+}
+
+fn comm_aborted<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let Some(comm) = common::one_rank_comm(ctx, um::nccl::CommOptions::new()) else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        comm.abort();
+        assert!(comm.is_aborted(), "the abort is marked at once");
+        let waited = comm.wait(s, Duration::from_secs(20));
+        assert!(
+            matches!(waited, Err(Error::CommunicatorAborted { .. })),
+            "an aborted communicator refuses its calls: {waited:?}"
+        );
+        assert!(!s.is_poisoned(), "it enqueued nothing on the stream");
+        drop(comm);
+        Ok(())
     })))
 }
 
@@ -1262,4 +1289,85 @@ fn what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed() {
          never freed",
         before.saturating_sub(after) >> 20
     );
+}
+
+/// A communicator's waits inside a capture closure, `Comm::wait` and a group's
+/// `Launched::wait` after an all-reduce enqueued before the capture: each is refused on the
+/// capturing thread (`Error::InsideCapture`: the driver would refuse the stream queries) with
+/// nothing aborted and no stream poisoned, and the capture, whose closure goes on, stays valid.
+/// After the capture the communicator waits as usual, the all-reduce's result is right, and no
+/// memory is lost (the buffer of the collective is freed, not leaked as a poisoned stream's).
+fn waits_refused_in_a_capture(ctx: &Context) -> Result<(), String> {
+    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(20));
+    let Some(comm) = common::one_rank_comm(ctx, options) else {
+        return Ok(());
+    };
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let came = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let mut y = y.attach(s)?;
+        let mut z = Managed::from_fn_mirrored(ctx, len(), |_| 2.0f32)?.attach(s)?;
+        comm.all_reduce_in_place(s, &mut y, um::nccl::ReduceOp::Sum)?;
+        let mut group = um::nccl::Group::new();
+        group.all_reduce_in_place(&comm, s, &mut z, um::nccl::ReduceOp::Sum)?;
+        let launched = group.launch()?;
+        let mut seen = Vec::new();
+        let captured = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            seen.push(comm.wait(s, Duration::from_secs(20)));
+            seen.push(launched.wait(Duration::from_secs(20)));
+            add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        });
+        let mut wrong = Vec::new();
+        for waited in &seen {
+            if !matches!(waited, Err(Error::InsideCapture { .. })) {
+                wrong.push(format!("a wait in the closure came to {waited:?}"));
+            }
+        }
+        if comm.is_aborted() {
+            wrong.push("the communicator was aborted".to_owned());
+        }
+        if s.is_poisoned() {
+            wrong.push("the stream was poisoned".to_owned());
+        }
+        if let Err(e) = comm.wait(s, Duration::from_secs(20)) {
+            wrong.push(format!("the wait after the capture: {e}"));
+        }
+        let (y, z) = s.sync_all((y, z))?;
+        if let Some(i) = y.iter().position(|v| *v != 1.0) {
+            wrong.push(format!("all-reduce: element {i} is {}", y[i]));
+        }
+        if let Some(i) = z.iter().position(|v| *v != 2.0) {
+            wrong.push(format!("group all-reduce: element {i} is {}", z[i]));
+        }
+        match replay(s, captured) {
+            Came::Valid => {}
+            came => wrong.push(format!("the capture: {came:?}")),
+        }
+        Ok(if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(wrong.join("; "))
+        })
+    });
+    drop(comm);
+    came.unwrap_or_else(|e| Err(format!("the stream scope: {e}")))
+}
+
+/// Waits of a communicator (one rank) inside a capture closure are refused without an abort
+/// or a poisoned stream: see [`waits_refused_in_a_capture`].
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_communicators_waits_inside_a_capture_closure_are_refused_and_abort_nothing() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("a communicator's waits in a capture");
+    let failures = measured(&ctx, "a communicator's waits in a capture", || {
+        waits_refused_in_a_capture(&ctx)
+    });
+    assert_none(&ctx, &failures);
 }
