@@ -33,6 +33,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -190,6 +191,18 @@ fn table() -> Vec<Row> {
             Valid,
         ),
         row(
+            "sync future polled once (its stream still busy), then dropped",
+            sync_future_polled_then_dropped,
+            Valid,
+            Valid,
+        ),
+        row(
+            "async stream scope dropped unfinished, its buffer inside its sync future",
+            async_scope_dropped,
+            Valid,
+            Valid,
+        ),
+        row(
             "blocking sync of an eager buffer (refused on the capturing thread)",
             blocking_sync,
             Fails,
@@ -227,6 +240,24 @@ fn table() -> Vec<Row> {
         ),
         row("cuBLAS handles dropped", blas_dropped, Valid, Valid),
         row("NCCL communicator dropped", comm_dropped, Valid, Valid),
+        // A refused wait fails the capture (an `Err`), as a blocking `sync` does; it is no error
+        // of the stream or of the communicator: nothing is aborted on the capturing thread (an
+        // abort frees and destroys) and no stream is poisoned (its buffers would be leaked).
+        row(
+            "NCCL all-reduce on the capture's stream, then Comm::wait (its query refused there)",
+            comm_waited,
+            Fails,
+            Valid,
+        ),
+        // An abort asked for in the closure: marked at once, its `ncclCommAbort` (which frees
+        // and waits) made once the capture has ended. The communicator enqueued nothing, so no
+        // stream of the capture is poisoned, and the capture stays valid.
+        row(
+            "NCCL communicator aborted (Comm::abort), then dropped",
+            comm_aborted,
+            Valid,
+            Valid,
+        ),
     ]
 }
 
@@ -441,6 +472,56 @@ fn sync_future_dropped<'a, 's>(
     })))
 }
 
+fn sync_future_polled_then_dropped<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let y = busy(ctx, s)?;
+    Ok(Some(Box::new(move || {
+        let mut fut = std::pin::pin!(y.sync_async());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Pending while the kernel spins (20 ms); were it ready, the buffer would come back to
+        // the host and be dropped as such (another row).
+        let polled = fut.as_mut().poll(&mut cx);
+        println!(
+            "  the sync future, polled once: pending {}",
+            polled.is_pending()
+        );
+        drop(polled);
+        Ok(()) // the future is dropped here, its waker registered
+    })))
+}
+
+fn async_scope_dropped<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    // Coherent memory: its attach makes no association call, which a capturing thread could
+    // not make.
+    let Some(h) = coherent_on_device(ctx, s)? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        let scope = ctx.with_stream_async(
+            StreamOptions::new().non_blocking(),
+            async move |t: &um::Stream<'_, Created>| {
+                let mut h = h.attach(t)?;
+                spin_then_add(t, &mut h, 1.0, 20_000_000)?;
+                h.sync_async().await.map(drop)
+            },
+        );
+        let mut scope = std::pin::pin!(scope);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match scope.as_mut().poll(&mut cx) {
+            std::task::Poll::Pending => {
+                println!("  the async scope, polled once: pending");
+                Ok(()) // dropped here unfinished: its future, its sync future, its stream
+            }
+            std::task::Poll::Ready(r) => r,
+        }
+    })))
+}
+
 fn blocking_sync<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
     let y = busy(ctx, s)?;
     Ok(Some(Box::new(move || {
@@ -553,6 +634,42 @@ fn comm_dropped<'a, 's>(ctx: &'a Context, _: &'a Stream<'s>) -> um::Result<Optio
         return Ok(None);
     };
     Ok(Some(Box::new(move || {
+        drop(comm);
+        Ok(())
+    })))
+}
+
+fn comm_waited<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(20));
+    let Some(comm) = common::one_rank_comm(ctx, options) else {
+        return Ok(None);
+    };
+    // Mirrored: NCCL takes no unified memory without concurrent managed access.
+    let mut y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?.attach(s)?;
+    watch_buffer(&y);
+    comm.all_reduce_in_place(s, &mut y, um::nccl::ReduceOp::Sum)?;
+    Ok(Some(Box::new(move || {
+        let waited = comm.wait(s, Duration::from_secs(20));
+        println!("  Comm::wait: {waited:?}");
+        drop(y); // behind its stream (at once beside the capture), unless the stream was poisoned
+        drop(comm);
+        waited
+    })))
+}
+
+fn comm_aborted<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let Some(comm) = common::one_rank_comm(ctx, um::nccl::CommOptions::new()) else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(move || {
+        comm.abort();
+        assert!(comm.is_aborted(), "the abort is marked at once");
+        let waited = comm.wait(s, Duration::from_secs(20));
+        assert!(
+            matches!(waited, Err(Error::CommunicatorAborted { .. })),
+            "an aborted communicator refuses its calls: {waited:?}"
+        );
+        assert!(!s.is_poisoned(), "it enqueued nothing on the stream");
         drop(comm);
         Ok(())
     })))
@@ -765,4 +882,492 @@ fn every_free_inside_a_capture_closure_is_deferred_and_nothing_is_lost() {
 #[ignore = "needs a CUDA device"]
 fn every_free_on_another_thread_during_a_capture_keeps_it_valid_and_nothing_is_lost() {
     every_row(Mode::Beside);
+}
+
+// --- Captures that end abnormally, nest, or begin where the thread's records are going --------
+
+/// Free memory once the device is settled, read again for up to 2 s while it is below `before`
+/// (the driver hands memory back late).
+fn free_after(ctx: &Context, before: usize) -> usize {
+    settle(ctx);
+    let mut after = free_memory(ctx);
+    let t = Instant::now();
+    while after + TOLERANCE < before && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+        after = free_memory(ctx);
+    }
+    after
+}
+
+/// Runs `run` once unmeasured, then [`runs`] times between two readings of free memory: the
+/// failures of each run, and a loss of free memory, each named `name`.
+fn measured(ctx: &Context, name: &str, mut run: impl FnMut() -> Result<(), String>) -> Vec<String> {
+    let counts = common::counts_free_memory();
+    let mut failures = Vec::new();
+    if let Err(why) = run() {
+        failures.push(format!("{name}, unmeasured: {why}"));
+    }
+    settle(ctx);
+    let before = free_memory(ctx);
+    for i in 0..runs() {
+        if let Err(why) = run() {
+            failures.push(format!("{name}, run {i}: {why}"));
+        }
+    }
+    let after = free_after(ctx, before);
+    println!(
+        "{name}: free {:.1} MiB before {} runs, {:.1} MiB after",
+        before as f64 / (1 << 20) as f64,
+        runs(),
+        after as f64 / (1 << 20) as f64
+    );
+    if counts && after + TOLERANCE < before {
+        failures.push(format!(
+            "{name}: {} MiB lost over {} runs",
+            (before - after) >> 20,
+            runs()
+        ));
+    }
+    failures
+}
+
+/// Every check of a test: none may have failed, and the context still runs work (nothing was
+/// freed under a kernel: that would be a sticky error).
+fn assert_none(ctx: &Context, failures: &[String]) {
+    common::assert_context_usable(ctx);
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn text(e: Error) -> String {
+    e.to_string()
+}
+
+/// One capture whose closure drops a host-owned mirrored buffer (kept for the end of the
+/// thread's captures), an eager buffer with its kernel running (behind its stream) and a buffer
+/// of its own set (kept by the scope), then panics. Afterwards the capture's stream runs a
+/// fresh buffer of the same size right (a free made twice, or under a kernel, would show
+/// there or as a sticky error).
+fn panicking_capture(ctx: &Context) -> Result<(), String> {
+    let host = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let came = ctx.with_stream(StreamOptions::new(), |s| {
+        let set = vec![x.attach(s)?, eager(ctx, s)?];
+        let y = busy(ctx, s)?;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            type Set<'s> = Vec<Managed<[f32], StreamOwned<'s>>>;
+            let _: um::Result<(Graph<'_, Created, Set<'_>>, ())> =
+                s.capture(set, |cap, mut set| {
+                    for b in &mut set {
+                        add_scalar(cap, b, 1.0)?;
+                    }
+                    drop(host);
+                    drop(y);
+                    drop(set.pop());
+                    panic!("a capture closure that panics (on purpose)");
+                });
+        }));
+        if caught.is_ok() {
+            return Ok(Err("the closure's panic did not come through".to_owned()));
+        }
+        settle(ctx);
+        let mut probe = Managed::from_fn(ctx, len(), |_| 1.0f32)?.attach(s)?;
+        add_scalar(s, &mut probe, 1.0)?;
+        let probe = probe.sync()?;
+        Ok(match probe.iter().position(|v| *v != 2.0) {
+            None => Ok(()),
+            Some(i) => Err(format!("after the panic, element {i} is {}", probe[i])),
+        })
+    });
+    came.unwrap_or_else(|e| Err(format!("the stream scope: {e}")))
+}
+
+/// A capture closure that panics after dropping buffers of every kind: what it dropped is freed
+/// once the capture has unwound (the scope's drop ends the capture and frees what it kept; the
+/// thread's kept work runs when its count of captures returns to 0), once, after the kernels
+/// that used it, and nothing is lost.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn what_a_panicking_capture_closure_dropped_is_freed_once_it_has_unwound() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("a capture closure that panics");
+    let failures = measured(&ctx, "a capture closure that panics", || {
+        panicking_capture(&ctx)
+    });
+    assert_none(&ctx, &failures);
+}
+
+/// A capture begun inside another's closure (on another eager stream): its closure drops a
+/// buffer of the outer capture's set (kept for the outer scope), a host-owned mirrored buffer
+/// (freed once the outer capture, the thread's last, has ended) and an eager buffer of its own
+/// stream with its kernel running (behind that stream); the inner graph, if made, is dropped in
+/// the outer closure. The outer capture lost a buffer, so it must be an `Err`; nothing is lost.
+fn nested_capture(ctx: &Context) -> Result<(), String> {
+    let host = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let y = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let mut inner_came = String::from("not begun");
+    let outer = ctx.with_stream(StreamOptions::new(), |s| {
+        let set = vec![x.attach(s)?, eager(ctx, s)?];
+        ctx.with_stream(StreamOptions::new(), |t| {
+            let y = y.attach(t)?;
+            let busy_t = busy(ctx, t)?;
+            let captured = s.capture(set, |cap, mut set| {
+                for b in &mut set {
+                    add_scalar(cap, b, 1.0)?;
+                }
+                let lost = set.pop();
+                let inner = t.capture((y,), |icap, (mut y,)| {
+                    add_scalar(icap, &mut y, 1.0)?;
+                    drop(lost);
+                    drop(host);
+                    drop(busy_t);
+                    Ok(((y,), ()))
+                });
+                inner_came = match &inner {
+                    Ok(_) => "Ok".to_owned(),
+                    Err(e) => format!("Err({e})"),
+                };
+                drop(inner);
+                Ok((set, ()))
+            });
+            Ok(captured.map(drop))
+        })
+    });
+    println!("  nested: inner {inner_came}; outer {outer:?}");
+    match outer {
+        Ok(Err(_)) => Ok(()),
+        Ok(Ok(())) => Err("the outer capture lost a buffer and was Ok".to_owned()),
+        Err(e) => Err(format!("the stream scopes: {e}")),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn what_a_nested_capture_closure_drops_is_freed_after_the_outer_capture_and_nothing_is_lost() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("a capture inside a capture closure");
+    let failures = measured(&ctx, "nested captures", || nested_capture(&ctx));
+    assert_none(&ctx, &failures);
+}
+
+/// Buffers of the legacy stream (`attach_global`) and of the thread's per-thread stream, their
+/// kernels running, dropped inside a capture closure: each is freed behind a callback on its
+/// own stream (enqueued from the capturing thread), the capture stays valid (its graph replays
+/// right), and nothing is lost.
+fn legacy_and_per_thread_buffers_dropped(ctx: &Context) -> Result<(), String> {
+    let a = Managed::from_fn(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let b = Managed::from_fn(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let came = ctx.with_legacy_stream(|l| {
+        let mut a = a.attach_global(l)?;
+        spin_then_add(l, &mut a, 1.0, 20_000_000)?;
+        ctx.with_per_thread_stream(|p| {
+            let mut b = b.attach(p)?;
+            spin_then_add(p, &mut b, 1.0, 20_000_000)?;
+            ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+                let x = x.attach(s)?;
+                let captured = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    drop(a);
+                    drop(b);
+                    add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                });
+                Ok(replay(s, captured))
+            })
+        })
+    });
+    match came {
+        Ok(Came::Valid) => Ok(()),
+        Ok(other) => Err(format!("{other:?}")),
+        Err(e) => Err(format!("the stream scopes: {e}")),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn legacy_and_per_thread_buffers_dropped_in_a_capture_are_freed_behind_their_streams() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("legacy and per-thread buffers dropped in a capture");
+    let failures = measured(&ctx, "legacy and per-thread buffers", || {
+        legacy_and_per_thread_buffers_dropped(&ctx)
+    });
+    assert_none(&ctx, &failures);
+}
+
+/// Work kept for the end of a capture (`defer_while_capturing`) that begins a capture of its own
+/// and drops a host-owned mirrored buffer in that closure: it runs inside the end of the first
+/// capture, the buffer is kept again and freed when the second one ends, and both captures are
+/// valid.
+fn capture_in_kept_work(ctx: &Context) -> Result<(), String> {
+    let held = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let said = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let (kept_ctx, kept_said) = (ctx.clone(), std::sync::Arc::clone(&said));
+    let kept = move || {
+        let r = Managed::from_slice(&kept_ctx, &[0.0f32; 256]).and_then(|y| {
+            kept_ctx.with_stream(StreamOptions::new(), |t| {
+                let y = y.attach(t)?;
+                let (graph, ()) = t.capture((y,), |cap, (mut y,)| {
+                    add_scalar(cap, &mut y, 1.0)?;
+                    drop(held);
+                    Ok(((y,), ()))
+                })?;
+                graph.launch(t)?;
+                let (y,) = graph.sync()?;
+                Ok(y[0])
+            })
+        });
+        *kept_said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(format!("{r:?}"));
+    };
+    let came = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let mut ran_now = false;
+        let captured = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            ran_now = um::defer_while_capturing(kept);
+            add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        });
+        Ok((ran_now, replay(s, captured)))
+    });
+    let said = said
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    match came {
+        Ok((false, Came::Valid)) if said.as_deref() == Some("Ok(1.0)") => Ok(()),
+        Ok((ran_now, came)) => Err(format!(
+            "the first capture: {came:?} (kept work ran inside it: {ran_now}); the kept work's \
+             capture: {said:?}"
+        )),
+        Err(e) => Err(format!("the stream scope: {e}")),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_begun_by_work_kept_for_a_capture_end_frees_what_it_drops_too() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("a capture begun by kept work");
+    let failures = measured(&ctx, "a capture in kept work", || {
+        capture_in_kept_work(&ctx)
+    });
+    assert_none(&ctx, &failures);
+}
+
+/// The environment variable of this binary's child process (one test alone in a process: a
+/// thread's exit is in question, and its thread-local destructors).
+const CHILD: &str = "UM_CAPTURE_FREES_CHILD";
+
+/// A value kept in a `thread_local!` whose destructor, at thread exit, captures one launch and
+/// drops a host-owned mirrored buffer (32 MiB on the device) in the capture closure: the
+/// buffer must be freed (or the capture refused, and the buffer freed at once).
+struct CapturesAtExit {
+    name: &'static str,
+    ctx: Context,
+    held: Option<Managed<[f32], HostOwned, um::Mirror>>,
+}
+
+impl Drop for CapturesAtExit {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let r = Managed::from_slice(&self.ctx, &[0.0f32; 256]).and_then(|x| {
+            self.ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    drop(held);
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                let (x,) = graph.sync()?;
+                Ok(x[0])
+            })
+        });
+        println!(
+            "{}: a capture in its thread-local destructor: {r:?}",
+            self.name
+        );
+    }
+}
+
+thread_local! {
+    static AT_EXIT_BEFORE: std::cell::RefCell<Option<CapturesAtExit>> =
+        const { std::cell::RefCell::new(None) };
+    static AT_EXIT_INSIDE: std::cell::RefCell<Option<CapturesAtExit>> =
+        const { std::cell::RefCell::new(None) };
+    static AT_EXIT_AFTER: std::cell::RefCell<Option<CapturesAtExit>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A thread with three [`CapturesAtExit`]: set up before its first capture, inside that
+/// capture's closure, and after it. um's two records of a thread's captures (the scopes', used
+/// first when a capture begins; the kept work's, used first when it ends) are destroyed at thread
+/// exit in the reverse order of their first use (glibc), so the value set up inside the first
+/// closure is destroyed between them: a capture may still begin there (the scopes' record is
+/// there), but what its closure keeps for its end has nowhere to go. Whatever the order, every
+/// buffer must be freed: the device's free memory after the thread's end is what it was before.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed() {
+    let name = "what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed";
+    if std::env::var_os(CHILD).is_none() {
+        let (status, text) = common::child_output(name, CHILD);
+        assert!(
+            status.success() && text.contains("1 passed"),
+            "the child failed ({status})"
+        );
+        return;
+    }
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("captures in thread-local destructors");
+    let counts = common::counts_free_memory();
+    // What a first capture and a first mirrored buffer allocate once is not taken for a leak.
+    common::capture_once(&ctx).expect("a capture");
+    drop(Managed::from_fn_mirrored(&ctx, len(), |_| 1.0f32).expect("alloc"));
+    settle(&ctx);
+    let before = free_memory(&ctx);
+    let thread_ctx = ctx.clone();
+    std::thread::spawn(move || {
+        let ctx = thread_ctx;
+        let value = |name| CapturesAtExit {
+            name,
+            ctx: ctx.clone(),
+            held: Some(Managed::from_fn_mirrored(&ctx, len(), |_| 1.0f32).expect("alloc")),
+        };
+        AT_EXIT_BEFORE.with(|v| *v.borrow_mut() = Some(value("before")));
+        let inside = value("inside");
+        let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+        ctx.with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                AT_EXIT_INSIDE.with(|v| *v.borrow_mut() = Some(inside));
+                Ok(((x,), ()))
+            })?;
+            graph.sync().map(drop)
+        })
+        .expect("the thread's first capture");
+        AT_EXIT_AFTER.with(|v| *v.borrow_mut() = Some(value("after")));
+    })
+    .join()
+    .expect("the thread ended without a panic");
+    let after = free_after(&ctx, before);
+    println!(
+        "free {:.1} MiB before the thread, {:.1} MiB after its end",
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64
+    );
+    common::assert_context_usable(&ctx);
+    assert!(
+        !counts || after + TOLERANCE >= before,
+        "{} MiB lost: a buffer dropped inside a capture begun in a thread-local destructor was \
+         never freed",
+        before.saturating_sub(after) >> 20
+    );
+}
+
+/// A communicator's waits inside a capture closure, `Comm::wait` and a group's
+/// `Launched::wait` after an all-reduce enqueued before the capture: each is refused on the
+/// capturing thread (`Error::InsideCapture`: the driver would refuse the stream queries) with
+/// nothing aborted and no stream poisoned, and the capture, whose closure goes on, stays valid.
+/// After the capture the communicator waits as usual, the all-reduce's result is right, and no
+/// memory is lost (the buffer of the collective is freed, not leaked as a poisoned stream's).
+fn waits_refused_in_a_capture(ctx: &Context) -> Result<(), String> {
+    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(20));
+    let Some(comm) = common::one_rank_comm(ctx, options) else {
+        return Ok(());
+    };
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
+    let y = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let came = ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let mut y = y.attach(s)?;
+        let mut z = Managed::from_fn_mirrored(ctx, len(), |_| 2.0f32)?.attach(s)?;
+        comm.all_reduce_in_place(s, &mut y, um::nccl::ReduceOp::Sum)?;
+        let mut group = um::nccl::Group::new();
+        group.all_reduce_in_place(&comm, s, &mut z, um::nccl::ReduceOp::Sum)?;
+        let launched = group.launch()?;
+        let mut seen = Vec::new();
+        let captured = s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            seen.push(comm.wait(s, Duration::from_secs(20)));
+            seen.push(launched.wait(Duration::from_secs(20)));
+            add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        });
+        let mut wrong = Vec::new();
+        for waited in &seen {
+            if !matches!(waited, Err(Error::InsideCapture { .. })) {
+                wrong.push(format!("a wait in the closure came to {waited:?}"));
+            }
+        }
+        if comm.is_aborted() {
+            wrong.push("the communicator was aborted".to_owned());
+        }
+        if s.is_poisoned() {
+            wrong.push("the stream was poisoned".to_owned());
+        }
+        if let Err(e) = comm.wait(s, Duration::from_secs(20)) {
+            wrong.push(format!("the wait after the capture: {e}"));
+        }
+        let (y, z) = s.sync_all((y, z))?;
+        if let Some(i) = y.iter().position(|v| *v != 1.0) {
+            wrong.push(format!("all-reduce: element {i} is {}", y[i]));
+        }
+        if let Some(i) = z.iter().position(|v| *v != 2.0) {
+            wrong.push(format!("group all-reduce: element {i} is {}", z[i]));
+        }
+        match replay(s, captured) {
+            Came::Valid => {}
+            came => wrong.push(format!("the capture: {came:?}")),
+        }
+        Ok(if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(wrong.join("; "))
+        })
+    });
+    drop(comm);
+    came.unwrap_or_else(|e| Err(format!("the stream scope: {e}")))
+}
+
+/// Waits of a communicator (one rank) inside a capture closure are refused without an abort
+/// or a poisoned stream: see [`waits_refused_in_a_capture`].
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_communicators_waits_inside_a_capture_closure_are_refused_and_abort_nothing() {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog("a communicator's waits in a capture");
+    let failures = measured(&ctx, "a communicator's waits in a capture", || {
+        waits_refused_in_a_capture(&ctx)
+    });
+    assert_none(&ctx, &failures);
 }

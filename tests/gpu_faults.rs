@@ -136,3 +136,52 @@ fn fault_out_of_bounds_write_is_reported_and_sticky() {
     let out = run_in_child("fault_out_of_bounds_write_is_reported_and_sticky");
     assert!(out.contains("fault reported: cuStreamSynchronize failed: CUDA_ERROR_"));
 }
+
+/// A sync future awaited inside a capture closure trusts its stream callback's status (it
+/// makes no `cuStreamQuery` on a capturing thread, where the driver would refuse it): a trap on
+/// the future's stream, behind a 300 ms spin that holds it while the capture begins, must still
+/// come back as the future's `Err`, never as a buffer handed to the CPU.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn fault_before_a_sync_future_awaited_in_a_capture_closure_is_its_err() {
+    if !is_fault_child() {
+        let out =
+            run_in_child("fault_before_a_sync_future_awaited_in_a_capture_closure_is_its_err");
+        assert!(out.contains("fault reported: "));
+        return;
+    }
+    use um::kernels::testing::{add_scalar, spin_then_add};
+    let ctx = gpu();
+    let trap = ctx
+        .load_ptx(common::TRAP_PTX)
+        .and_then(|m| m.kernel("trap_kernel"))
+        .expect("load");
+    // Mirrored: a capture of it needs no concurrent managed access.
+    let x = Managed::from_slice_mirrored(&ctx, &[0.0f32; 256]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
+    let mut awaited: Option<um::Result<f32>> = None;
+    let captured = ctx.with_stream(StreamOptions::new(), |s| {
+        let mut y = y.attach(s)?;
+        spin_then_add(s, &mut y, 1.0, 300_000_000)?;
+        // SAFETY: none; this launch breaks the contract on purpose, in a child process.
+        unsafe { s.launch(&trap, LaunchConfig::grid_1d(1, 1), (&mut y,)) }?;
+        let x = x.attach(s)?;
+        s.capture((x,), |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            awaited = Some(pollster::block_on(y.sync_async()).map(|y| y[0]));
+            Ok(((x,), ()))
+        })
+        .map(drop)
+    });
+    println!("the capture: {captured:?}");
+    match awaited {
+        Some(Err(e)) => println!("fault reported: {e}"),
+        Some(Ok(v)) => panic!(
+            "a sync future awaited in a capture closure handed the CPU a buffer whose stream \
+             faulted (first element {v})"
+        ),
+        None => panic!("the capture did not begin before the fault: {captured:?}"),
+    }
+    drop(ctx);
+    println!("every drop returned");
+}

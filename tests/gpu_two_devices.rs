@@ -452,3 +452,105 @@ fn captures_begun_crosswise_inside_idle_sections_of_two_devices_do_not_deadlock(
     capture_once(&d0).expect("a capture of device 0");
     capture_once(&d1).expect("a capture of device 1");
 }
+
+/// The environment variable of this binary's child process: a test that needs every handle of
+/// device 1 in the process to be its own.
+const ALONE: &str = "UM_TWO_DEVICES_ALONE";
+
+/// The last handle of device 1 is dropped inside a capture closure of device 0, while device
+/// 1's shared state still holds modules to unload (those of a handle a waker dropped earlier, a
+/// driver callback, where they can only be put aside): their unload, a wait for device 1, is
+/// kept for the end of this thread's capture. Meanwhile another thread makes a new handle of
+/// device 1 and begins a capture there. The kept unload runs when the device-0 capture ends,
+/// while the device-1 capture is still open: it must not fail that capture (rule 187: nothing
+/// `um` does implicitly on one thread fails a capture of `um` on another; rule 197: no
+/// whole-device wait while a capture of `um` is in progress on the device). The device-1
+/// capture's graph must replay right.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn a_device_released_after_a_capture_of_another_leaves_a_new_capture_of_it_valid() {
+    let name = "a_device_released_after_a_capture_of_another_leaves_a_new_capture_of_it_valid";
+    if std::env::var_os(ALONE).is_none() {
+        let (status, text) = common::child_output(name, ALONE);
+        assert!(
+            status.success() && text.contains("1 passed"),
+            "the child failed ({status})"
+        );
+        return;
+    }
+    let done = watchdog("a device released after a capture of another");
+    let ctx0 = Context::new(0).expect("device 0");
+    // A handle of device 1 with a module, and one without.
+    let with_module = Context::new(1).expect("this test needs two CUDA devices");
+    let keep = Context::new(1).expect("device 1");
+    let y = Managed::from_slice(&with_module, &[0.0f32; 256]).expect("alloc");
+    with_module
+        .with_stream(StreamOptions::new(), |s| {
+            let mut y = y.attach(s)?;
+            testing::add_scalar(s, &mut y, 1.0)?;
+            s.sync_all((y,)).map(drop)
+        })
+        .expect("device 1 work");
+    assert!(with_module.cache_stats().0 >= 1, "a module is loaded");
+    assert_eq!(keep.cache_stats().0, 0, "no module in the other handle");
+    // Dropped by a waker (inside a stream callback of device 0): its modules are put aside in
+    // device 1's shared state, which `keep` holds alive.
+    common::waker::run_in_callback(&ctx0, move || {
+        drop(with_module);
+        "a handle of device 1 with a module dropped".to_owned()
+    });
+    let (capturing_tx, capturing_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let mut keep = Some(keep);
+    let mut other = None;
+    let x0 = Managed::from_slice_mirrored(&ctx0, &[0.0f32; 256]).expect("alloc");
+    let x0 = ctx0
+        .with_stream(StreamOptions::new(), |s| {
+            let x0 = x0.attach(s)?;
+            let (graph, ()) = s.capture((x0,), |cap, (mut x0,)| {
+                testing::add_scalar(cap, &mut x0, 1.0)?;
+                // Device 1's last handle: its shared state goes, and with it the unload of the
+                // modules put aside (a wait for device 1), kept for the end of this capture.
+                drop(keep.take());
+                other = Some(std::thread::spawn(move || -> um::Result<f32> {
+                    let ctx1 = Context::new(1)?; // a new shared state of device 1
+                    let x1 = Managed::from_slice_mirrored(&ctx1, &[0.0f32; 256])?;
+                    ctx1.with_stream(StreamOptions::new(), |t| {
+                        let x1 = x1.attach(t)?;
+                        let (graph, ()) = t.capture((x1,), |cap, (mut x1,)| {
+                            testing::add_scalar(cap, &mut x1, 1.0)?;
+                            let _ = capturing_tx.send(());
+                            // Until the device-0 capture has ended (and its kept work ran).
+                            let _ = go_rx.recv();
+                            testing::add_scalar(cap, &mut x1, 1.0)?;
+                            Ok(((x1,), ()))
+                        })?;
+                        graph.launch(t)?;
+                        let (x1,) = graph.sync()?;
+                        Ok(x1[0])
+                    })
+                }));
+                // The device-1 capture is open (or its thread gave up) when this one ends.
+                let _ = capturing_rx.recv();
+                Ok(((x0,), ()))
+            })?;
+            let _ = go_tx.send(());
+            graph.launch(s)?;
+            let (x0,) = graph.sync()?;
+            Ok(x0)
+        })
+        .expect("the device-0 capture");
+    assert!(x0.iter().all(|v| *v == 1.0), "the device-0 graph replayed");
+    let device1 = other
+        .take()
+        .expect("the device-1 thread was started")
+        .join()
+        .expect("the device-1 thread ended without a panic");
+    done.send(()).ok();
+    println!("the device-1 capture begun beside the kept release: {device1:?}");
+    assert_eq!(
+        device1,
+        Ok(2.0),
+        "a capture of device 1 failed by the wait kept from device 1's previous shared state"
+    );
+}

@@ -433,6 +433,22 @@ pub enum Error {
         /// What was asked for.
         what: &'static str,
     },
+    /// A wait asked for on a thread that captures: inside the closure of
+    /// [`Stream::capture`](crate::Stream::capture) (or of `capture_streams`), or in what runs
+    /// there. The driver refuses waits and stream queries on a capturing thread, and the refusal
+    /// invalidates the capture; a refused query says nothing about the stream. `um` and its
+    /// libraries refuse first ([`refuse_inside_capture`](crate::refuse_inside_capture)), before
+    /// any driver or library call, and change nothing: no communicator is aborted, no stream
+    /// poisoned. Returned from the closure, it fails the capture. Wait once the capture has
+    /// ended.
+    #[error(
+        "{what} is not available inside a capture closure (on the capturing thread): the driver \
+         refuses waits there; wait once the capture has ended"
+    )]
+    InsideCapture {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// A name passed to the driver contains a NUL byte.
     #[error("{what} contains a NUL byte")]
     InteriorNul {

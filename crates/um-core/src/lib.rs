@@ -103,7 +103,7 @@ pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use driver::context::{
     Context, DeviceInfo, capturing_on_this_thread, defer_while_capturing, device_count,
-    refuse_inside_stream_callback, relaxed_while_capturing,
+    refuse_inside_capture, refuse_inside_stream_callback, relaxed_while_capturing,
 };
 pub use driver::foreign::Foreign;
 pub use driver::module::{Kernel, Module, ptx_isa_version};

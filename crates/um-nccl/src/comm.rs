@@ -535,13 +535,19 @@ impl Comm {
     ///
     /// `um-nccl` aborts by itself on a timeout or an error; call this to give up on your own
     /// terms (a signal, a deadline of your own).
+    ///
+    /// Inside a capture closure of `um` (on the capturing thread), the communicator is marked
+    /// aborted and its streams poisoned at once, and the `ncclCommAbort` (which frees memory
+    /// and waits, both refused on a capturing thread) is made on this thread once its captures
+    /// have ended ([`um_core::defer_while_capturing`]).
     pub fn abort(&self) {
         self.pay_owed_abort();
         self.abort_because("aborted by the program".to_owned());
     }
 
     /// Makes the `ncclCommAbort` (and leaves the ledger) that an abort owes, once, where NCCL
-    /// may be called: at once for an abort outside um's stream callback, later for one inside.
+    /// may be called: at once for an abort outside um's stream callback, later for one inside;
+    /// on a thread that captures, once its captures have ended.
     fn pay_owed_abort(&self) {
         if um_core::refuse_inside_stream_callback("aborting a communicator").is_err() {
             return;
@@ -552,14 +558,31 @@ impl Comm {
         if !st.abort_owed {
             return;
         }
+        // The debt moves into `abort` below, which is run once or never: no other path makes
+        // this abort (`abort_owed` is set only with `aborted`, which is never cleared).
         st.abort_owed = false;
-        let _ = self.ctx.make_current();
-        // SAFETY: a live communicator that was marked aborted and not aborted since
-        // (`abort_owed`, cleared above): aborted once here, and never used after (`aborted` is
-        // set, so every call refuses it).
-        let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
         drop(st);
-        self.ledger.leave(self.rank);
+        let (raw, nccl, ctx) = (self.raw, self.nccl, self.ctx.clone());
+        let (ledger, rank) = (Arc::clone(&self.ledger), self.rank);
+        let abort = move || {
+            let _ = ctx.make_current();
+            // SAFETY: a communicator NCCL returned, marked aborted and not aborted since (the
+            // debt, taken from `abort_owed` above, is this closure's alone, and a `FnOnce` runs
+            // once). Nothing else frees or uses the handle meanwhile: every call of the `Comm`
+            // refuses it once `aborted` is set, its drop makes no NCCL call for an aborted
+            // communicator whose abort is not owed, and `as_raw` forbids use after the mark.
+            // Kept for a capture's end, it runs on this thread, and the `Comm`, should it have
+            // moved to another, makes no NCCL call there.
+            let _ = unsafe { (nccl.fns.comm_abort)(raw) };
+            ledger.leave(rank);
+        };
+        // On a thread that captures, `ncclCommAbort` frees memory and waits for its streams:
+        // the driver refuses both there (the memory would be lost, and the capture fail). It is
+        // made on this thread once its captures have ended; meanwhile the communicator is marked
+        // aborted and its streams poisoned (rule 164: their buffers are never freed nor given
+        // to the CPU). If the thread exits inside the capture, the abort is forgotten and the
+        // communicator leaked with its kernels, as inside a driver callback.
+        um_core::defer_while_capturing(abort);
     }
 
     pub(crate) fn abort_because(&self, reason: String) {
@@ -725,6 +748,12 @@ impl Comm {
     /// errors (a dead peer, a network error). On a timeout or an error the communicator is
     /// aborted, its streams poisoned (their buffers are leaked, never freed), and the error
     /// returned. On `Ok` the buffers' `sync` no longer waits.
+    ///
+    /// Inside a capture closure of `um` (on the capturing thread) the driver refuses the stream
+    /// queries a wait is made of: the wait is refused first, [`Error::InsideCapture`], with
+    /// nothing aborted and no stream poisoned (returned from the closure, it fails the
+    /// capture). A query the driver refuses because of another library's capture is returned
+    /// as it is ([`Error::is_capture_refusal`]), and aborts nothing either.
     pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
         // communicator (red team 16, attempt 2e).
@@ -736,6 +765,10 @@ impl Comm {
                 communicator: self.device(),
             });
         }
+        // On a capturing thread the query would be refused (and fail the capture): refused
+        // here, so that the refusal is not taken for a fault of the stream, which would abort
+        // the communicator and poison the stream (leaking its buffers) for nothing.
+        um_core::refuse_inside_capture("waiting for a communicator")?;
         wait_pairs(&[(self, stream as &dyn Idle)], timeout)
     }
 }
@@ -765,7 +798,9 @@ impl<K: Eager> Idle for Stream<'_, K> {
 
 /// Waits until every stream of `pairs` is idle, for at most `timeout`, watching each
 /// communicator's asynchronous error; on any failure aborts every communicator of `pairs`
-/// (poisoning their streams) and returns the error.
+/// (poisoning their streams) and returns the error. A stream query that the driver refuses
+/// because of a capture is no failure of the work: it is returned, and aborts nothing. The
+/// callers refuse a wait on a capturing thread before this (`refuse_inside_capture`).
 pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Result<()> {
     let abort_all = |why: &str| {
         for (comm, _) in pairs {
@@ -783,6 +818,10 @@ pub(crate) fn wait_pairs(pairs: &[(&Comm, &dyn Idle)], timeout: Duration) -> Res
             match stream.idle() {
                 Ok(true) => done[i] = true,
                 Ok(false) => {}
+                // Refused because a capture is in progress (another library's, in global mode,
+                // or this thread's in a path the callers did not refuse): the query did nothing
+                // and says nothing about the stream, so nothing is aborted or poisoned.
+                Err(e) if e.is_capture_refusal() => return Err(e),
                 Err(e) => {
                     abort_all(&format!("the stream reported an error: {e}"));
                     return Err(e);

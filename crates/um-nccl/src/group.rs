@@ -366,6 +366,9 @@ impl Launched<'_> {
     /// [`Comm::wait`] for every stream of the group at once, with one time limit: on a
     /// timeout or an error every communicator of the group is aborted (their streams poisoned),
     /// also when one of them was found aborted already ([`Error::CommunicatorAborted`]).
+    /// Inside a capture closure of `um` (on the capturing thread) it is refused,
+    /// [`Error::InsideCapture`], with nothing aborted (unless one was found aborted already)
+    /// and no stream poisoned.
     pub fn wait(self, timeout: Duration) -> Result<()> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
         // communicators (red team 16, attempt 2e); an abort owed or done is reported (2c).
@@ -382,6 +385,9 @@ impl Launched<'_> {
                 return Err(e);
             }
         }
+        // On a capturing thread the stream queries would be refused (and fail the capture):
+        // refused here, aborting nothing and poisoning nothing (see `Comm::wait`).
+        um_core::refuse_inside_capture("waiting for collectives")?;
         wait_pairs(&pairs, timeout)
     }
 }

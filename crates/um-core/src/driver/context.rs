@@ -117,24 +117,51 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
-/// The `Shared` of each device with a live handle.
-static DEVICES: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+/// The `Shared` of each device with a live handle, by device. Only the entries of the device
+/// asked for are upgraded under the lock: an `Arc` upgraded and dropped there could be the last
+/// one, and a `Shared` dropped under this lock would take it again ([`release_dead`]).
+static DEVICES: Mutex<Vec<(sys::CUdevice, std::sync::Weak<Shared>)>> = Mutex::new(Vec::new());
+
+/// The registry of live `Shared`s, read through a poisoned lock (nothing under it panics
+/// halfway through a change).
+fn devices() -> std::sync::MutexGuard<'static, Vec<(sys::CUdevice, std::sync::Weak<Shared>)>> {
+    let mut devices = DEVICES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    devices.retain(|(_, w)| w.strong_count() > 0);
+    devices
+}
+
+/// The live `Shared` of `device` in the registry, if any (its entry alone is upgraded).
+fn live_of(
+    devices: &[(sys::CUdevice, std::sync::Weak<Shared>)],
+    device: sys::CUdevice,
+) -> Option<Arc<Shared>> {
+    devices
+        .iter()
+        .filter(|(d, _)| *d == device)
+        .find_map(|(_, w)| w.upgrade())
+}
 
 impl Shared {
     /// The device's shared state: the live one, or a new one that retains the primary context.
     fn of(device: sys::CUdevice) -> Result<Arc<Shared>> {
-        let mut devices = DEVICES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        devices.retain(|w| w.strong_count() > 0);
-        if let Some(live) = devices
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .find(|s| s.device == device)
-        {
+        let mut devices = devices();
+        if let Some(live) = live_of(&devices, device) {
             return Ok(live);
         }
         let raw = driver::primary_ctx_retain(device)?;
+        let shared = Shared::registered(&mut devices, raw, device);
+        Ok(shared)
+    }
+
+    /// A new shared state of `device` that owns one retain of its primary context `raw` (the
+    /// caller's), entered in the registry (whose lock the caller holds).
+    fn registered(
+        devices: &mut Vec<(sys::CUdevice, std::sync::Weak<Shared>)>,
+        raw: sys::CUcontext,
+        device: sys::CUdevice,
+    ) -> Arc<Shared> {
         let shared = Arc::new(Shared {
             raw,
             device,
@@ -142,8 +169,8 @@ impl Shared {
             deferred: Mutex::new(Vec::new()),
             idle_done: std::sync::Condvar::new(),
         });
-        devices.push(Arc::downgrade(&shared));
-        Ok(shared)
+        devices.push((device, Arc::downgrade(&shared)));
+        shared
     }
 
     fn quiet(&self) -> std::sync::MutexGuard<'_, Quiet> {
@@ -154,20 +181,25 @@ impl Shared {
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
     fn retire(self: &Arc<Self>, modules: ModuleCache) {
+        self.retire_all(vec![modules]);
+    }
+
+    /// [`retire`](Shared::retire) for several handles' modules (a dead `Shared`'s graves).
+    fn retire_all(self: &Arc<Self>, mut modules: Vec<ModuleCache>) {
         if in_driver_callback() {
             // Another thread may hold `quiet` while it waits for the context, and so for this
             // callback (red team 5, finding 1): never block on it here.
-            self.deferred().push(modules);
+            self.deferred().append(&mut modules);
             return;
         }
         let mut quiet = self.quiet();
         if quiet.captures == 0 && !thread_is_capturing() {
             // With any modules an earlier drop had to leave.
             let mut all = self.take_graves(&mut quiet);
-            all.push(modules);
+            all.append(&mut modules);
             unload(self.raw, all);
         } else {
-            quiet.graves.push(modules);
+            quiet.graves.append(&mut modules);
             if quiet.captures == 0 {
                 // Only this thread captures (on another device): the graves are unloaded on
                 // this thread once its captures have ended.
@@ -237,8 +269,9 @@ impl Shared {
 
 /// Waits for the work of the context `raw`, then unloads `modules`; should the context not be
 /// made current or the wait fail (a sticky error), they are leaked rather than unloaded under a
-/// kernel. The caller holds the lock of the device's `quiet` (no capture begins meanwhile), or
-/// holds the last reference to the device's `Shared` (no capture of `um` can be in progress).
+/// kernel. The caller holds the lock of the device's `quiet` with no capture of `um` counted
+/// there nor on its thread (no capture of `um` is in progress on the device, and none begins
+/// meanwhile: every one is counted under that lock first).
 fn unload(raw: sys::CUcontext, modules: Vec<ModuleCache>) {
     if modules.is_empty() {
         return;
@@ -264,14 +297,60 @@ impl Drop for Shared {
             return;
         }
         let (raw, device) = (self.raw, self.device);
-        let release = move || {
-            unload(raw, graves);
-            driver::primary_ctx_release(device);
-        };
         // On a thread that is capturing (on another device), the wait would be refused and
         // would invalidate the capture: both wait for the end of the thread's captures (the
         // retain keeps the context alive until then).
-        defer_while_capturing(release);
+        defer_while_capturing(move || release_dead(raw, device, graves));
+    }
+}
+
+/// What a dropped `Shared` of `device` leaves, made where its thread may wait: the modules
+/// `graves` unloaded after a wait for the device, and its retain of the primary context `raw`
+/// released.
+///
+/// The wait must not meet a capture of `um` on the device (rules 187 and 197), and the dead
+/// `Shared` no longer counts any: from the moment its last `Arc` went, another thread may have
+/// made a new `Shared` of the device ([`Shared::of`]: the same primary context, since this
+/// retain keeps it alive) and begun a capture there, which a wait made here would fail,
+/// whether now or at the end of this thread's captures. So the graves are not unloaded here but
+/// retired into the device's live `Shared` ([`Shared::retire_all`]): unloaded under its lock if
+/// no capture is counted there, else kept in it until its last capture ends. Where no live one
+/// is registered, this retain becomes a new registered `Shared` of the device first, under the
+/// registry's lock: a handle made from then on shares it (its captures are counted where the
+/// unload is decided), and one made before would have been found. Either way the wait is made
+/// only under the lock of the one `Shared` in which every capture of `um` on the device is
+/// counted, with none counted. The retain is released after that (a live `Shared` holds its
+/// own, so the context stays; an adopted one releases it at its own drop, with no graves left).
+fn release_dead(raw: sys::CUcontext, device: sys::CUdevice, graves: Vec<ModuleCache>) {
+    if graves.is_empty() {
+        // Nothing waits: the release alone (the last retain destroys the context, which no
+        // registered `Shared` names any more; a new one retains it again, or a new context).
+        driver::primary_ctx_release(device);
+        return;
+    }
+    let mut devices = devices();
+    match live_of(&devices, device) {
+        Some(live) if live.raw == raw => {
+            drop(devices);
+            live.retire_all(graves);
+            driver::primary_ctx_release(device);
+        }
+        Some(other) => {
+            // A live `Shared` of another primary context of the device: cannot be while this
+            // retain holds the context (only a device reset, which `Context::as_raw` forbids,
+            // makes one). No `Shared` names `raw`, so no capture of `um` can be on it: unload.
+            drop(devices);
+            drop(other);
+            unload(raw, graves);
+            driver::primary_ctx_release(device);
+        }
+        None => {
+            let heir = Shared::registered(&mut devices, raw, device);
+            drop(devices);
+            heir.retire_all(graves);
+            // The last `Arc` unless a handle took it meanwhile: its drop releases the retain.
+            drop(heir);
+        }
     }
 }
 
@@ -287,13 +366,13 @@ pub(crate) fn thread_is_capturing() -> bool {
 }
 
 /// Counts a capture of `um` on the calling thread, from before `cuStreamBeginCapture`.
-fn enter_thread_capture() {
+pub(crate) fn enter_thread_capture() {
     THREAD_CAPTURES.with(|n| n.set(n.get() + 1));
 }
 
 /// Uncounts it, after `cuStreamEndCapture`; whether that was the thread's last (the caller then
 /// runs what was kept for it: [`run_after_captures`]).
-fn leave_thread_capture() -> bool {
+pub(crate) fn leave_thread_capture() -> bool {
     THREAD_CAPTURES.with(|n| n.set(n.get().saturating_sub(1)));
     !thread_is_capturing()
 }
@@ -301,15 +380,33 @@ fn leave_thread_capture() -> bool {
 thread_local! {
     /// What this thread kept while a capture of `um` was open on it ([`keep_for_capture_end`]):
     /// run on this thread once its last capture has ended. Read with `try_with`: it has a
-    /// destructor, and is gone while the thread's later thread-local destructors run.
+    /// destructor, and is gone while the thread's later thread-local destructors run. A capture
+    /// begins only while it is there ([`kept_work_recordable`], asked by
+    /// `reclaim::defer::captures_recordable`, which `Scope::begin` checks).
     static AFTER_CAPTURES: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Whether this thread's record of the work kept for the end of its captures is there (first
+/// used here, if it was not yet): false in a thread-local destructor that runs after it was
+/// destroyed. A capture may begin only where this holds, so that what its closure keeps for its
+/// end is kept, never forgotten.
+///
+/// Why that is enough: a thread's thread-local values are destroyed one at a time, each
+/// destructor run to its end before the next begins, so a record that is there when a capture
+/// begins (inside one destructor, or in ordinary code) is still there when that capture ends,
+/// which is in the same call. The one exception, a thread that ends inside a capture closure
+/// (`std::process::exit`), forgets what was kept (documented on [`defer_while_capturing`]).
+pub(crate) fn kept_work_recordable() -> bool {
+    AFTER_CAPTURES.try_with(|_| ()).is_ok()
+}
+
 /// Keeps `task` for the end of the calling thread's captures of `um` (it runs on this thread
 /// once the last of them has ended). Where the thread's record is gone (a thread-local
-/// destructor while the thread exits), the task is forgotten, neither run nor dropped: what it
-/// would have released is leaked, and nothing it owns is dropped on a capturing thread.
+/// destructor while the thread exits, inside a capture that began before the record went: only
+/// a thread that ends inside a capture closure), the task is forgotten, neither run nor
+/// dropped: what it would have released is leaked, and nothing it owns is dropped on a
+/// capturing thread.
 pub(crate) fn keep_for_capture_end(task: Box<dyn FnOnce()>) {
     let mut task = Some(task);
     let _ = AFTER_CAPTURES.try_with(|kept| kept.borrow_mut().extend(task.take()));
@@ -320,7 +417,7 @@ pub(crate) fn keep_for_capture_end(task: Box<dyn FnOnce()>) {
 
 /// Runs what the calling thread kept for the end of its captures, now that none is open; also
 /// what those tasks keep in turn (none, unless one begins a capture of its own).
-fn run_after_captures() {
+pub(crate) fn run_after_captures() {
     loop {
         let kept = AFTER_CAPTURES
             .try_with(|kept| std::mem::take(&mut *kept.borrow_mut()))
@@ -472,6 +569,19 @@ fn in_any_idle_section() -> bool {
 pub fn refuse_inside_stream_callback(what: &'static str) -> Result<()> {
     if in_driver_callback() {
         return Err(Error::InsideDriverCallback { what });
+    }
+    Ok(())
+}
+
+/// `Err(`[`Error::InsideCapture`]`)` where a capture of `um` is open on the calling thread
+/// ([`capturing_on_this_thread`]), `Ok` everywhere else; no driver call. For a wait of a library
+/// built on `um` (`um_nccl::Comm::wait`): on a capturing thread the driver refuses the wait or
+/// the stream query it is made of, and a library that took the refusal for a fault of the work
+/// would abort, or leak, for nothing. Asked first, it lets the wait be refused with nothing
+/// changed.
+pub fn refuse_inside_capture(what: &'static str) -> Result<()> {
+    if thread_is_capturing() {
+        return Err(Error::InsideCapture { what });
     }
     Ok(())
 }
@@ -1067,6 +1177,41 @@ mod tests {
         assert_eq!(*log.borrow(), ["outside", "kept"], "run when it ended");
         run_after_captures();
         assert_eq!(log.borrow().len(), 2, "run once");
+    }
+
+    /// A library's wait on a capturing thread is refused with `InsideCapture` (no driver call),
+    /// and only there; the driver's capture refusals are told from errors of the work through
+    /// the public `Error::is_capture_refusal`.
+    #[test]
+    fn waits_on_a_capturing_thread_are_refused_and_only_there() {
+        use super::refuse_inside_capture;
+        use crate::error::Error;
+        assert_eq!(refuse_inside_capture("a wait"), Ok(()));
+        capture_on_this_thread(|| {
+            assert_eq!(
+                refuse_inside_capture("a wait"),
+                Err(Error::InsideCapture { what: "a wait" })
+            );
+            capture_on_this_thread(|| assert!(refuse_inside_capture("a wait").is_err()));
+            assert!(
+                refuse_inside_capture("a wait").is_err(),
+                "the outer is open"
+            );
+        });
+        assert_eq!(refuse_inside_capture("a wait"), Ok(()), "none open");
+        let refused = |code| Error::Driver {
+            call: "cuStreamQuery",
+            code,
+            name: String::new(),
+            description: String::new(),
+        };
+        assert!(refused(900).is_capture_refusal());
+        assert!(refused(907).is_capture_refusal());
+        assert!(
+            !refused(700).is_capture_refusal(),
+            "a sticky fault is the work's"
+        );
+        assert!(!Error::InsideCapture { what: "a wait" }.is_capture_refusal());
     }
 
     /// Nested captures (a capture begun inside another's closure, or on another device): the

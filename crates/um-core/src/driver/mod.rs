@@ -56,6 +56,19 @@ pub(crate) fn is_capture_refusal(e: &Error) -> bool {
     )
 }
 
+// Here rather than in `error.rs`, which names nothing of the driver: the codes are its own.
+impl Error {
+    /// Whether this is the driver's refusal of a call because of a stream capture
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and its siblings, codes 900 to 908), as opposed
+    /// to an error of the work itself: a call refused so did nothing (a refused free freed
+    /// nothing), and a refused query says nothing about the stream. It does not mean the stream
+    /// failed: a library that waits or polls should not take it for a fault of the work (and
+    /// abort, or leak, because of it).
+    pub fn is_capture_refusal(&self) -> bool {
+        is_capture_refusal(self)
+    }
+}
+
 /// The driver's name and description of `code`, or a placeholder when it does not know it.
 fn error_strings(code: i32) -> (String, String) {
     let read = |f: unsafe extern "C" fn(i32, *mut *const c_char) -> i32| {

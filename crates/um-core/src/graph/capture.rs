@@ -171,8 +171,11 @@ impl<'c> Scope<'c> {
         // Not inside an idle section of this device (the capture would wait for it), a driver
         // callback or um's event thread.
         crate::driver::context::may_begin_capture(stream.context())?;
-        // Nor in a thread-local destructor once the thread's record of its capture scopes is
-        // gone: the buffers dropped during the capture could not be kept for it (red team 10).
+        // Nor in a thread-local destructor once the thread's record of its capture scopes, or
+        // that of the work kept for the end of its captures, is gone: what the closure drops
+        // (a buffer of the set, a host-owned buffer, a stream, a communicator) could not be
+        // kept for the capture's end. Both records are there when it begins, so both are there
+        // when it ends (`driver::context::kept_work_recordable`).
         if !captures_recordable() {
             return Err(Error::CaptureRefusedHere);
         }

@@ -8,7 +8,9 @@
 //! memory to it ([`defer_free`]), and the reaper frees it once the stream has run past that
 //! point. Outside the mark, dropping stream-owned memory still waits, as in synchronous code.
 
-use crate::driver::context::{Context, keep_for_capture_end, thread_is_capturing};
+use crate::driver::context::{
+    Context, keep_for_capture_end, kept_work_recordable, thread_is_capturing,
+};
 use crate::driver::stream::RawStream;
 use crate::reclaim::completion::Completion;
 use crate::reclaim::reaper::Orphan;
@@ -124,10 +126,21 @@ thread_local! {
 // `capturing` also asks the thread's count of captures (`thread_is_capturing`, a `Cell` without
 // a destructor).
 
-/// Whether this thread can still record its capture scopes: false in a thread-local destructor
-/// that runs after `CAPTURES` was destroyed (a capture is then refused, `CaptureRefusedHere`).
+/// Whether this thread can still record its capture scopes and what they keep for their end:
+/// false in a thread-local destructor that runs after `CAPTURES` or the kept work's record
+/// (`driver::context::kept_work_recordable`) was destroyed (a capture is then refused,
+/// `CaptureRefusedHere`).
+///
+/// The two records are separate thread-locals, destroyed at thread exit in the reverse order of
+/// their first use on the thread, and a thread's first capture used `CAPTURES` when it began
+/// but the kept work's record only when it ended: a thread-local first used inside that closure
+/// was destroyed after the kept work's record and before `CAPTURES`, so a capture begun in its
+/// destructor found the scopes' record but forgot what its closure dropped. Both are asked here,
+/// the kept work's first (so that a thread's first capture uses it first, and it outlives
+/// `CAPTURES` whenever the scopes' record is first used here): a capture begins only where
+/// everything it keeps can be kept.
 pub(crate) fn captures_recordable() -> bool {
-    CAPTURES.try_with(|_| ()).is_ok()
+    kept_work_recordable() && CAPTURES.try_with(|_| ()).is_ok()
 }
 
 /// A capture scope on this thread owns the streams `ids` from now on: buffers of those streams
@@ -190,6 +203,11 @@ pub(crate) fn capturing() -> bool {
 #[cfg(test)]
 mod tests {
     use super::{captures_recordable, capturing, close_capture, open_capture};
+    use crate::driver::context::{
+        enter_thread_capture, keep_for_capture_end, leave_thread_capture, run_after_captures,
+    };
+    use std::cell::RefCell;
+    use std::rc::Rc;
     use std::sync::Mutex;
 
     /// Red team 10, finding 1: `Managed::drop` of a stream-owned buffer asks `capturing()`; in a
@@ -236,6 +254,77 @@ mod tests {
         assert!(
             seen.contains(&(false, false)),
             "one destructor ran after the record was gone, where a capture is refused: {seen:?}"
+        );
+    }
+
+    /// A capture may begin in a thread-local destructor as long as the thread's record of its
+    /// capture scopes is there (`captures_recordable`, checked by `Scope::begin`); the work it
+    /// keeps for its end (a host-owned buffer dropped in its closure, a destroy) must then run
+    /// when it ends, never be forgotten. The thread's two records (`CAPTURES`, the scopes', and
+    /// `AFTER_CAPTURES`, the kept work) are destroyed separately at thread exit, in the reverse
+    /// order of their first use on the thread (glibc), and a thread's first capture uses the
+    /// first when it begins and the second only when it ends: a thread-local first touched
+    /// inside that closure is destroyed between the two. Three values, set up before the first
+    /// capture, inside it and after it, each "capture" in its destructor as `Scope` does (count,
+    /// register, keep, end): whichever order the platform runs the destructors in, a capture
+    /// that could begin had its kept work run.
+    #[test]
+    fn work_kept_by_a_capture_begun_in_a_thread_local_destructor_runs_when_it_ends() {
+        use std::sync::Mutex;
+        /// (which value, whether a capture could begin there, whether its kept work ran).
+        static SEEN: Mutex<Vec<(&str, bool, bool)>> = Mutex::new(Vec::new());
+        struct CapturesAtExit(&'static str);
+        impl Drop for CapturesAtExit {
+            fn drop(&mut self) {
+                let began = captures_recordable();
+                let ran = Rc::new(std::cell::Cell::new(false));
+                if began {
+                    let id = [1000 + self.0.len() as u64];
+                    enter_thread_capture();
+                    open_capture(&id);
+                    let r = Rc::clone(&ran);
+                    keep_for_capture_end(Box::new(move || r.set(true)));
+                    if leave_thread_capture() {
+                        run_after_captures();
+                    }
+                    let _ = close_capture(&id);
+                }
+                SEEN.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((self.0, began, ran.get()));
+            }
+        }
+        thread_local! {
+            static BEFORE: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+            static INSIDE: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+            static AFTER: RefCell<Option<CapturesAtExit>> = const { RefCell::new(None) };
+        }
+        let joined = std::thread::spawn(|| {
+            BEFORE.with(|v| *v.borrow_mut() = Some(CapturesAtExit("before")));
+            // The thread's first capture, as `Scope` makes it: the scopes' record first...
+            assert!(captures_recordable());
+            enter_thread_capture();
+            open_capture(&[7]);
+            INSIDE.with(|v| *v.borrow_mut() = Some(CapturesAtExit("inside")));
+            // ... the kept work's record at its end.
+            if leave_thread_capture() {
+                run_after_captures();
+            }
+            assert!(close_capture(&[7]).is_empty());
+            AFTER.with(|v| *v.borrow_mut() = Some(CapturesAtExit("after")));
+        })
+        .join();
+        assert!(joined.is_ok(), "the thread exited without a panic");
+        let seen = std::mem::take(
+            &mut *SEEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert_eq!(seen.len(), 3, "every destructor ran: {seen:?}");
+        assert!(
+            seen.iter().all(|(_, began, ran)| !began || *ran),
+            "a capture began in a thread-local destructor and its kept work was forgotten \
+             (what it would have freed is lost): {seen:?}"
         );
     }
 }
