@@ -19,6 +19,8 @@ fn two_contexts() -> (Context, Context) {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn memory_of_another_context_is_refused_at_attach() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     assert!(!a.same_as(&b), "two devices, two primary contexts");
     println!("devices: {} and {}", a.info().name, b.info().name);
@@ -32,6 +34,8 @@ fn memory_of_another_context_is_refused_at_attach() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn a_kernel_of_another_context_is_refused_at_launch() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     let kernel_of_a = a
         .kernel(testing::PTX, "add_scalar")
@@ -62,6 +66,8 @@ fn a_kernel_of_another_context_is_refused_at_launch() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn each_device_runs_its_own_streams_from_its_own_thread() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     std::thread::scope(|scope| {
         for (ctx, add) in [(&a, 1.0f32), (&b, 2.0f32)] {
@@ -88,6 +94,8 @@ fn cross_device_handoff_allowed(a: &Context, b: &Context) -> bool {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn memory_of_device_0_is_handed_to_a_stream_of_device_1_and_back() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     let allowed = cross_device_handoff_allowed(&a, &b);
     println!(
@@ -126,6 +134,8 @@ fn memory_of_device_0_is_handed_to_a_stream_of_device_1_and_back() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn a_prefetching_stream_of_device_1_receives_memory_of_device_0() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     if !cross_device_handoff_allowed(&a, &b) {
         println!("skipped: a device lacks concurrent managed access");
@@ -160,6 +170,8 @@ fn a_prefetching_stream_of_device_1_receives_memory_of_device_0() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn the_per_thread_stream_of_device_1_receives_and_drops_memory_of_device_0() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     if !cross_device_handoff_allowed(&a, &b) {
         println!("skipped: a device lacks concurrent managed access");
@@ -192,6 +204,8 @@ fn the_per_thread_stream_of_device_1_receives_and_drops_memory_of_device_0() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn memory_handed_to_device_1_is_awaited_there() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     if !cross_device_handoff_allowed(&a, &b) {
         println!("skipped: a device lacks concurrent managed access");
@@ -221,6 +235,8 @@ fn memory_handed_to_device_1_is_awaited_there() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn coherent_memory_of_device_0_is_handed_to_device_1_and_back() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     if !cross_device_handoff_allowed(&a, &b) {
         println!("skipped: a device lacks concurrent managed access (coherent memory needs it)");
@@ -259,6 +275,8 @@ fn coherent_memory_of_device_0_is_handed_to_device_1_and_back() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurrent_access() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     if !cross_device_handoff_allowed(&a, &b) {
         println!("skipped: a device lacks concurrent managed access (coherent memory needs it)");
@@ -297,6 +315,8 @@ fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurren
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn the_per_thread_streams_of_two_devices_are_two_streams() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     let n = 1 << 20;
     let data = Managed::from_slice(&a, &vec![0.0f32; n]).expect("alloc on device 0");
@@ -344,6 +364,8 @@ fn the_per_thread_streams_of_two_devices_are_two_streams() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn mirrored_memory_is_not_handed_between_the_per_thread_streams_of_two_devices() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, b) = two_contexts();
     let data = Managed::from_slice_mirrored(&a, &[0.0f32; 64]).expect("alloc on device 0");
     let err = a
@@ -361,6 +383,8 @@ fn mirrored_memory_is_not_handed_between_the_per_thread_streams_of_two_devices()
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn a_foreign_stream_of_another_device_is_refused() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (a, _b) = two_contexts();
     let cudarc = cudarc::driver::CudaContext::new(1).expect("cudarc context of device 1");
     let stream = cudarc.new_stream().expect("stream of device 1");
@@ -378,6 +402,8 @@ fn a_foreign_stream_of_another_device_is_refused() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let ctx0 = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
     assert!(ctx0.info().concurrent_managed_access);
     let ctx1 = Context::with_options(1, um::ContextOptions::new()).expect("device 1");
@@ -417,6 +443,8 @@ fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn captures_begun_crosswise_inside_idle_sections_of_two_devices_do_not_deadlock() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let (d0, d1) = two_contexts();
     if !d0.info().concurrent_managed_access || !d1.info().concurrent_managed_access {
         println!("skipped: captures of unified memory need concurrent managed access");
@@ -469,6 +497,8 @@ const ALONE: &str = "UM_TWO_DEVICES_ALONE";
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn a_device_released_after_a_capture_of_another_leaves_a_new_capture_of_it_valid() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
     let name = "a_device_released_after_a_capture_of_another_leaves_a_new_capture_of_it_valid";
     if std::env::var_os(ALONE).is_none() {
         let (status, text) = common::child_output(name, ALONE);
