@@ -73,3 +73,45 @@ fn a_fixed_block_shape_is_refused_whatever_the_ptx_comments_say() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// PTX that ptxas reads with `.reqntid` on the safe kernel's entry, after text that a reader of
+/// comments and strings could get wrong (each form checked against ptxas 13.0): a string with a
+/// backslash before its closing quote (ptxas takes no escapes: `"a\"` is a whole string), a
+/// string holding `//` and a line break (ptxas lets a string run over lines), a `//` comment
+/// with a carriage return (which does not end it for ptxas) followed by a line break, a block
+/// comment holding a quote, and a line comment ending in a backslash (no continuation in PTX).
+/// Each must be refused as a fixed block shape.
+#[test]
+fn a_fixed_block_shape_after_strings_and_comments_ptxas_reads_its_own_way_is_refused() {
+    let src = "#include \"um.cuh\"\nUM_SAFE_KERNEL void put(float *x, um::len32 n) {}\n";
+    let head = ".version 8.0\n.target sm_75\n.address_size 64\n";
+    let entry = |before: &str, between: &str| {
+        format!(
+            "{head}{before}\n.visible .entry put(\n\t.param .u64 put_param_0,\n\t\
+             .param .align 4 .b8 put_param_1[4]\n){between}\n.reqntid 32, 4, 1\n{{\n\tret;\n}}\n"
+        )
+    };
+    let mut failures = Vec::new();
+    for (name, ptx) in [
+        (
+            "a backslash before a closing quote",
+            entry(".file 1 \"a\\\"", ""),
+        ),
+        (
+            "a string over lines holding //",
+            entry(".file 1 \"a //\nb\"", ""),
+        ),
+        ("a carriage return in a line comment", entry("", " // c\r")),
+        ("a quote in a block comment", entry("/* \" */", "")),
+        ("a backslash ending a line comment", entry("// c \\", "")),
+    ] {
+        match um_build::generate_for("k", src, &ptx) {
+            Ok(_) => failures.push(format!("{name}: built")),
+            Err(e) if !e.to_string().contains("fixes the block's shape") => {
+                failures.push(format!("{name}: refused for another reason: {e}"));
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -980,3 +980,148 @@ fn kernels_of_one_name_in_two_files_each_embed_their_own_ptx() {
     assert!(d.contains("__um::Managed<[f64]") && embedded(&d).contains(".f64"));
     assert!(f.contains("__um::Managed<[f32]") && !embedded(&f).contains(".f64"));
 }
+
+// ------------------------------------------------------------------------------------------
+// nvcc runs each tool of its pipeline through a shell, every argument in double quotes: a `$(..)`
+// or a backquote in any argument um-build hands it (a flag, a path under the output folder, the
+// temporary folder nvcc reads from `TMPDIR`) would run a command of its own in the middle of the
+// compile, which can rewrite the check wrapper after um-build wrote it and before the compiler
+// reads it.
+
+/// A flag whose value holds a shell command (`-D` is not refused) runs nothing, and the build
+/// embeds b's float kernel behind its float launcher. The command here drops the wrapper's
+/// `static_assert`s and makes it include the earlier double kernel instead of b's file: the
+/// mark stays, so only refusing such a flag (or running nvcc's tools without a shell) holds.
+#[test]
+#[ignore = "hole: nvcc passes flags to its tools through sh in double quotes, so $(..) in a -D runs and rewrites the wrapper"]
+fn a_flag_runs_no_command_through_nvccs_shell() {
+    let root = fresh();
+    let out = root.join("out");
+    let wrapper = out.join("um-check/k.cu");
+    let ran = root.join("ran");
+    let rewrite = format!(
+        "touch {}; sed -i -e '/^static_assert(/d' -e 's|/b/k.cu|/a/k.cu|' {}",
+        ran.display(),
+        wrapper.display()
+    );
+    let mut failures = Vec::new();
+    for flags in [
+        vec![format!("-DUM_SHELL=$({rewrite})")],
+        vec![format!("-DUM_SHELL=`{rewrite}`")],
+        vec!["-I".to_owned(), format!("{}/$({rewrite})", root.display())],
+    ] {
+        let _ = std::fs::remove_file(&ran);
+        let mut k = um_build::Kernels::new(root.join("b")).out_dir(&out);
+        for f in &flags {
+            k = k.flag(f);
+        }
+        let built = k.build();
+        if ran.exists() {
+            failures.push(format!("{flags:?}: the flag's command ran"));
+        }
+        if let Ok(built) = built {
+            let code = std::fs::read_to_string(&built.generated).unwrap();
+            if double_kernel_behind_a_float_launcher(&code) {
+                failures.push(format!(
+                    "{flags:?}: a double kernel behind a float launcher"
+                ));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The child's entry point: does nothing unless the parent set `UM_SHELL_OUT`, run in a
+/// `fresh()` tree with the environment of a row. Builds `b/` of
+/// the current folder (a `fresh()` tree) into `UM_SHELL_OUT` and says what the launcher embeds.
+#[test]
+fn tree_child() {
+    let Some(out) = std::env::var_os("UM_SHELL_OUT").map(PathBuf::from) else {
+        return;
+    };
+    match um_build::Kernels::new("b").out_dir(out).build() {
+        Ok(built) => {
+            let code = std::fs::read_to_string(&built.generated).unwrap();
+            println!(
+                "CASE built: double kernel behind a float launcher {}",
+                double_kernel_behind_a_float_launcher(&code)
+            );
+        }
+        Err(e) => println!("CASE refused: {}", e.to_string().replace('\n', " | ")),
+    }
+}
+
+/// An output folder (`Kernels::out_dir`, or cargo's `OUT_DIR`) or a temporary folder (`TMPDIR`,
+/// which nvcc puts on its tools' command lines) whose name holds `$(..)` runs no command. Each
+/// runs in a child process in the `fresh()` tree (the command here, `touch ran`, runs there).
+#[test]
+#[ignore = "hole: nvcc quotes paths with \" for sh, so $(..) in out_dir or TMPDIR runs a command"]
+fn a_folder_name_runs_no_command_through_nvccs_shell() {
+    let root = fresh();
+    let ran = root.join("ran");
+    let tmp = root.join("t$(touch ran)");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut failures = Vec::new();
+    for (case, out, tmpdir) in [
+        ("out_dir", root.join("o$(touch ran)"), None),
+        ("TMPDIR", root.join("out"), Some(&tmp)),
+    ] {
+        let _ = std::fs::remove_file(&ran);
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "tree_child", "--nocapture", "--test-threads=1"])
+            .current_dir(&root)
+            .env("CARGO_MANIFEST_DIR", &root)
+            .env("UM_SHELL_OUT", &out);
+        if let Some(t) = tmpdir {
+            cmd.env("TMPDIR", t);
+        }
+        let output = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let said = stdout.lines().find_map(|l| l.strip_prefix("CASE "));
+        if ran.exists() {
+            failures.push(format!("{case}: the folder name's command ran ({said:?})"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The host preprocessor's own include path from the environment (`CPATH`, `CPLUS_INCLUDE_PATH`,
+/// `C_INCLUDE_PATH`) can put a header ahead of the system's: here a `stdlib.h` (which nvcc's
+/// `cuda_runtime.h` includes ahead of the wrapper) that defines `float` as `double`. Each build
+/// is refused, or embeds b's float kernel behind its float launcher: the wrapper's checks see the
+/// type the kernel was compiled with, whatever header made it so.
+#[test]
+fn headers_put_first_by_the_preprocessors_environment_cannot_retype_a_kernel() {
+    let root = fresh();
+    let inc = root.join("inc");
+    std::fs::create_dir_all(&inc).unwrap();
+    for h in ["stdlib.h", "cstdlib", "stddef.h"] {
+        std::fs::write(
+            inc.join(h),
+            format!("#include_next <{h}>\n#ifndef UM_RETYPE\n#define UM_RETYPE\n#define float double\n#endif\n"),
+        )
+        .unwrap();
+    }
+    let mut failures = Vec::new();
+    for var in ["CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH"] {
+        let out = root.join("out");
+        let _ = std::fs::remove_dir_all(&out);
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tree_child", "--nocapture", "--test-threads=1"])
+            .current_dir(&root)
+            .env("CARGO_MANIFEST_DIR", &root)
+            .env("UM_SHELL_OUT", &out)
+            .env(var, &inc)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let said = stdout.lines().find_map(|l| l.strip_prefix("CASE "));
+        if said.is_none_or(|s| s.contains("behind a float launcher true")) {
+            failures.push(format!("{var}: {said:?}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
