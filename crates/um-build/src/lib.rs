@@ -167,6 +167,12 @@ impl Kernels {
     /// `CUDAFE_FLAGS`, `PTXAS_FLAGS`, `INCLUDES`, `SYSTEM_INCLUDES` and `LIBRARIES` in its
     /// environment, which would do the same unseen.
     ///
+    /// nvcc runs each tool of its pipeline through `sh`, every argument in double quotes, so a
+    /// flag that holds `$`, a backquote, a double quote, a backslash or a control character is
+    /// refused whatever its option (`-DX=$(cmd)` would run `cmd` mid-compile); so is an output
+    /// folder or kernel path that holds one. nvcc's temporary files go to a folder of the
+    /// build's own (`TMPDIR` is set to `um-ptx/nvcc-tmp` under the output folder).
+    ///
     /// A flag is matched by its name (up to `=` or a space), with one or two leading dashes;
     /// nvcc takes no abbreviation of a name. Whatever the flags, a build embeds only PTX that
     /// nvcc wrote in this run from this build's check wrapper: the wrapper defines a variable

@@ -163,6 +163,18 @@ pub(crate) fn check_flags(flags: &[String]) -> Result<()> {
             .map(|(short, long)| format!(" ({short}, {long})"))
     };
     for flag in flags {
+        if let Some(c) = shell_special(flag) {
+            return Err(Error::new(format!(
+                "the nvcc flag `{flag}` holds {c:?}, which nvcc's shell would read: nvcc runs \
+                 each tool of its pipeline through `sh`, every argument in double quotes, so \
+                 `$(..)` or a backquote there runs a command in the middle of the compile"
+            ))
+            .help(
+                "remove the flag, or write its value without `$`, backquotes, double quotes, \
+                 backslashes or control characters (a macro's value can come from a header \
+                 instead)",
+            ));
+        }
         let name = flag.split(['=', ' ']).next().unwrap_or_default();
         let bare = name.trim_start_matches('-');
         if !name.starts_with('-') || bare.is_empty() {
@@ -196,6 +208,32 @@ pub(crate) fn check_flags(flags: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The first character of `text` that `sh` reads inside double quotes (`$`, a backquote, `"`,
+/// `\\`) or that ends or breaks a command line (a control character): nvcc puts every argument
+/// it is given, and the temporary folder it reads from `TMPDIR`, on its tools' command lines
+/// in double quotes for `sh`.
+pub(crate) fn shell_special(text: &str) -> Option<char> {
+    text.chars()
+        .find(|c| matches!(c, '$' | '`' | '"' | '\\') || c.is_control())
+}
+
+/// Refuses a path nvcc would hand its shell with a character the shell reads ([`shell_special`]).
+fn check_path(what: &str, path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    match shell_special(&text) {
+        Some(c) => Err(Error::new(format!(
+            "the {what} {} holds {c:?}, which nvcc's shell would read: nvcc passes it to its \
+             tools through `sh` in double quotes",
+            path.display()
+        ))
+        .help(
+            "build into a folder whose path has no `$`, backquote, double quote, backslash or \
+             control character (Kernels::out_dir, or cargo's OUT_DIR and the kernel folder)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `nvcc --ptx -arch=ARCH -O3 -I INCLUDE FLAGS -o PTX SRC`, with no file at `PTX` before it
 /// runs: whatever is there afterwards, nvcc wrote in this run (or nothing is there). nvcc runs
 /// without [`REMOVED_VARS`] in its environment.
@@ -208,6 +246,26 @@ pub(crate) fn compile(
     ptx: &Path,
 ) -> Result<()> {
     crate::fresh::remove(ptx).map_err(|e| e.in_file(src))?;
+    // nvcc's temporary files go to a folder of this build's own, under the output folder: the
+    // caller's `TMPDIR` is put on the tools' command lines too.
+    let tmp = ptx
+        .parent()
+        .map_or_else(|| PathBuf::from("nvcc-tmp"), |d| d.join("nvcc-tmp"));
+    for (what, path) in [
+        ("include folder", include),
+        ("PTX file", ptx),
+        ("check wrapper", src),
+        ("temporary folder", tmp.as_path()),
+    ] {
+        check_path(what, path).map_err(|e| e.in_file(src))?;
+    }
+    if let Some(c) = shell_special(arch) {
+        return Err(Error::new(format!(
+            "the architecture `{arch}` holds {c:?}, which nvcc's shell would read"
+        )));
+    }
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| Error::new(format!("cannot make {}: {e}", tmp.display())).in_file(src))?;
     let mut cmd = Command::new(nvcc);
     cmd.arg("--ptx")
         .arg(format!("-arch={arch}"))
@@ -222,6 +280,7 @@ pub(crate) fn compile(
     for var in REMOVED_VARS {
         cmd.env_remove(var);
     }
+    cmd.env("TMPDIR", &tmp);
     let out = cmd
         .output()
         .map_err(|e| Error::new(format!("cannot run nvcc: {e}\ncommand: {shown}")))?;
@@ -243,6 +302,23 @@ mod tests {
 
     fn check(flags: &[&str]) -> Result<()> {
         check_flags(&flags.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())
+    }
+
+    /// A flag holding a character that nvcc's shell reads inside double quotes is refused,
+    /// whatever the option; flags without one pass.
+    #[test]
+    fn flags_with_what_nvccs_shell_reads_are_refused() {
+        for flag in [
+            "-DA=$(true)",
+            "-DA=`true`",
+            "-DA=\"x\"",
+            "-DA=\\x",
+            "-DA=1\n-ccbin",
+        ] {
+            let err = check(&[flag]).expect_err(flag);
+            assert!(err.to_string().contains("nvcc's shell would read"), "{err}");
+        }
+        assert!(check(&["-DA=1", "-Ipath/with spaces", "-lineinfo", "-DB='q'"]).is_ok());
     }
 
     /// Every option that substitutes or instructs a tool, in each spelling nvcc takes, is

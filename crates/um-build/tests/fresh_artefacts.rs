@@ -993,7 +993,6 @@ fn kernels_of_one_name_in_two_files_each_embed_their_own_ptx() {
 /// `static_assert`s and makes it include the earlier double kernel instead of b's file: the
 /// mark stays, so only refusing such a flag (or running nvcc's tools without a shell) holds.
 #[test]
-#[ignore = "hole: nvcc passes flags to its tools through sh in double quotes, so $(..) in a -D runs and rewrites the wrapper"]
 fn a_flag_runs_no_command_through_nvccs_shell() {
     let root = fresh();
     let out = root.join("out");
@@ -1056,7 +1055,6 @@ fn tree_child() {
 /// which nvcc puts on its tools' command lines) whose name holds `$(..)` runs no command. Each
 /// runs in a child process in the `fresh()` tree (the command here, `touch ran`, runs there).
 #[test]
-#[ignore = "hole: nvcc quotes paths with \" for sh, so $(..) in out_dir or TMPDIR runs a command"]
 fn a_folder_name_runs_no_command_through_nvccs_shell() {
     let root = fresh();
     let ran = root.join("ran");
