@@ -895,20 +895,35 @@ fn free_after(ctx: &Context, before: usize) -> usize {
     after
 }
 
-/// Runs `run` once unmeasured, then [`runs`] times between two readings of free memory: the
-/// failures of each run, and a loss of free memory, each named `name`.
+/// Runs `run` once unmeasured, then [`runs`] times. Every allocation a run watched must be gone
+/// once it has settled (as in [`check`]); where no run watched any, the device's free memory
+/// must be back where it was. The failures of each run, each named `name`.
 fn measured(ctx: &Context, name: &str, mut run: impl FnMut() -> Result<(), String>) -> Vec<String> {
     let counts = common::counts_free_memory();
     let mut failures = Vec::new();
-    if let Err(why) = run() {
-        failures.push(format!("{name}, unmeasured: {why}"));
-    }
-    settle(ctx);
+    drop(still_allocated()); // nothing of an earlier test
+    let mut watched_any = 0;
+    let mut once = |label: String, failures: &mut Vec<String>| {
+        if let Err(why) = run() {
+            failures.push(format!("{name}, {label}: {why}"));
+        }
+        settle(ctx);
+        let (watched, lost) = still_allocated();
+        if !lost.is_empty() {
+            failures.push(format!(
+                "{name}, {label}: {} of {watched} allocations not freed: {lost:x?}",
+                lost.len()
+            ));
+        }
+        watched
+    };
+    watched_any += once("unmeasured".to_owned(), &mut failures);
     let before = free_memory(ctx);
     for i in 0..runs() {
-        if let Err(why) = run() {
-            failures.push(format!("{name}, run {i}: {why}"));
-        }
+        watched_any += once(format!("run {i}"), &mut failures);
+    }
+    if watched_any > 0 {
+        return failures;
     }
     let after = free_after(ctx, before);
     println!(
@@ -950,6 +965,7 @@ fn text(e: Error) -> String {
 /// there or as a sticky error).
 fn panicking_capture(ctx: &Context) -> Result<(), String> {
     let host = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    watch(host.as_ptr() as u64);
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
     let came = ctx.with_stream(StreamOptions::new(), |s| {
         let set = vec![x.attach(s)?, eager(ctx, s)?];
