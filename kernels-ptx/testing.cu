@@ -50,7 +50,7 @@ UM_SAFE_KERNEL void __launch_bounds__(64) bounded_add(float *data, float value, 
     }
 }
 
-// y[i] = value for every i below y's length: issue 18's hole 4 as a kernel declared first by a
+// y[i] = value for every i below y's length, as a kernel declared first by a
 // prototype and defined in another file. The launcher's length is the parameter whose *type*
 // is `um::len32` (the compiler checks it at that position, whatever either declaration calls
 // it), so `fill(s, &mut y, 1 << 30)` writes `y` only: 1 << 30 is `value`.

@@ -1,4 +1,4 @@
-// The definition of `fill`, whose prototype is in testing.cu (issue 18, hole 4). Its parameter
+// The definition of `fill`, whose prototype is in testing.cu. Its parameter
 // names differ from the prototype's on purpose: only the types at each position matter.
 #pragma once
 #include "um.cuh"

@@ -307,7 +307,7 @@ fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurren
     a.wait_idle().expect("no fault");
 }
 
-/// Issue 18, hole 1: `CU_STREAM_PER_THREAD` names another stream in every context, but the
+/// `CU_STREAM_PER_THREAD` names another stream in every context, but the
 /// per-thread stream's id was one per thread, so device 0's and device 1's per-thread streams
 /// looked like one stream: `hand_off` between them took the "same stream" shortcut (no event,
 /// no attach), and `sync` on device 1 returned while device 0's kernel still wrote (seen: `0`
@@ -359,8 +359,8 @@ fn the_per_thread_streams_of_two_devices_are_two_streams() {
     );
 }
 
-/// Hole 1 for mirrored memory: the device half of device 0 must not reach device 1's kernels
-/// through the per-thread shortcut either.
+/// The per-thread stream's id, for mirrored memory: the device half of device 0 must not
+/// reach device 1's kernels through the per-thread shortcut either.
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn mirrored_memory_is_not_handed_between_the_per_thread_streams_of_two_devices() {
@@ -398,7 +398,7 @@ fn a_foreign_stream_of_another_device_is_refused() {
     );
 }
 
-/// Red team 5, finding 3: the last handle of device 1 dropped inside a capture on device 0.
+/// The last handle of device 1 dropped inside a capture on device 0.
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
@@ -423,8 +423,8 @@ fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
             let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
                 testing::add_scalar(cap, &mut x, 1.0)?;
                 // Inner::drop -> retire (graves) -> Shared::drop on a capturing thread: the
-                // graves and the primary context's retain are never released here (red team 5,
-                // finding 3), but once this thread's capture has ended (rule 195).
+                // graves and the primary context's retain are never released here,
+                // but once this thread's capture has ended (rule 195).
                 drop(last.take());
                 Ok(((x,), ()))
             })?;
@@ -436,7 +436,7 @@ fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
     assert!(x.iter().all(|v| *v == 1.0));
 }
 
-/// Red team 8, finding 2: thread A inside an idle section of device 0 begins a capture of
+/// Thread A inside an idle section of device 0 begins a capture of
 /// device 1 while thread B, inside one of device 1, begins a capture of device 0. Each capture
 /// waited for the other thread's section, whose closure waited for that capture: a deadlock.
 /// Now a capture that would wait for idle sections while its own thread is in one is refused.

@@ -7,7 +7,7 @@
 //! every buffer declared between the previous length and itself. Both facts are about types and
 //! positions, never names: the compiler checks the type at every position (`check.rs`), so what
 //! the launcher fills in is what the compiled kernel calls its lengths, whatever a prototype, a
-//! macro or a preprocessor branch names them. (Before issue 18, a buffer `x` was counted by a
+//! macro or a preprocessor branch names them. (Before, a buffer `x` was counted by a
 //! parameter named `x_len` or `n`, which nothing could check: a prototype that named the
 //! parameters differently from the definition made the launcher pass a length where the kernel
 //! read a value.)

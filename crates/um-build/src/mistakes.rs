@@ -1,5 +1,5 @@
-//! Common mistakes of a kernel file, each said in one line that names the fix, before nvcc runs
-//! (issue 21). Without these, the first thing a user saw was tens of lines of nvcc errors, or
+//! Common mistakes of a kernel file, each said in one line that names the fix, before nvcc runs.
+//! Without these, the first thing a user saw was tens of lines of nvcc errors, or
 //! no error at all where the mistake still built:
 //!
 //! * a file that uses `UM_SAFE_KERNEL` or a `um::` name without `#include "um.cuh"`

@@ -1,4 +1,4 @@
-//! The mistakes of a first kernel file (issue 21), each said in one line with its fix before nvcc
+//! The mistakes of a first kernel file, each said in one line with its fix before nvcc
 //! runs: a file without `#include "um.cuh"`, a kernel in a namespace, a length declared as a
 //! plain integer. Each test checks the first line of the error's `Display`, which is what
 //! `build_or_exit` prints first.

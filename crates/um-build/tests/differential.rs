@@ -1,4 +1,4 @@
-//! um-build against the compiler, by machine (issue 18).
+//! um-build against the compiler, by machine.
 //!
 //! A deterministic generator (splitmix64, fixed seed) writes several hundred kernel folders:
 //! declarations with every const placement, scalar spelling and length type um-build reads,
@@ -2513,7 +2513,7 @@ fn gen_forms(out: &mut Vec<Case>) {
             1,
         ),
         (
-            // Refused by the reading, before nvcc (issue 21); hidden in a macro, it is the
+            // Refused by the reading, before nvcc; hidden in a macro, it is the
             // check's (the case after this one).
             "kernel in a namespace",
             "namespace ns {\nUM_SAFE_KERNEL void k(float *x, um::len32 n) {}\n}",

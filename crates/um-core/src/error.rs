@@ -240,7 +240,7 @@ pub enum Error {
     /// crosswise would wait for each other), inside um's stream callback (a waker, where no
     /// CUDA call is allowed), or on um's event thread (it runs wakers that such a closure may
     /// wait for); or in a destructor that runs while the thread exits, once um's record of the
-    /// thread's captures is gone (red team 10, finding 1).
+    /// thread's captures is gone.
     #[error(
         "a capture cannot begin here: inside a Context::with_idle_unless_capturing closure of its \
          device, inside one of another device while closures of its device are open, inside a \
@@ -411,7 +411,7 @@ pub enum Error {
     },
     /// Called from a destructor that runs while the calling thread exits, after the thread-local
     /// storage that `what` needs was destroyed: a `thread_local!` value of the user's that
-    /// opens um's per-thread default stream in its `Drop`, for one (red team 10, finding 1).
+    /// opens um's per-thread default stream in its `Drop`, for one.
     /// Use a stream of its own ([`Context::with_stream`](crate::Context::with_stream)) there.
     #[error(
         "{what} is not available here: the thread is exiting and its thread-local storage is \
@@ -424,7 +424,7 @@ pub enum Error {
     /// Called from code that runs inside one of um's stream callbacks (a user's waker, woken by
     /// a stream reaching a point): CUDA allows no API call there, and a call that waited for
     /// the device would wait for the callback itself. `um` refuses before any driver call or
-    /// lock (red team 13). Wake a task there, and do the work in the task.
+    /// lock. Wake a task there, and do the work in the task.
     #[error(
         "{what} is not available inside a stream callback (a waker run by um): CUDA allows no \
          API call there; do the work in the woken task"

@@ -42,7 +42,7 @@ use crate::sys;
 /// **Inside a capture closure**, a `Blas` on an eager stream works as anywhere else: its calls
 /// run with the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]), because
 /// cuBLAS loads its kernels lazily and a module load in thread-local mode would fail the
-/// capture (red team 10, attempt 3).
+/// capture.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -90,7 +90,7 @@ impl Blas {
     /// `cublasCreate_v2` fails (no GPU, say).
     pub fn new(ctx: &Context) -> Result<Blas> {
         // `load` refuses inside um's stream callback, before the library's initialisers and
-        // query run (red team 14, attempt 6).
+        // query run.
         Blas::with_library(ctx, Cublas::load()?)
     }
 
@@ -101,8 +101,7 @@ impl Blas {
         let api = library.api();
         let mut handle: sys::Handle = ptr::null_mut();
         // Relaxed inside a capture closure: `cublasCreate_v2` allocates its workspace, which
-        // the driver refuses on a capturing thread in thread-local mode, failing the capture
-        // (red team 12, attempt 5).
+        // the driver refuses on a capturing thread in thread-local mode, failing the capture.
         let status = um_core::relaxed_while_capturing(|| {
             // SAFETY: a valid out-pointer; the context is current, so the handle is made for
             // it.
@@ -270,13 +269,13 @@ impl Blas {
         routine: impl FnOnce() -> i32,
     ) -> Result<()> {
         // Inside um's stream callback: `InsideDriverCallback`, also where the whole-context
-        // path would have said `CaptureInProgress` (red team 14, attempt 8).
+        // path would have said `CaptureInProgress`.
         um_core::refuse_inside_stream_callback("a cuBLAS call")?;
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
             // Until the call is recorded, a later move cannot order itself after it, and must
             // wait for the whole context instead (`UNORDERED`): so also if anything between
-            // here and the record unwound (nothing can today; red team 13, hardening).
+            // here and the record unwound (nothing can today).
             self.bound.set(UNORDERED);
             let status = routine();
             // Recorded whatever the status: a failed call may have enqueued part of its work.
@@ -323,7 +322,7 @@ impl Blas {
             // as before `StreamOrder`. Not while a capture of um is in progress on the device or
             // this thread, or waits to begin: the wait would fail it (refused there, before any
             // CUDA call). The bind is made inside the section, so that no capture can begin
-            // between the wait and it (red team 10, hardening).
+            // between the wait and it.
             match self.ctx.with_idle_unless_capturing(bind)? {
                 Some(status) => status,
                 None => return Err(Error::CaptureInProgress),
@@ -335,14 +334,14 @@ impl Blas {
             // the handle's last call, recorded after it on that stream (`run`), even if that
             // stream is gone now: every cuBLAS call enqueued here after the wait runs after
             // every earlier one of the handle. The calling thread does not wait, so no capture
-            // can be disturbed, and none needs to wait for this move (red team 7's Blas test).
+            // can be disturbed, and none needs to wait for this move.
             self.order.wait(stream)?;
             self.ctx.make_current()?;
             bind()
         };
         // Until the bind is known to have succeeded, the handle's stream is unknown: a failed
         // bind may have switched it (or its workspace) anyway, so the next call waits and
-        // binds again, whatever its stream (red team 10, hardening).
+        // binds again, whatever its stream.
         self.bound.set(UNKNOWN_STREAM);
         Error::status(api, "cublasSetStream_v2", status)?;
         self.bound.set(id);
@@ -384,7 +383,7 @@ impl Drop for Blas {
         // (another thread) or on this thread, and cuBLAS does not say what it frees then. So
         // wait first, through um, which never does so while a capture of um is in progress or
         // waits to begin, and destroy inside its idle section, before any capture of um can
-        // begin (the destroy's own wait then cannot fail one either: red team 5, finding 2).
+        // begin (the destroy's own wait then cannot fail one either).
         // Where a capture stands in the way, the destroy is not given up (that leaked the
         // handle and its workspace): um keeps it, and the thread that ends the last such
         // capture makes it, after the same wait. After the wait no kernel of this handle can

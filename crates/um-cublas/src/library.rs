@@ -55,7 +55,7 @@ impl Cublas {
     /// `LD_LIBRARY_PATH`: `UM_CUBLAS_LIB` is configuration of the same kind.
     pub fn load() -> Result<&'static Cublas> {
         // Loading runs the library's initialisers and asks its version: not inside um's stream
-        // callback (red team 15, attempt 1b).
+        // callback.
         um_core::refuse_inside_stream_callback("loading cuBLAS")?;
         let mut loaded = LOADED
             .lock()

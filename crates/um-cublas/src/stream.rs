@@ -6,7 +6,7 @@ use um_core::{Created, Eager, Foreign, Legacy, PerThread};
 ///
 /// A captured cuBLAS call would use the handle's workspace at every replay of the graph, and
 /// the graph does not hold the handle: it could be dropped, or serve another stream, while the
-/// graph lives (red team 3, finding 2). Sealed: implemented here for the eager kinds only.
+/// graph lives. Sealed: implemented here for the eager kinds only.
 #[diagnostic::on_unimplemented(
     message = "a cuBLAS call cannot run on a `{Self}` stream",
     label = "not a stream cuBLAS may enqueue on",

@@ -83,8 +83,7 @@ impl CommOptions {
 /// default) `um-nccl` turns that into [`Error::Timeout`] after the communicator's time limit
 /// (and aborts it) instead of a hang. On a blocking one it cannot: NCCL (2.22 and later) makes
 /// the connections of a first collective inside the call, which then waits for the peer with no
-/// limit, and `um-nccl` does not know which thread holds the peer ([`CommOptions::blocking`];
-/// red team 17, attempt 3).
+/// limit, and `um-nccl` does not know which thread holds the peer ([`CommOptions::blocking`]).
 ///
 /// # Buffers and streams
 ///
@@ -127,7 +126,7 @@ struct State {
     /// An abort's `ncclCommAbort` (and leaving the ledger) not made yet: set by every abort,
     /// cleared when it is made, at once outside um's stream callback; inside one (no NCCL call
     /// may be made there) by the next call, `wait`, `abort` or drop on an ordinary thread, so
-    /// that the communicator's kernels do not run for ever (red team 15).
+    /// that the communicator's kernels do not run for ever.
     abort_owed: bool,
     /// The streams the communicator enqueued work on, to poison at an abort.
     streams: Vec<Poisoner>,
@@ -226,7 +225,7 @@ impl Comm {
         options: CommOptions,
     ) -> Result<Comm> {
         // `nccl()` refuses inside um's stream callback, before the ledger is joined: a refused
-        // join would leave it (red team 15, attempt 1a).
+        // join would leave it.
         let nccl = sys::nccl()?;
         let world = check_world(rank, world_size)?;
         let ledger = Ledger::join(id.as_bytes(), rank, world_size)?;
@@ -600,7 +599,7 @@ impl Comm {
         // The abort is owed, then paid at once where NCCL may be called. Inside um's stream
         // callback (a waker that aborts) no NCCL or CUDA call is allowed, and NCCL's abort may
         // wait for its streams, which wait for the callback: there it stays owed to the next
-        // call, `wait`, `abort` or drop on an ordinary thread (red teams 14 and 15).
+        // call, `wait`, `abort` or drop on an ordinary thread.
         st.abort_owed = true;
         st.aborted = Some(reason);
         self.down.set(true);
@@ -756,7 +755,7 @@ impl Comm {
     /// as it is ([`Error::is_capture_refusal`]), and aborts nothing either.
     pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>, timeout: Duration) -> Result<()> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
-        // communicator (red team 16, attempt 2e).
+        // communicator.
         um_core::refuse_inside_stream_callback("waiting for a communicator")?;
         self.live()?;
         if !stream.context().same_as(&self.ctx) {
@@ -905,8 +904,8 @@ impl Drop for Comm {
         // Without its context (inside um's stream callback, a waker that drops the
         // communicator, where CUDA and NCCL calls are not allowed; or a context that cannot be
         // made current) nothing here may run: the flush polls for up to the timeout, and a
-        // blocking destroy waits for the stream, which waits for the callback. Leak it (red team
-        // 13, attempt 1c); its peers see a rank that stopped, as when a process dies.
+        // blocking destroy waits for the stream, which waits for the callback. Leak it;
+        // its peers see a rank that stopped, as when a process dies.
         if self.ctx.make_current().is_err() {
             return;
         }

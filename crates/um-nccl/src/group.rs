@@ -371,14 +371,14 @@ impl Launched<'_> {
     /// and no stream poisoned.
     pub fn wait(self, timeout: Duration) -> Result<()> {
         // Inside um's stream callback a wait is refused, not taken for a failure that aborts the
-        // communicators (red team 16, attempt 2e); an abort owed or done is reported (2c).
+        // communicators; an abort owed or done is reported.
         um_core::refuse_inside_stream_callback("waiting for collectives")?;
         let pairs: SmallVec<[(&Comm, &dyn Idle); INLINE]> = self.pairs.iter().copied().collect();
         for (comm, _) in &pairs {
             if let Err(e) = comm.live() {
                 // One communicator of the group was aborted: its peers in the group may wait for
-                // it for ever, so they are aborted too, as the documentation says (red team 17,
-                // attempt 4). Aborting an aborted one does nothing.
+                // it for ever, so they are aborted too, as the documentation says.
+                // Aborting an aborted one does nothing.
                 for (other, _) in &pairs {
                     other.abort_because(format!("another communicator of its group: {e}"));
                 }

@@ -154,7 +154,7 @@ const MAGIC_BYTES: usize = 8;
 /// reads only the magic and the root's address from it, and hashes all 128 bytes (not a
 /// cryptographic hash) to decide which ranks share a host and a process, so two crafted ids
 /// that differ only in bytes NCCL never reads could make one communicator with direct pointers
-/// between two ledgers that never compare their calls (red team 17, attempt 1). Keyed by the
+/// between two ledgers that never compare their calls. Keyed by the
 /// magic, ranks of one communicator always share a ledger; ids of one magic that are not one
 /// communicator share one too, which can only refuse (a rank claimed twice, another world
 /// size, a mismatch), never let a mismatch through.
@@ -228,7 +228,7 @@ impl Ledger {
     /// having reached any entry, so an entry is complete once every remaining local rank has
     /// reached it. The other ranks' pending calls are kept, and theirs still have to match
     /// them: a `leave` wiped every pending entry once, so that a receive of 20 could meet a
-    /// pending send of 10 between two other local ranks (red team 15; with direct pointers
+    /// pending send of 10 between two other local ranks (with direct pointers
     /// between local ranks, an access past a buffer). An entry only the departed rank wrote
     /// stays too: the remaining ranks are checked against it (conservative: the departed rank's
     /// kernel may have used it).
@@ -425,7 +425,7 @@ impl State {
             }
         }
         // Only a member records: `Comm` checks that it is live (not left) before every call, and
-        // a rank that left would mark entries as a party it no longer is (red team 16, 1g).
+        // a rank that left would mark entries as a party it no longer is.
         debug_assert!(self.is_member(rank), "rank {rank} records after it left");
         let (seq, n) = self.advance(rank, channel);
         let at = usize::try_from(n.saturating_sub(seq.base)).unwrap_or(usize::MAX);
@@ -504,7 +504,7 @@ impl State {
             Undo::Seen(channel, rank, at) => {
                 self.retreat(rank, channel);
                 // One mark: a rank's send and receive to itself both mark one pair's entry, and
-                // taking back one of them must keep the other (red team 16, attempt 1h).
+                // taking back one of them must keep the other.
                 if let Some(entry) = self.sequence(channel).and_then(|s| s.entries.get_mut(at)) {
                     if let Some(i) = entry.seen.iter().rposition(|r| *r == rank) {
                         entry.seen.remove(i);
@@ -555,7 +555,7 @@ mod tests {
         id
     }
 
-    /// Red team 17, attempt 1: ids that differ only past the magic (bytes NCCL's bootstrap never
+    /// Ids that differ only past the magic (bytes NCCL's bootstrap never
     /// reads, but hashes to tell hosts and processes apart) share one ledger, so their ranks'
     /// calls are compared.
     #[test]
@@ -582,7 +582,7 @@ mod tests {
         }
     }
 
-    /// Red team of the lockstep path, attack 3: a rank that left with a call of its own pending
+    /// The lockstep path: a rank that left with a call of its own pending
     /// leaves an entry no member has seen, every member still at the base. A group of the
     /// lockstep shape must be compared with it (the general path), not recorded past it.
     #[test]
@@ -606,7 +606,7 @@ mod tests {
         assert_eq!(st.collectives.base, 1);
     }
 
-    /// Red team of the lockstep path, attack 4, made deterministic: a rank joins after the
+    /// The lockstep path, with a race made deterministic: a rank joins after the
     /// lock-free count of members said two and before the lock. Under the lock the group of
     /// two is not every member: `lockstep` refuses it, changing nothing, and the general path
     /// leaves the entry pending for the new rank.
@@ -745,7 +745,7 @@ mod tests {
         assert!(Ledger::join(&key, 1, 3).is_err());
     }
 
-    // Red team 15, attempts 1a and 2c. `Comm::init_rank` joins the ledger before it asks
+    // `Comm::init_rank` joins the ledger before it asks
     // `refuse_inside_stream_callback` (through `make_current`); refused in a waker (or failing
     // for any reason after the join), its `Member` guard calls `leave`, which clears every
     // pending entry of the id's ledger, also those of two live local ranks that do not involve
@@ -780,7 +780,7 @@ mod tests {
         );
     }
 
-    /// Red team 15, with `leave` fixed: an entry the departed rank had reached is not complete
+    /// An entry the departed rank had reached is not complete
     /// until every remaining local rank has reached it (it is no longer counted as a party).
     #[test]
     fn a_rank_that_leaves_is_no_party_to_the_entries_it_reached() {
@@ -808,9 +808,9 @@ mod tests {
         );
     }
 
-    // ---- Red team 16: `leave`, re-joins, groups, a model check ----
+    // ---- `leave`, re-joins, groups, a model check ----
 
-    fn rt16_invariants(l: &Ledger) {
+    fn ledger_invariants(l: &Ledger) {
         let st = l.lock();
         for e in &st.collectives.entries {
             for r in &e.seen {
@@ -850,7 +850,7 @@ mod tests {
 
     /// leave of a rank that never joined, and leave twice: the live pair keeps its entries.
     #[test]
-    fn rt16_leave_of_a_stranger_and_twice_keeps_live_entries() {
+    fn leave_of_a_stranger_and_twice_keeps_live_entries() {
         let key = id(160);
         let (a, _b) = (
             Ledger::join(&key, 0, 4).expect("0"),
@@ -866,7 +866,7 @@ mod tests {
         c.leave(2);
         c.leave(2); // twice
         a.leave(3);
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         assert!(a.shared(), "0 and 1 still share");
         assert!(
             a.record(&[(1, Channel::Recv { src: 0, dst: 1 }, p2p(20))])
@@ -880,7 +880,7 @@ mod tests {
             .expect("recv 10");
         a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
             .expect("coll 10");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         let st = a.lock();
         assert!(st.collectives.entries.is_empty());
         assert!(st.pairs.values().all(|p| p.2.entries.is_empty()));
@@ -889,7 +889,7 @@ mod tests {
     /// A departed rank's entries (seen emptied) stay: both remaining ranks are held to them,
     /// then they compact; base ends equal to every rank's next.
     #[test]
-    fn rt16_entries_with_empty_seen_are_checked_and_compacted() {
+    fn entries_with_empty_seen_are_checked_and_compacted() {
         let key = id(161);
         let (a, _b, c) = (
             Ledger::join(&key, 0, 3).expect("0"),
@@ -903,7 +903,7 @@ mod tests {
         a.record(&[(0, Channel::Collective, sig("all_reduce", 10))])
             .expect("0 #0");
         c.leave(2);
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         assert_eq!(a.lock().collectives.entries.len(), 3);
         assert!(
             a.record(&[(1, Channel::Collective, sig("all_reduce", 99))])
@@ -911,7 +911,7 @@ mod tests {
         );
         a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
             .expect("1 #0");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         // In one group, both ranks, #1 and #2; then one mismatch at #3 (past the old entries).
         a.record(&[
             (0, Channel::Collective, sig("all_reduce", 11)),
@@ -920,7 +920,7 @@ mod tests {
             (0, Channel::Collective, sig("all_reduce", 12)),
         ])
         .expect("#1, #2");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         a.record(&[(0, Channel::Collective, sig("all_reduce", 13))])
             .expect("0 #3");
         assert!(
@@ -939,7 +939,7 @@ mod tests {
     /// A rank re-joining with its old number starts at base (its old `next` is gone): it is held
     /// to the pending entries, and its pairs start afresh; the live ranks stay checked.
     #[test]
-    fn rt16_rejoin_with_the_same_number() {
+    fn rejoin_with_the_same_number() {
         let key = id(162);
         let (a, _b, c) = (
             Ledger::join(&key, 0, 3).expect("0"),
@@ -959,7 +959,7 @@ mod tests {
             .expect("0->1 pending");
         c.leave(2);
         assert!(Ledger::join(&key, 2, 3).is_ok(), "re-join as 2");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         // The new 2's pair with 0 starts afresh (the old send of 7 is gone with the old 2).
         a.record(&[(0, Channel::Recv { src: 2, dst: 0 }, p2p(9))])
             .expect("fresh pair");
@@ -985,21 +985,21 @@ mod tests {
         );
         a.record(&[(1, Channel::Collective, sig("all_reduce", 10))])
             .expect("1 #0");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         assert_eq!(a.lock().collectives.base, 1, "#0 complete for 0, 1, new 2");
         c.leave(2);
         a.record(&[(0, Channel::Collective, sig("all_reduce", 11))])
             .expect("0 #1");
         a.record(&[(1, Channel::Collective, sig("all_reduce", 11))])
             .expect("1 #1");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         assert!(a.lock().collectives.entries.is_empty());
     }
 
     /// Leaves down to one member (unchecked), then a transient join: the survivor's stale
     /// `next` and the departed rank's entry are compared with its later calls.
     #[test]
-    fn rt16_down_to_one_member_then_a_transient_join() {
+    fn down_to_one_member_then_a_transient_join() {
         let key = id(163);
         let (a, b, c) = (
             Ledger::join(&key, 0, 4).expect("0"),
@@ -1021,10 +1021,10 @@ mod tests {
             "seen-empty entry kept"
         );
         let t = Ledger::join(&key, 3, 4).expect("transient 3");
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         let r = a.record(&[(0, Channel::Collective, sig("all_reduce", 20))]);
         t.leave(3);
-        rt16_invariants(&a);
+        ledger_invariants(&a);
         // Documented as conservative; with ranks 1 and 2 destroyed the collective cannot
         // complete in NCCL anyway, so the refusal costs a correct program nothing.
         assert!(
@@ -1037,7 +1037,7 @@ mod tests {
     /// must agree with the other's accepted call of the same number (collective, and sends of
     /// 0->1 against receives of 1->... i.e. pair (0,1)); the invariants hold after each step.
     #[test]
-    fn rt16_model_stayers_never_disagree() {
+    fn model_stayers_never_disagree() {
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut rnd = |m: u64| {
             seed ^= seed << 13;
@@ -1138,7 +1138,7 @@ mod tests {
                         *j = st.members.contains(&ch);
                     }
                 }
-                rt16_invariants(&l);
+                ledger_invariants(&l);
                 let k = coll[0].len().min(coll[1].len());
                 assert_eq!(
                     coll[0][..k],
@@ -1158,7 +1158,7 @@ mod tests {
     /// Liveness: a correct program (every rank the same script), a third rank leaving at any
     /// point: the two remaining ranks are never refused.
     #[test]
-    fn rt16_correct_program_never_refused_after_a_leave() {
+    fn correct_program_never_refused_after_a_leave() {
         let script: Vec<usize> = (0..40).map(|i| 10 + (i * 7) % 5).collect();
         for leave_at in 0..40 {
             for lead in 0..3usize {
@@ -1189,7 +1189,7 @@ mod tests {
                     l.record(&[(r, Channel::Collective, sig("all_reduce", script[pos[r]]))])
                         .unwrap_or_else(|e| panic!("leave_at {leave_at} lead {lead}: {e}"));
                     pos[r] += 1;
-                    rt16_invariants(&l);
+                    ledger_invariants(&l);
                 }
             }
         }
@@ -1199,7 +1199,7 @@ mod tests {
     /// (`Undo::Seen`) removes *both* of rank 0's marks from the entry (`retain`), so an entry
     /// sent in an earlier group is never complete again: pair entries pile up (leak only).
     #[test]
-    fn rt16_self_pair_revert_strips_both_marks() {
+    fn self_pair_revert_strips_both_marks() {
         let key = id(165);
         let (a, _b) = (
             Ledger::join(&key, 0, 2).expect("0"),

@@ -1,7 +1,7 @@
 //! Where a grouped launch spends its host time: the time-stamp counter read at the boundaries
 //! of [`Group`](crate::Group)'s phases (in its call methods and in `launch`), summed per phase
-//! over the calling thread's current step. A measurement aid for `bench/nccl_probe --poll`
-//! (issue 22's host-time goal), compiled only with the `phase-timing` feature; without it every
+//! over the calling thread's current step. A measurement aid for `bench/nccl_probe --poll`,
+//! compiled only with the `phase-timing` feature; without it every
 //! [`lap`] is empty and this module is private. Nothing here touches NCCL, CUDA or a buffer: it reads a counter and writes
 //! thread-local cells.
 

@@ -273,8 +273,8 @@ mod tests {
         assert!(t0.elapsed() >= Duration::from_millis(2));
     }
 
-    /// A limit past what `Instant` holds is a wait without end, not a panic (red team of the
-    /// poll clock: `Launched::wait(Duration::MAX)` and `Bootstrap::timeout(Duration::MAX)`
+    /// A limit past what `Instant` holds is a wait without end, not a panic
+    /// (`Launched::wait(Duration::MAX)` and `Bootstrap::timeout(Duration::MAX)`
     /// panicked with an `Instant` overflow); an ordinary one passes.
     #[test]
     fn a_deadline_past_what_instant_holds_never_passes() {

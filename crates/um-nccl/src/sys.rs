@@ -176,7 +176,7 @@ pub(crate) fn candidates() -> Vec<String> {
 /// remembered: every later call returns the same error.
 pub fn nccl() -> Result<&'static Nccl> {
     // Loading runs the library's initialisers and asks its version: not inside um's stream
-    // callback (red team 15, attempt 1b).
+    // callback.
     um_core::refuse_inside_stream_callback("loading NCCL")?;
     static NCCL: OnceLock<Result<Nccl>> = OnceLock::new();
     match NCCL.get_or_init(|| Nccl::load_first(&candidates())) {

@@ -188,7 +188,7 @@ impl Shared {
     fn retire_all(self: &Arc<Self>, mut modules: Vec<ModuleCache>) {
         if in_driver_callback() {
             // Another thread may hold `quiet` while it waits for the context, and so for this
-            // callback (red team 5, finding 1): never block on it here.
+            // callback: never block on it here.
             self.deferred().append(&mut modules);
             return;
         }
@@ -290,7 +290,7 @@ impl Drop for Shared {
         if in_driver_callback() {
             // The last handle of this device dropped inside a driver callback: the wait is
             // refused there, and so would be the release of the primary context, which
-            // destroys it when um held the last retain (red team 5, finding 3). Both are
+            // destroys it when um held the last retain. Both are
             // leaked: the modules and one retain of the device's primary context, which stays
             // alive until the process ends.
             std::mem::forget(graves);
@@ -497,7 +497,7 @@ pub fn defer_while_capturing(f: impl FnOnce() + 'static) -> bool {
 /// [`Context::wait_idle`], fails a capture in progress on any thread with an `Err`, relaxed or
 /// not (rule 187); whether the driver refuses it before or after waiting is its own affair.
 /// The capture streams are not [`Eager`](crate::Eager), so no wait or `sync` of one compiles.
-/// So this function is safe (red team 12).
+/// So this function is safe.
 pub fn relaxed_while_capturing<R>(f: impl FnOnce() -> R) -> Result<R> {
     if !thread_is_capturing() {
         return Ok(f());
@@ -527,7 +527,7 @@ thread_local! {
     /// capture of one of them begun here would wait for that closure. Plain `Cell`s, with no
     /// destructor: a thread-local destructor of the user's (a `Blas` kept in a `thread_local!`)
     /// may open a section while the thread exits, after any thread-local with a destructor is
-    /// gone (red team 8, finding 1).
+    /// gone.
     static IDLE_SECTIONS: [std::cell::Cell<usize>; MAX_NESTED_SECTIONS] =
         const { [const { std::cell::Cell::new(0) }; MAX_NESTED_SECTIONS] };
     static IDLE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -562,7 +562,7 @@ fn in_any_idle_section() -> bool {
 /// reaches the driver ([`Context::make_current`] and every call of `um` that makes its context
 /// current first; making a context; counting devices; allocating; the module lookups before
 /// their lock), and so do `um-cublas` and `um-nccl`. A library of your own that calls CUDA
-/// without going through `um` first can ask it too (red teams 13 and 14).
+/// without going through `um` first can ask it too.
 ///
 /// What `um` drops there is leaked (streams, stream-owned buffers, graphs, a `Blas`, a `Comm`,
 /// events) or, for host-owned memory, freed by the reaper thread.
@@ -710,7 +710,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Modules belong to the context: a kernel of one of them may still run (launches keep
         // no reference to the handle, and memory of another handle of the device may be on a
-        // stream of this one: issue 18's red team, suspect 4), so they are unloaded only after a
+        // stream of this one), so they are unloaded only after a
         // wait for the device's work, which `Shared` does when no capture is in progress. The
         // primary context stays retained by `shared` until its last handle is gone.
         let modules = std::mem::take(
@@ -870,7 +870,7 @@ impl Context {
     ///
     /// `Err(CaptureRefusedHere)` where it would have to wait for idle sections while this
     /// thread is inside one (of any device): two threads doing so crosswise on two devices
-    /// would wait for each other (red team 8, finding 2).
+    /// would wait for each other.
     pub(crate) fn capture_guard(&self) -> Result<CaptureGuard> {
         let shared = Arc::clone(&self.inner.shared);
         let mut quiet = shared.quiet();
@@ -880,8 +880,7 @@ impl Context {
         // Not while an idle section of another thread runs (its closure may make a call that
         // waits for the whole device); this thread is in none of this device
         // (`may_begin_capture`). While it waits, no new section of the device begins (but a
-        // nested one of a thread already in one), so it waits for the sections in progress only
-        // (red team 7, finding 1).
+        // nested one of a thread already in one), so it waits for the sections in progress only.
         if quiet.idle > 0 {
             quiet.waiting += 1;
             while quiet.idle > 0 {
@@ -929,8 +928,8 @@ impl Context {
     /// callback); `Err`, and `f` not run, when the wait fails.
     ///
     /// For a library call that itself waits for the whole device, such as `cublasDestroy_v2`:
-    /// made in `f`, it cannot fail a capture of `um` that another thread begins meanwhile
-    /// (red team 5, finding 2). Work that another thread enqueues while `f` runs is not waited
+    /// made in `f`, it cannot fail a capture of `um` that another thread begins meanwhile.
+    /// Work that another thread enqueues while `f` runs is not waited
     /// for, so `f` should only release what this thread's earlier work used.
     ///
     /// It also returns `Ok(None)` while a capture of `um` waits to begin on the device (unless
@@ -967,8 +966,8 @@ impl Context {
                 return Ok(None);
             }
             // A capture waits for the sections in progress: no new one begins meanwhile, or
-            // sections of several threads could keep it waiting for ever (red team 7, finding
-            // 1). A nested one of this thread does: the capture waits for its outer anyway.
+            // sections of several threads could keep it waiting for ever. A nested one of
+            // this thread does: the capture waits for its outer anyway.
             if quiet.waiting > 0 && !in_idle_section_of(shared) {
                 return Ok(None);
             }
@@ -1278,7 +1277,7 @@ mod tests {
         assert!(must_keep(&quiet(2, 1), true, true));
     }
 
-    /// Red team 13: inside um's stream callback (a user's waker) every call of `um` that would
+    /// Inside um's stream callback (a user's waker) every call of `um` that would
     /// reach the driver is refused before any driver call or lock, and only there.
     #[test]
     fn calls_inside_a_driver_callback_are_refused_and_only_there() {

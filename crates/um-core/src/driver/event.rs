@@ -111,7 +111,7 @@ impl Drop for Event {
 /// Destroys the event `raw` of `ctx`, made by `event_create` and destroyed once, here. Without
 /// the context the event cannot be destroyed safely: leaked. That includes um's stream callback
 /// (a waker dropping a `StreamOrder`), where `bind` refuses, since no CUDA call is allowed there
-/// (rule 189; red team 12, attempt 6).
+/// (rule 189).
 fn destroy_event(ctx: &Context, raw: sys::CUevent) {
     if ctx.bind().is_ok() {
         // SAFETY: created by `event_create`, destroyed only here, context current. Work that

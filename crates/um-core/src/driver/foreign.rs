@@ -79,7 +79,7 @@ impl Context {
         }
         // A stream another library is capturing (PyTorch's `torch.cuda.graph`, say) would record
         // `um`'s launches and library calls into a graph that holds none of their buffers,
-        // modules or workspaces (red team 4, finding 3).
+        // modules or workspaces.
         // SAFETY: `handle` is a live stream of this context (checked above).
         if unsafe { driver::stream_is_capturing(handle) }? {
             return Err(Error::InvalidForeignStream {

@@ -80,8 +80,7 @@ impl ModuleCache {
 pub struct Module {
     // Fields drop in this order: the module's reference before the context's, so that the
     // context's own cache (which waits for the device before it unloads) holds the last one,
-    // and a module is never unloaded after its primary context was released (red team 5,
-    // finding 6; red team 9, finding 2).
+    // and a module is never unloaded after its primary context was released.
     inner: Arc<LoadedModule>,
     ctx: Context,
 }
@@ -90,7 +89,7 @@ pub struct Module {
 #[derive(Clone)]
 pub struct Kernel {
     // Before `ctx`, as in `Module`: dropped first, so that it is never the module's last
-    // reference (red team 5, finding 6; red team 9, finding 2).
+    // reference.
     _module: Arc<LoadedModule>,
     ctx: Context,
     raw: sys::CUfunction,
@@ -245,7 +244,7 @@ impl Context {
         refuse_inside_stream_callback("a launch")?;
         let key = function_key(self.id(), ptx, name);
         // `try_with`: in a thread-local destructor that runs after `FUNCTIONS` was destroyed (a
-        // launch from a `thread_local!` value's `Drop`, red team 10, finding 1), the lookup
+        // launch from a `thread_local!` value's `Drop`), the lookup
         // goes to the context's cache instead of panicking.
         let hit = FUNCTIONS
             .try_with(|c| c.borrow().entries.iter().find(|e| e.0 == key).map(|e| e.1))
@@ -268,7 +267,7 @@ impl Context {
     /// `(modules loaded, kernels cached)` in this context: distinct driver modules, and
     /// [`Context::kernel`] entries. For tests that check that nothing is loaded twice. Inside
     /// um's stream callback `(0, 0)`, without looking: the module lock may be held by a thread
-    /// that waits for the device (red team 14, attempt 7).
+    /// that waits for the device.
     #[doc(hidden)]
     pub fn cache_stats(&self) -> (usize, usize) {
         if refuse_inside_stream_callback("cache_stats").is_err() {

@@ -218,10 +218,10 @@ thread_local! {
 ///
 /// `CU_STREAM_PER_THREAD` is one handle, but it names another stream on every thread and in
 /// every context. An id per thread alone made the per-thread streams of two devices look like
-/// one stream, and `hand_off` between them skipped its event (issue 18).
+/// one stream, and `hand_off` between them skipped its event.
 ///
 /// `Err(ThreadExiting)` in a thread-local destructor that runs after `PER_THREAD_IDS` was
-/// destroyed (red team 10, finding 1). An id drawn afresh there would give the stream a second
+/// destroyed. An id drawn afresh there would give the stream a second
 /// id, which identity allows (a redundant event, `docs/safety.md` I2), but the error is the
 /// simpler answer; the caller can use a stream of its own.
 pub(crate) fn per_thread_stream_id(context: u64) -> Result<u64> {
@@ -667,7 +667,7 @@ mod tests {
         assert_ne!(a_there, b_there);
     }
 
-    /// Red team 10, finding 1: a `thread_local!` value whose `Drop` asks for the per-thread
+    /// A `thread_local!` value whose `Drop` asks for the per-thread
     /// stream after `PER_THREAD_IDS` was destroyed got a panic in a TLS destructor (an abort).
     /// One value set up before the thread's first per-thread id and one after, so that one of
     /// them is dropped after `PER_THREAD_IDS` whatever order the platform runs the

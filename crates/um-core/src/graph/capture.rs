@@ -71,8 +71,8 @@ impl<'s, K: Eager> Stream<'s, K> {
     /// While `f` runs, other threads' calls that would wait for the whole device are refused
     /// or kept (an idle section returns `Ok(None)`; a `um_cublas::Blas` dropped is destroyed
     /// once the capture has ended, by the thread that ends it) until the capture has ended: so **`f` must not wait without a bound for another thread's such
-    /// call**, nor for a thread that retries one until it succeeds. It would wait for ever (red
-    /// team 10, attempt 4). A `Blas` moving to another stream waits for nothing (its order is
+    /// call**, nor for a thread that retries one until it succeeds. It would wait for ever.
+    /// A `Blas` moving to another stream waits for nothing (its order is
     /// kept on the device) and goes through, unless a record of its order failed before
     /// (`CaptureInProgress` then).
     ///
@@ -200,7 +200,7 @@ impl<'c> Scope<'c> {
         let ids: Vec<u64> = streams.iter().map(|s| s.raw().id).collect();
         let guard = Some(ctx.capture_guard()?);
         // The guard may have waited for other threads' idle sections, during which the stream
-        // may have been poisoned: check again (rule 188; red team 7, finding 3).
+        // may have been poisoned: check again (rule 188).
         stream.check_not_poisoned()?;
         let mut scope = Scope {
             streams,
@@ -228,7 +228,7 @@ impl<'c> Scope<'c> {
     /// invalidated the capture.
     fn end(&mut self) -> Result<sys::CUgraph> {
         // The closure may have left another context current (a buffer of another device
-        // dropped last, say): the capture's calls are made in its own (red team 4, finding 4).
+        // dropped last, say): the capture's calls are made in its own.
         // Should that fail, the calls below fail too, and report it.
         let _ = self.ctx.bind();
         let origin = self.streams[0].raw().handle;

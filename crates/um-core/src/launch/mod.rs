@@ -211,7 +211,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// * on a capture stream (the launch is recorded into a graph), the kernel's module stays
     ///   loaded for as long as the graph exists: a `Kernel` of this stream's `Context` handle
     ///   always does (the graph holds that handle), one of another handle only while that handle
-    ///   (or a clone of the `Kernel`) is kept until the graph is dropped (red team 4, finding 6).
+    ///   (or a clone of the `Kernel`) is kept until the graph is dropped.
     ///
     /// The typed launchers of `um-kernels` discharge these conditions for the kernels they wrap.
     pub unsafe fn launch<A: KernelArgs<'s>>(

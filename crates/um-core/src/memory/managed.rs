@@ -311,7 +311,7 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     }
 
     /// Keeps the poison mark of the owning stream before the memory is handed to another: the
-    /// work queued there may be aborted after the new owner's wait has passed (red team 17).
+    /// work queued there may be aborted after the new owner's wait has passed.
     pub(crate) fn keep_owner_poison(&mut self) {
         if !S::ON_STREAM {
             return;
@@ -328,7 +328,7 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     /// blocking a thread (see `crate::reclaim`).
     pub(crate) fn into_orphan(mut self) -> Orphan {
         // The kept marks move to the orphan (`this` below is never dropped, so a list left in it
-        // would leak: red team 18), and the owner's mark joins them.
+        // would leak), and the owner's mark joins them.
         let mut poison = std::mem::take(&mut self.alloc.handed_from);
         poison.extend(self.owner_poison());
         let this = ManuallyDrop::new(self);
@@ -471,7 +471,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
             // stream, which is alive here: its brand is on this buffer. Should that fail, it is
             // kept until the device's captures and this thread's have ended, and freed after a
             // wait for the owner's context; never waited for here. (`capturing` also holds in a
-            // thread-local destructor that runs while a capture is open: red team 11.)
+            // thread-local destructor that runs while a capture is open.)
             if capturing() {
                 // SAFETY: the orphan takes the allocation over (freed once, by the reaper or
                 // after the device's wait, or leaked), and this drop returns without freeing.
@@ -506,7 +506,7 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
         // Only host-owned memory gets here (a stream-owned drop that cannot free here returned
         // above), and no GPU work uses host-owned memory, so it may be freed at any time, on
         // any thread. Inside um's stream callback (a waker that drops a host-owned buffer)
-        // CUDA allows no call: the reaper thread frees it instead (red team 13).
+        // CUDA allows no call: the reaper thread frees it instead.
         if in_driver_callback() {
             // SAFETY: the orphan takes the allocation over; the reaper frees it once (`ok`), and
             // this drop returns without freeing.

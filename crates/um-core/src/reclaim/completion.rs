@@ -58,7 +58,7 @@ unsafe extern "system" fn on_stream_point(_stream: sys::CUstream, status: i32, d
     // held; it calls this exactly once, so the reference is taken back exactly once.
     let completion = unsafe { Arc::from_raw(data.cast_const().cast::<Completion>()) };
     // The waker is the user's code, run here: a `Context` handle it drops must neither wait nor
-    // block on a lock that a thread waiting for this callback holds (red team 5, finding 1).
+    // block on a lock that a thread waiting for this callback holds.
     let _inside = DriverCallback::enter();
     completion.complete(status);
     // The last reference may go here: a `Completion` then holds no context and no buffer (the
@@ -240,7 +240,7 @@ mod event_thread {
 
     fn run() {
         // This thread runs wakers: a capture begun here could wait for an idle section whose
-        // closure waits for a future that this thread completes (red team 7, finding 2).
+        // closure waits for a future that this thread completes.
         crate::driver::context::refuse_captures_on_this_thread();
         // Its waits go on while other threads capture, in whatever mode.
         crate::driver::ignore_other_threads_captures();

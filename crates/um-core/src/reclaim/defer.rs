@@ -117,12 +117,12 @@ thread_local! {
 }
 
 // `CAPTURES` has a destructor, so it is gone while the thread's later thread-local destructors
-// run (a `thread_local!` of the user's whose `Drop` drops a stream-owned buffer, red team 10,
-// finding 1): every access below is `try_with`, never a panic. Once it is gone no capture scope
+// run (a `thread_local!` of the user's whose `Drop` drops a stream-owned buffer):
+// every access below is `try_with`, never a panic. Once it is gone no capture scope
 // can begin on the thread (`captures_recordable`, checked by `Scope::begin`), `capturing` is
 // false by the record and `bury` finds no scope (the caller leaks the buffer). One can still be
 // open around it: `std::process::exit` called inside a capture closure runs the thread's
-// thread-local destructors with the scope's frame still on the stack (red team 11). So
+// thread-local destructors with the scope's frame still on the stack. So
 // `capturing` also asks the thread's count of captures (`thread_is_capturing`, a `Cell` without
 // a destructor).
 
@@ -210,7 +210,7 @@ mod tests {
     use std::rc::Rc;
     use std::sync::Mutex;
 
-    /// Red team 10, finding 1: `Managed::drop` of a stream-owned buffer asks `capturing()`; in a
+    /// `Managed::drop` of a stream-owned buffer asks `capturing()`; in a
     /// `thread_local!` value's `Drop` that runs after `CAPTURES` was destroyed, that was a panic
     /// in a TLS destructor (an abort). One value set up before the thread's first use of
     /// `CAPTURES` and one after, so that one of them runs after it whatever order the platform

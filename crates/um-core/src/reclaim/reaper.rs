@@ -185,7 +185,7 @@ fn run() {
 #[doc(hidden)]
 pub fn reap_pending() {
     // Inside um's stream callback (a waker) the orphans pending may wait for a later callback
-    // of the same stream, which waits for this one: return at once (red team 14, attempt 4).
+    // of the same stream, which waits for this one: return at once.
     if in_driver_callback() {
         return;
     }

@@ -175,7 +175,7 @@ pub struct Allocation<M: HasParts> {
     pub(crate) parts: M::Parts,
     /// The poison marks of the streams the memory was handed off from (`hand_off`) since it
     /// was last host-owned: work aborted there may still touch it after the new owner's wait,
-    /// so a mark set here counts as the owner's own (red team 17, attempt 2). Empty (no
+    /// so a mark set here counts as the owner's own. Empty (no
     /// allocation) for memory never handed off; cleared when the memory becomes host-owned,
     /// which happens only after a wait that found every mark unset.
     pub(crate) handed_from: Vec<Arc<PoisonFlag>>,
@@ -252,7 +252,7 @@ pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<(
 /// whose addresses (host and device) must be aligned for the element type. A failure leaks
 /// nothing.
 pub(crate) fn allocate<M: HasParts>(ctx: &Context, size: Size) -> Result<(NonNull<u8>, M::Parts)> {
-    // Before `admit`, whose first call asks every device (red team 14, attempt 3).
+    // Before `admit`, whose first call asks every device.
     refuse_inside_stream_callback("an allocation")?;
     M::admit(ctx)?;
     ctx.bind()?;

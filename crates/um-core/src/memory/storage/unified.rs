@@ -120,7 +120,7 @@ impl HasParts for Unified {
         // Memory of `attach_global` (the NULL stream's association) is reachable from every
         // device: where any device of the process lacks concurrent managed access, the CPU may
         // not touch it while a kernel runs there, so it goes back attached to the host, as
-        // coherent memory is refused outright (red team of issue 18, suspect 3).
+        // coherent memory is refused outright.
         let global = a.stream.handle.is_null();
         let everywhere = !global || device_lacking_concurrent_access()?.is_none();
         if a.ctx.info().concurrent_managed_access && everywhere {

@@ -1,4 +1,4 @@
-//! Red-team attacks that need the compiler: files whose text says one thing and whose compiled
+//! Declarations whose check needs the compiler: files whose text says one thing and whose compiled
 //! kernel another (macros, `#if 0`, `#define const`, struct attributes, `#pragma pack`, flags).
 //! nvcc compiles each, and the PTX `.entry` matches the text (a pointer is a `.u64` whether its
 //! pointee is const or not, 4 or 16 bytes), so only the compiler-side check (`check.rs`) can
@@ -15,7 +15,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// Builds a fresh folder holding `files`; the generated Rust or the error.
 fn build_with(files: &[(&str, &str)], flags: &[&str]) -> Result<String, um_build::Error> {
     let root: PathBuf = std::env::temp_dir().join(format!(
-        "um-build-redteam-{}-{}",
+        "um-build-declarations-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
@@ -209,7 +209,7 @@ fn macros_defined_at_the_end_of_the_file_cannot_switch_the_checks_off() {
 
 #[test]
 fn a_kernel_in_a_namespace_is_refused_with_a_reason() {
-    // Said before nvcc runs (issue 21; `diagnostics.rs` has its first line). A kernel that a
+    // Said before nvcc runs (`diagnostics.rs` has its first line). A kernel that a
     // macro hides in a namespace still meets the compiler-side check:
     // `a_cpp_function_named_like_the_kernel_cannot_stand_in_for_it`.
     refused(
@@ -300,7 +300,7 @@ fn a_file_name_with_a_line_break_or_quote_injects_nothing() {
     }
 }
 
-/// Issue 18, hole 4: the launcher used to choose a kernel's counts by parameter *name* (`n`,
+/// The launcher used to choose a kernel's counts by parameter *name* (`n`,
 /// `x_len`), which the compiler never checks. A prototype that named the parameters otherwise
 /// than the definition (or an `#if 0` reading beside a macro) made `fill(s, &mut y16, 1 << 30)`
 /// pass `1 << 30` where the kernel read its count: an out-of-bounds write from safe code. Now a
@@ -310,7 +310,7 @@ fn a_prototype_whose_length_is_elsewhere_than_the_definitions_is_refused() {
     let definition = "#pragma once\n#include \"um.cuh\"\n\
         UM_SAFE_KERNEL void fill(float *y, um::len32 n, unsigned int value) {\n\
             for (auto i : um::indices(n)) y[i] = (float)value;\n}\n";
-    // The red team's program: the prototype says the length is third, the definition second.
+    // The prototype says the length is third, the definition second.
     let e = build_with(
         &[
             (
@@ -394,7 +394,7 @@ fn a_prototype_that_agrees_by_position_builds_whatever_its_names() {
     );
 }
 
-/// The generator bugs the red team found, each a Rust compile error in the user's crate before:
+/// Generator bugs, each a Rust compile error in the user's crate before:
 /// here they must build (the generated Rust is compiled in `tests/out_of_workspace.rs` and the
 /// differential test).
 #[test]
@@ -411,7 +411,7 @@ fn file_and_struct_names_that_collided_with_rust_build() {
     );
 }
 
-/// Issue 18's red team, hole 1: `__block_size__((x, y, z))` on a safe kernel's definition, out
+/// `__block_size__((x, y, z))` on a safe kernel's definition, out
 /// of um-build's reading (a prototype with the definition in a header, or a redefined marker),
 /// fixes the block's shape (`.reqntid`, `.blocksareclusters`): the GPU then ran y-extended blocks
 /// (a data race through `um::indices`) or 1024 times the threads `Linear` counted (an index past
@@ -460,7 +460,7 @@ fn a_safe_kernel_whose_definition_fixes_its_block_shape_is_refused() {
     .expect("__launch_bounds__ is allowed");
 }
 
-/// Issue 18's red team, hole 2: the generated `PTX` static read
+/// The generated `PTX` static read
 /// `$OUT_DIR/um-ptx/<m>.ptx`, not the file um-build checked in `Kernels::out_dir`: two kernel
 /// folders built into two output folders of one crate embedded each other's PTX (an f64 kernel
 /// behind an f32 launcher). The static now holds the text um-build checked (a copy of which it

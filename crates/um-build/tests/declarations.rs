@@ -1,7 +1,7 @@
-//! Red-team attacks on um-build's reading of declarations, without nvcc: each either reads the
+//! Declarations um-build reads without nvcc, in forms chosen to mislead it: each either reads the
 //! declaration correctly (the launcher's mutability and types follow what the kernel may do)
-//! or refuses it clearly. The attacks that need the compiler's view (macros, `#if 0`, struct
-//! attributes) are in `redteam_nvcc.rs`.
+//! or refuses it clearly. The forms that need the compiler's view (macros, `#if 0`, struct
+//! attributes) are in `declarations_nvcc.rs`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 /// A PTX text with one `.entry name` of the given parameter types (`.u64` for a pointer,
