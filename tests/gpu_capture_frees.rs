@@ -946,6 +946,18 @@ fn measured(ctx: &Context, name: &str, mut run: impl FnMut() -> Result<(), Strin
     failures
 }
 
+/// A test of one scenario: on the device captures need, alone in the binary and under a
+/// watchdog named `name`, `run` is [`measured`] and every check must hold ([`assert_none`]).
+fn measured_test(name: &'static str, run: fn(&Context) -> Result<(), String>) {
+    let _serial = common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let _dog = common::watchdog(name);
+    let failures = measured(&ctx, name, || run(&ctx));
+    assert_none(&ctx, &failures);
+}
+
 /// Every check of a test: none may have failed, and the context still runs work (nothing was
 /// freed under a kernel: that would be a sticky error).
 fn assert_none(ctx: &Context, failures: &[String]) {
@@ -1009,15 +1021,7 @@ fn panicking_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn what_a_panicking_capture_closure_dropped_is_freed_once_it_has_unwound() {
-    let _serial = common::serial();
-    let Some(ctx) = common::device_for_captures() else {
-        return;
-    };
-    let _dog = common::watchdog("a capture closure that panics");
-    let failures = measured(&ctx, "a capture closure that panics", || {
-        panicking_capture(&ctx)
-    });
-    assert_none(&ctx, &failures);
+    measured_test("a capture closure that panics", panicking_capture);
 }
 
 /// A capture begun inside another's closure (on another eager stream): its closure drops a
@@ -1068,13 +1072,7 @@ fn nested_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn what_a_nested_capture_closure_drops_is_freed_after_the_outer_capture_and_nothing_is_lost() {
-    let _serial = common::serial();
-    let Some(ctx) = common::device_for_captures() else {
-        return;
-    };
-    let _dog = common::watchdog("a capture inside a capture closure");
-    let failures = measured(&ctx, "nested captures", || nested_capture(&ctx));
-    assert_none(&ctx, &failures);
+    measured_test("nested captures", nested_capture);
 }
 
 /// Buffers of the legacy stream (`attach_global`) and of the thread's per-thread stream, their
@@ -1114,15 +1112,10 @@ fn legacy_and_per_thread_buffers_dropped(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn legacy_and_per_thread_buffers_dropped_in_a_capture_are_freed_behind_their_streams() {
-    let _serial = common::serial();
-    let Some(ctx) = common::device_for_captures() else {
-        return;
-    };
-    let _dog = common::watchdog("legacy and per-thread buffers dropped in a capture");
-    let failures = measured(&ctx, "legacy and per-thread buffers", || {
-        legacy_and_per_thread_buffers_dropped(&ctx)
-    });
-    assert_none(&ctx, &failures);
+    measured_test(
+        "legacy and per-thread buffers",
+        legacy_and_per_thread_buffers_dropped,
+    );
 }
 
 /// Work kept for the end of a capture (`defer_while_capturing`) that begins a capture of its own
@@ -1180,15 +1173,7 @@ fn capture_in_kept_work(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_begun_by_work_kept_for_a_capture_end_frees_what_it_drops_too() {
-    let _serial = common::serial();
-    let Some(ctx) = common::device_for_captures() else {
-        return;
-    };
-    let _dog = common::watchdog("a capture begun by kept work");
-    let failures = measured(&ctx, "a capture in kept work", || {
-        capture_in_kept_work(&ctx)
-    });
-    assert_none(&ctx, &failures);
+    measured_test("a capture in kept work", capture_in_kept_work);
 }
 
 /// The environment variable of this binary's child process (one test alone in a process: a
@@ -1377,13 +1362,8 @@ fn waits_refused_in_a_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_communicators_waits_inside_a_capture_closure_are_refused_and_abort_nothing() {
-    let _serial = common::serial();
-    let Some(ctx) = common::device_for_captures() else {
-        return;
-    };
-    let _dog = common::watchdog("a communicator's waits in a capture");
-    let failures = measured(&ctx, "a communicator's waits in a capture", || {
-        waits_refused_in_a_capture(&ctx)
-    });
-    assert_none(&ctx, &failures);
+    measured_test(
+        "a communicator's waits in a capture",
+        waits_refused_in_a_capture,
+    );
 }
