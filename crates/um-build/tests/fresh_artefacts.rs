@@ -16,7 +16,6 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -600,42 +599,8 @@ fn prebuilt_child() {
 
 /// Runs `case` in a child that finds no nvcc: what it said, or None where nvcc cannot be hidden.
 fn without_nvcc(case: &str) -> Option<String> {
-    if Path::new("/usr/local/cuda/bin/nvcc").exists() {
-        eprintln!("skipped: /usr/local/cuda/bin/nvcc exists, and um-build would find it");
-        return None;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path: OsString =
-        std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("nvcc").exists()))
-            .unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "prebuilt_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("UM_FRESH_PREBUILT_CASE", case)
-        .env_remove("NVCC")
-        .env_remove("CUDA_PATH")
-        .env_remove("UM_LOCAL_NVCC")
-        .env_remove("UM_CUDA_ARCH")
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("CASE "))
-            .unwrap_or_else(|| panic!("the child said nothing:\n{stdout}"))
-            .to_owned(),
-    )
+    common::without_nvcc("prebuilt_child", "UM_FRESH_PREBUILT_CASE", case)
+        .map(|stdout| common::said(&stdout).to_owned())
 }
 
 #[test]

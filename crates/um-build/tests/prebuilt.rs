@@ -12,10 +12,9 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
+use common::said;
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 const SAFE: &str = "#include \"um.cuh\"\n\
                     UM_SAFE_KERNEL void scale(float *x, float a, um::len32 n) {\n\
@@ -122,38 +121,7 @@ fn child() {
 
 /// Runs `case` in a child without nvcc: its stdout, or None where nvcc cannot be hidden.
 fn without_nvcc(case: &str) -> Option<String> {
-    if Path::new("/usr/local/cuda/bin/nvcc").exists() {
-        eprintln!("skipped: /usr/local/cuda/bin/nvcc exists, and um-build would find it");
-        return None;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path: OsString =
-        std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("nvcc").exists()))
-            .unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("UM_PREBUILT_CASE", case)
-        .env_remove("NVCC")
-        .env_remove("CUDA_PATH")
-        .env_remove("UM_LOCAL_NVCC")
-        .env_remove("UM_CUDA_ARCH")
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(stdout)
-}
-
-fn said(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("CASE "))
-        .unwrap_or_else(|| panic!("the child said nothing:\n{stdout}"))
+    common::without_nvcc("child", "UM_PREBUILT_CASE", case)
 }
 
 #[test]
