@@ -640,7 +640,7 @@ fn comm_dropped<'a, 's>(ctx: &'a Context, _: &'a Stream<'s>) -> um::Result<Optio
 }
 
 fn comm_waited<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
-    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(20));
+    let options = um::nccl::CommOptions::new();
     let Some(comm) = common::one_rank_comm(ctx, options) else {
         return Ok(None);
     };
@@ -1299,7 +1299,7 @@ fn what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed() {
 /// After the capture the communicator waits as usual, the all-reduce's result is right, and no
 /// memory is lost (the buffer of the collective is freed, not leaked as a poisoned stream's).
 fn waits_refused_in_a_capture(ctx: &Context) -> Result<(), String> {
-    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(20));
+    let options = um::nccl::CommOptions::new();
     let Some(comm) = common::one_rank_comm(ctx, options) else {
         return Ok(());
     };

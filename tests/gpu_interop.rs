@@ -3,6 +3,11 @@
 //! meets `um` from another library. `StreamOrder`, the order a library keeps between the
 //! streams it is called on: a wait holds after the recorded stream is gone, and it accepts the
 //! streams of every handle of its context's device and no other device's.
+//!
+//! Every test holds the binary's lock: the `StreamOrder` test tells "the host waited for a
+//! spinning kernel" from "it did not" by time, and a test beside it that frees memory or drops a
+//! context handle waits for the whole device, during which the driver may hold the calls of
+//! this one too (its inner scope once waited the whole 3 s spin, 4x H100).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 mod common;
@@ -28,6 +33,7 @@ unsafe fn memset_u32(address: u64, value: u32, n: usize, stream: *mut std::ffi::
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_foreign_call_writes_a_stream_owned_buffer_of_every_storage() {
+    let _serial = serial();
     let ctx = gpu();
     let n = 4099;
     let unified = Managed::from_fn(&ctx, n, |_| 0u32).expect("alloc");
@@ -55,6 +61,7 @@ fn a_foreign_call_writes_a_stream_owned_buffer_of_every_storage() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_read_only_address_leaves_a_mirror_unmarked() {
+    let _serial = serial();
     let ctx = gpu();
     let data = Managed::from_fn_mirrored(&ctx, 64, |i| i as f32).expect("alloc");
     let before = um::mirror_copies_on_this_thread();
@@ -75,6 +82,7 @@ fn a_read_only_address_leaves_a_mirror_unmarked() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_raw_handles_are_the_drivers() {
+    let _serial = serial();
     let ctx = gpu();
     let cudarc = cudarc::driver::CudaContext::new(0).expect("cudarc context");
     // Both retain device 0's primary context: one driver handle.
@@ -98,6 +106,7 @@ fn the_raw_handles_are_the_drivers() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_cudarc_stream_runs_um_work_in_order_with_its_own() {
+    let _serial = serial();
     let ctx = gpu();
     let cudarc = cudarc::driver::CudaContext::new(0).expect("cudarc context");
     let stream = cudarc.new_stream().expect("cudarc stream");
@@ -129,6 +138,7 @@ fn a_cudarc_stream_runs_um_work_in_order_with_its_own() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn special_handles_are_not_foreign_streams() {
+    let _serial = serial();
     let ctx = gpu();
     for (handle, what) in [
         (0usize, "NULL"),
@@ -149,6 +159,7 @@ fn special_handles_are_not_foreign_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_stream_being_captured_is_not_a_foreign_stream() {
+    let _serial = serial();
     let ctx = gpu();
     ctx.make_current().expect("current");
     let mut raw: cs::CUstream = std::ptr::null_mut();
@@ -254,6 +265,7 @@ fn stream_order_outlives_the_stream_it_recorded() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn stream_order_across_context_handles() {
+    let _serial = serial();
     let ctx1 = gpu();
     let ctx2 = Context::new(0).expect("device 0 again");
     let order = StreamOrder::new(&ctx1).expect("order");

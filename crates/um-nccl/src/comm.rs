@@ -53,6 +53,12 @@ impl CommOptions {
 
     /// How long creation, each enqueue, and the drop's flush may take before the communicator is
     /// aborted (default 120 s).
+    ///
+    /// Creation loads NCCL's kernels, which takes seconds under a tool that instruments them
+    /// (17 s under compute-sanitizer's memcheck on an H100): allow for it. A creation that
+    /// runs out of time is aborted (`ncclCommAbort`), and NCCL 2.28 keeps 4 bytes of pinned
+    /// host memory of it for the life of the process (memcheck reports them as leaked from
+    /// `ncclCommInitRankConfig`).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
