@@ -1351,11 +1351,12 @@ fn a_rank_that_leaves_does_not_clear_the_pending_calls_of_two_other_local_ranks(
     let comm2 = comms.pop().expect("rank 2");
     let comm1 = comms.pop().expect("rank 1");
     let comm0 = comms.pop().expect("rank 0");
-    let a = Managed::from_slice(&ctxs[0], &[1.0f32; 10]).expect("alloc");
-    let b = Managed::from_slice(&ctxs[1], &[0.0f32; 20]).expect("alloc");
+    // Mirrored: NCCL takes no unified memory without concurrent managed access.
+    let a = Managed::from_slice_mirrored(&ctxs[0], &[1.0f32; 10]).expect("alloc");
+    let b = Managed::from_slice_mirrored(&ctxs[1], &[0.0f32; 20]).expect("alloc");
     let (w0, w1) = (
-        Managed::from_slice(&ctxs[0], &[0.0f32; 1]).expect("a"),
-        Managed::from_slice(&ctxs[1], &[0.0f32; 1]).expect("b"),
+        Managed::from_slice_mirrored(&ctxs[0], &[0.0f32; 1]).expect("a"),
+        Managed::from_slice_mirrored(&ctxs[1], &[0.0f32; 1]).expect("b"),
     );
     let got = ctxs[0].with_stream(StreamOptions::new(), |s0| {
         ctxs[1].with_stream(StreamOptions::new(), |s1| {

@@ -339,6 +339,11 @@ fn a_cycle_and_a_graph_keep_the_marks_and_a_poisoned_one_leaks_its_buffer() {
         })
     })
     .expect("stream work");
+    if !ctx.info().concurrent_managed_access {
+        // A capture of unified memory needs concurrent managed access.
+        eprintln!("graph half skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
     ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             let x = Managed::from_fn(&ctx, 256, |_| 1.0f32)?

@@ -100,19 +100,21 @@ pub struct CommInCallback {
     pub reduced: um::Result<f32>,
 }
 
-/// Runs `act` inside um's stream callback with a one-rank communicator (5 s limit) that it may
-/// drop, abort or leave, while an in-place all-reduce on that communicator waits behind the
-/// callback on the same stream: a 0.5 s spin holds the stream, its `sync_async` is polled once
-/// with the acting waker, the all-reduce (256 mirrored 2.0s) is enqueued, then the waker is
-/// waited for (at most 50 s). `None`, said, where no communicator could be made. For the tests
-/// of a communicator dropped there and aborted there (`gpu_async`).
+/// Runs `act` inside um's stream callback with a one-rank communicator (5 s limit, 60 s under a
+/// sanitizer) that it may drop, abort or leave, while an in-place all-reduce on that
+/// communicator waits behind the callback on the same stream: a 0.5 s spin holds the stream,
+/// its `sync_async` is polled once with the acting waker, the all-reduce (256 mirrored 2.0s) is
+/// enqueued, then the waker is waited for (at most 50 s). `None`, said, where NCCL is not
+/// installed. For the tests of a communicator dropped there and aborted there (`gpu_async`).
 pub fn comm_action_in_callback(
     ctx: &Context,
     act: impl FnOnce(&Mutex<Option<um::nccl::Comm>>) -> String + Send + 'static,
 ) -> Option<CommInCallback> {
     // Nonblocking (the default), with a 5 s limit instead of 120 s, so that a stall inside the
-    // callback ends within the tests' watchdog (60 s).
-    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(5));
+    // callback ends within the tests' watchdog (60 s); 60 s under a sanitizer, whose watchdog
+    // waits 240 s, and under which NCCL's creation alone took 17 s (memcheck, H100).
+    let limit = if super::under_sanitizer() { 60 } else { 5 };
+    let options = um::nccl::CommOptions::new().timeout(Duration::from_secs(limit));
     let comm = super::one_rank_comm(ctx, options)?;
     let shared = Arc::new(Mutex::new(Some(comm)));
     let in_waker = Arc::clone(&shared);
