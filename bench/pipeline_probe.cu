@@ -1,4 +1,4 @@
-// Where a two-stage pipeline on managed memory loses its time (issue 11), in CUDA C++ without um.
+// Where a two-stage pipeline on managed memory loses its time (docs/performance.md, section 7), in CUDA C++ without um.
 // Built and run on the GPU machine by the bundle's bench/pipeline_probe.sh:
 //
 //   nvcc -O2 -o pipeline_probe pipeline_probe.cu && ./pipeline_probe BATCHES STAGE_US [VARIANTS]

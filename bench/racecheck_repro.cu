@@ -1,5 +1,5 @@
 // A reproducer for compute-sanitizer racecheck's "Internal Sanitizer Error: Detected a failure
-// to track a kernel launch" (issue 13, docs/reliability.md), written without um: N host
+// to track a kernel launch" (docs/reliability.md, Sanitizers), written without um: N host
 // threads each launch a kernel on their own stream and wait for it, as tests/gpu_stress.rs and
 // examples/per_thread_streams.rs do through um.
 //

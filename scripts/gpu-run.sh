@@ -288,8 +288,8 @@ sanitize_one() {
       open && /^=========  +(at |Device Frame:)/ && /nccl/ { nccl = 1 }
       /^=========  +at / { at++; if ($0 !~ /nccl/) at_foreign++ }
       END { close_rec(); print total + 0, foreign + 0, at + 0, at_foreign + 0 }' "$log")
-    # The summaries' counts, less any "N errors were not printed" line (the previous session's
-    # synccheck of gpu_nccl printed a summary line of that form; summed in, it would make the
+    # The summaries' counts, less any "N errors were not printed" line (a synccheck of
+    # gpu_nccl on 2x H200, 2026-11-22, printed a summary line of that form; summed in, it would make the
     # count disagree with the records).
     reported=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$log" | grep -v "not printed" |
       grep -oE "ERROR SUMMARY: [0-9]+ error" | awk '{s += $3} END {print s + 0}')

@@ -58,7 +58,7 @@ def main():
     )
     if assembled:
         # A verdict put together from the parts of several calls (the device time of one
-        # session does not hold them all): the header says so, and the notes say which call
+        # lease does not hold them all): the header says so, and the notes say which call
         # ran which part.
         out.append(
             f"Parts of `target/gpu-bundle/run.sh --all OUT`, {assembled}, on {where}. "

@@ -21,9 +21,9 @@ pid=$!
 while kill -0 "$pid" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "$limit" ]; do sleep 2; done
 if kill -0 "$pid" 2>/dev/null; then
   echo "verdict-call: stopped at ${limit}s; the next call goes on from $dir"
-  # The whole session that setsid made (its id is run.sh's pid): `timeout`, which run.sh starts
-  # every program under, moves itself into a process group of its own, so the group alone would
-  # miss it and its program.
+  # Every process under setsid's new id (run.sh's pid, `pkill -s`): `timeout`, which run.sh
+  # starts every program under, moves itself into a process group of its own, so the group alone
+  # would miss it and its program.
   pkill -TERM -s "$pid" 2>/dev/null
   sleep 5
   pkill -KILL -s "$pid" 2>/dev/null

@@ -1,8 +1,7 @@
-//! Written by a fifth fresh red-team reviewer of the bootstrap (commit `a94514c`): with no
-//! exchange identity on the wire, a rank still inside exchange 1 (its count's confirmation lost
-//! or late) was served by rank 0's exchange 2 on the same port and returned exchange 2's id as
-//! exchange 1's. A rank now keeps the id it received within one call and takes no other. No
-//! GPU or NCCL is needed.
+//! Exchanges that cross on one port: with no exchange identity on the wire, a rank still inside
+//! exchange 1 (its count's confirmation lost or late) could be served by rank 0's exchange 2 and
+//! return exchange 2's id as exchange 1's. A rank keeps the id it received within one call and
+//! takes no other. No GPU or NCCL is needed.
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::io::Write;

@@ -1,13 +1,13 @@
-//! The bootstrap against hostile, confused or slow peers over loopback (no GPU or NCCL needed),
-//! from a fresh red-team reviewer of the time limits, who found each of these broken: two
-//! processes claiming one rank were both served; a relaunched job's ranks were handed the id
-//! of an earlier job whose rank 0 still held the port; a peer that sent a byte now and then
-//! held rank 0 (12 s for a 1 s limit) or a rank (16 s) far past the time limit; one silent
-//! connection used up a short limit of every rank; a huge world size made rank 0 build an
-//! error of hundreds of MB, or abort on a 3 GB allocation.
+//! The bootstrap against hostile, confused or slow peers over loopback (no GPU or NCCL needed):
+//! two processes claiming one rank are not both served; a relaunched job's ranks are not handed
+//! the id of an earlier job whose rank 0 still holds the port; a peer that sends a byte now and
+//! then holds neither rank 0 nor a rank past the time limit (code without the limit held them
+//! 12 s and 16 s for a 1 s limit); one silent connection does not use up a short limit of every
+//! rank; a huge world size is refused without building an error of hundreds of MB or a 3 GB
+//! allocation.
 //!
-//! The time bounds below are several times the limits and far below what the broken code took,
-//! so that a loaded machine does not fail them.
+//! The time bounds below are several times the limits and far below what code without them
+//! took, so that a loaded machine does not fail them.
 #![allow(clippy::expect_used)]
 
 use std::io::{Read, Write};
@@ -202,9 +202,8 @@ fn a_huge_world_is_an_error_within_the_limit_not_an_abort() {
     }
 }
 
-/// A limit past what `Instant` holds is a wait without end, not a panic (a red-team reviewer of
-/// the poll clock found `Bootstrap::timeout(Duration::MAX)` panicking with an `Instant`
-/// overflow).
+/// A limit past what `Instant` holds is a wait without end, not a panic (`now + limit` would
+/// overflow `Instant` for `Bootstrap::timeout(Duration::MAX)`).
 #[test]
 fn a_bootstrap_with_an_endless_limit_shares_the_id() {
     let port = free_port();

@@ -1,8 +1,7 @@
-//! Written by a sixth fresh red-team reviewer of the bootstrap (commit `af2788a`): a relay
-//! that duplicates a rank's whole client stream (request and acknowledgement) on a late second
-//! connection. The acknowledgement was one constant byte, so the copy was counted by the next
-//! exchange rank 0 served, which returned Ok while rank 1 never had its id. It now carries the
-//! id's hash. No GPU needed.
+//! A relay that duplicates a rank's whole client stream (request and acknowledgement) on a late
+//! second connection: an acknowledgement of one constant byte would let the copy be counted by
+//! the next exchange rank 0 serves, which would return Ok while rank 1 never had its id. The
+//! acknowledgement carries the id's hash. No GPU needed.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{Read, Write};

@@ -1,9 +1,8 @@
 //! The bootstrap after non-hostile failures (a rank 0 that timed out, a lost last word, a
 //! stalled connection, another spelling of MASTER_ADDR), followed by retries or later exchanges
-//! on the same port: written by a fourth fresh red-team reviewer against the exchange numbers
-//! of `e6ec8c7`, which broke every one of them (the processes' counts drifted apart). Rank 0
-//! now keeps nothing from one exchange to the next, and a rank tries a fresh connection after
-//! 6 s on one. No GPU or NCCL is needed.
+//! on the same port. Exchange numbers kept per process break every one of them (the processes'
+//! counts drift apart): rank 0 keeps nothing from one exchange to the next, and a rank tries a
+//! fresh connection after 6 s on one. No GPU or NCCL is needed.
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::io::Write;

@@ -1,7 +1,6 @@
 //! What user code may do with a `Group`'s and a `Launched`'s lifetime, checked by compiling it
-//! (a fresh red-team reviewer of the host-time change found both broken by inline storage in
-//! `Group`, a `SmallVec`, and both compiled before it; the inline list of `src/list.rs` keeps
-//! both): a group declared before its buffers, with an early return (`?`) between a call and
+//! (inline storage in `Group` through a `SmallVec` breaks both; the inline list of
+//! `src/list.rs` keeps both): a group declared before its buffers, with an early return (`?`) between a call and
 //! `launch` (the group has no `Drop` impl and its calls no drop glue, so the buffers may die
 //! first), and `Group<'b>` and `Launched<'b>` covariant in `'b`. A regression is a compile error here.
 

@@ -1,7 +1,6 @@
-//! A time limit of `Duration::MAX` is a wait without end, not a panic: a fresh red-team
-//! reviewer of the poll clock found `Launched::wait(Duration::MAX)` panicking with an `Instant`
-//! overflow (`now + limit`), as did `Bootstrap::timeout(Duration::MAX)` (now
-//! `bootstrap_peers.rs`), communicator creation and `Comm::wait` (those need a GPU:
+//! A time limit of `Duration::MAX` is a wait without end, not a panic: `now + limit` overflows
+//! `Instant`, for `Launched::wait(Duration::MAX)` here, as for `Bootstrap::timeout`
+//! (`bootstrap_peers.rs`), communicator creation and `Comm::wait` (those need a GPU:
 //! `tests/gpu_nccl.rs`). No GPU or NCCL is needed here.
 #![allow(clippy::expect_used)]
 
