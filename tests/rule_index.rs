@@ -108,6 +108,142 @@ fn every_citation_exists_and_every_gpu_test_and_ui_case_is_cited() {
     );
 }
 
+/// The product names the rules and behaviours it guarantees, never the history of how they were
+/// found: no review round, reviewer, finding, attempt, issue number or work session is named in
+/// the sources, tests, docs, scripts or benchmarks (git keeps that history). This file is left
+/// out, since it spells the words it looks for.
+#[test]
+fn the_product_names_rules_not_its_review_history() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [
+        "crates",
+        "src",
+        "tests",
+        "docs",
+        "examples",
+        "kernels-ptx",
+        "scripts",
+        "bench",
+        "benches",
+    ] {
+        text_files_deep(&root.join(dir), &mut files);
+    }
+    for file in ["README.md", "CHANGELOG.md", "Cargo.toml"] {
+        files.push(root.join(file));
+    }
+    let me = root.join("tests/rule_index.rs");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| **f != me) {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        for (n, line) in text.lines().enumerate() {
+            if let Some(word) = history_word(line) {
+                let shown = file
+                    .strip_prefix(root)
+                    .unwrap_or(file)
+                    .display()
+                    .to_string();
+                found.push(format!("{shown}:{}: \"{word}\": {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} line(s) name review history instead of a rule or behaviour:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+    // The check itself: each form is seen, and words that merely contain them are not.
+    for line in [
+        "the red team found",
+        "a red-team reviewer",
+        "Redteam 4's case",
+        "finding 3",
+        "attempt 12 of the review",
+        "as issue 40 asks",
+        "issues 19 and 20",
+        "see issue #7",
+        "this session's run",
+        "the next review round",
+    ] {
+        assert!(history_word(line).is_some(), "not seen: {line}");
+    }
+    for line in [
+        "a rank that retries its attempt",
+        "the issue is a leak",
+        "findings of the tool",
+        "`pkill -s` kills a process group",
+        "a sessionless stream",
+    ] {
+        assert_eq!(history_word(line), None, "seen in: {line}");
+    }
+}
+
+/// The first word of review history in `line`, if any (case-insensitive).
+fn history_word(line: &str) -> Option<&'static str> {
+    let lower = line.to_lowercase();
+    let words = [
+        "red team",
+        "red-team",
+        "redteam",
+        "reviewer",
+        "review round",
+    ];
+    if let Some(w) = words.iter().find(|w| lower.contains(**w)) {
+        return Some(w);
+    }
+    // A word followed by a number: "finding 3", "attempt 2", "issue 40", "issues 19", "issue #7".
+    for word in ["finding ", "attempt ", "issue ", "issues ", "issue #"] {
+        let mut rest = lower.as_str();
+        while let Some(at) = rest.find(word) {
+            let before = rest[..at].chars().next_back();
+            let after = rest[at + word.len()..].chars().next();
+            let starts_word = before.is_none_or(|c| !c.is_alphanumeric());
+            if starts_word && after.is_some_and(|c| c.is_ascii_digit() || c == '#') {
+                return Some(word.trim_end());
+            }
+            rest = &rest[at + word.len()..];
+        }
+    }
+    // "session" as a word of its own, or "sessions".
+    let mut rest = lower.as_str();
+    while let Some(at) = rest.find("session") {
+        let before = rest[..at].chars().next_back();
+        let tail = &rest[at + "session".len()..];
+        let after = tail.strip_prefix('s').unwrap_or(tail).chars().next();
+        if before.is_none_or(|c| !c.is_alphanumeric()) && after.is_none_or(|c| !c.is_alphanumeric())
+        {
+            return Some("session");
+        }
+        rest = tail;
+    }
+    None
+}
+
+/// The text files (sources, docs, scripts, expected outputs) in `dir` and below, build outputs
+/// left out.
+fn text_files_deep(dir: &Path, out: &mut Vec<PathBuf>) {
+    const TEXT: [&str; 13] = [
+        "rs", "md", "sh", "py", "cu", "cuh", "cpp", "h", "toml", "stderr", "txt", "json", "ptx",
+    ];
+    for path in entries(dir) {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                text_files_deep(&path, out);
+            }
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| TEXT.contains(&e))
+        {
+            out.push(path);
+        }
+    }
+}
+
 /// The checker's own grammar: what it accepts and refuses, on a small tree of its own.
 #[test]
 fn the_grammar_accepts_each_form_and_refuses_what_does_not_exist() {

@@ -219,7 +219,7 @@ fn a_bootstrap_with_an_endless_limit_shares_the_id() {
     assert!(got.iter().all(|id| *id == [7u8; 128]));
 }
 
-// ------------------------------------------------------------ the second red-team review
+// ------------------------------------------------------------ answers lost, retries, late ranks
 // Rank 0 counted a rank served once its answer was written, not once the rank had it; a rank
 // that gave up or lost the answer was then refused on its retry as a duplicate while rank 0
 // returned Ok. Now a rank acknowledges the id, a claim being served answers "busy" to another
@@ -414,8 +414,7 @@ fn a_bracketed_ipv6_master_addr_works() {
 
 /// Every rank calls the bootstrap twice on one port (`Comm::from_env` twice, say), rank 2 late:
 /// rank 1, done with the first exchange, asks for the second while rank 0 still serves the
-/// first, and tries again until rank 0 begins it (a third red-team review found it refused as
-/// a duplicate).
+/// first, and tries again until rank 0 begins it (it must not be refused as a duplicate).
 #[test]
 fn two_exchanges_on_one_port_give_every_rank_both_ids() {
     let port = free_port();

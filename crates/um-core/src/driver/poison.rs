@@ -92,8 +92,7 @@ mod tests {
 
     /// What `Stream::is_poisoned_by` (and `um-nccl`'s "is this stream remembered?") rests on:
     /// a handle names its own flag only, also once the stream is gone (the handle's weak count
-    /// keeps the allocation, so no new flag takes its address). From the red-team review of the
-    /// NCCL host-time change.
+    /// keeps the allocation, so no new flag takes its address).
     #[test]
     fn a_handle_names_only_its_own_stream_also_after_the_stream_is_gone() {
         let f1: Arc<PoisonFlag> = Arc::default();
