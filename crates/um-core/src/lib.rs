@@ -99,6 +99,12 @@ mod driver;
 mod error;
 mod sealed;
 
+// Counters and switches for um's own tests, examples and benchmarks (feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::*;
+
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 pub use driver::context::{
@@ -124,10 +130,7 @@ pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use memory::managed::Managed;
 pub use memory::raw::{DevicePtr, DevicePtrMut};
 pub use memory::{state, storage};
-#[doc(hidden)]
-pub use reclaim::completion::use_event_thread_for_waits;
-#[doc(hidden)]
-pub use reclaim::reaper::{orphans_pending, reap_pending};
+pub use reclaim::reaper::reap_pending;
 // Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
 #[doc(no_inline)]
 pub use state::{CaptureSet, HostAccess, HostOwned, State, StreamOwned, SyncGroup};
@@ -154,43 +157,6 @@ macro_rules! include_kernels {
         use $crate::{self as __um};
         include!(concat!(env!("OUT_DIR"), "/um_kernels.rs"));
     };
-}
-
-/// How many `cuStreamAttachMemAsync` calls the calling thread has made. For tests and
-/// benchmarks that check that no redundant attach reaches the driver.
-#[doc(hidden)]
-pub fn attach_calls_on_this_thread() -> u64 {
-    driver::attach_calls_on_this_thread()
-}
-
-/// How many CUDA events the calling thread has created. For tests that check that a stream's
-/// handoff event is made once and reused.
-#[doc(hidden)]
-pub fn events_created_on_this_thread() -> u64 {
-    driver::events_created_on_this_thread()
-}
-
-/// How many of this thread's `cuStreamAttachMemAsync` calls attached to the host
-/// (`CU_MEM_ATTACH_HOST`): the re-attach `sync` makes where the device lacks concurrent managed
-/// access (or the context emulates that). For tests.
-#[doc(hidden)]
-pub fn host_attach_calls_on_this_thread() -> u64 {
-    driver::host_attach_calls_on_this_thread()
-}
-
-/// How many `cuMemPrefetchAsync` and `cuMemAdvise` calls the calling thread has made: the
-/// [`Transfer`] policies' calls. For tests.
-#[doc(hidden)]
-pub fn transfer_calls_on_this_thread() -> u64 {
-    driver::transfer_calls_on_this_thread()
-}
-
-/// The host-to-device and device-to-host copies mirrored memory made and skipped on the
-/// calling thread. For tests and benchmarks that check that no needless copy reaches the
-/// driver.
-#[doc(hidden)]
-pub fn mirror_copies_on_this_thread() -> storage::MirrorCopies {
-    storage::MirrorCopies::now()
 }
 
 // The Send/Sync facts the design relies on, checked at compile time.

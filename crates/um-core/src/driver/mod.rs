@@ -371,17 +371,20 @@ thread_local! {
 }
 
 /// How many of this thread's attach calls were to the host (`CU_MEM_ATTACH_HOST`).
+#[cfg(feature = "test-hooks")]
 pub(crate) fn host_attach_calls_on_this_thread() -> u64 {
     HOST_ATTACH_CALLS.with(std::cell::Cell::get)
 }
 
 /// How many prefetch and advise calls this thread has made.
+#[cfg(feature = "test-hooks")]
 pub(crate) fn transfer_calls_on_this_thread() -> u64 {
     TRANSFER_CALLS.with(std::cell::Cell::get)
 }
 
 /// How many `cuStreamAttachMemAsync` calls this thread has made (tests use it to show that a
 /// re-attach to the same stream makes none).
+#[cfg(feature = "test-hooks")]
 pub(crate) fn attach_calls_on_this_thread() -> u64 {
     ATTACH_CALLS.with(std::cell::Cell::get)
 }
@@ -392,6 +395,7 @@ thread_local! {
 
 /// How many `cuEventCreate` calls this thread has made (tests use it to show that a stream's
 /// event is made once and reused).
+#[cfg(feature = "test-hooks")]
 pub(crate) fn events_created_on_this_thread() -> u64 {
     EVENTS_CREATED.with(std::cell::Cell::get)
 }

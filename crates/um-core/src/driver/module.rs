@@ -267,8 +267,8 @@ impl Context {
     /// `(modules loaded, kernels cached)` in this context: distinct driver modules, and
     /// [`Context::kernel`] entries. For tests that check that nothing is loaded twice. Inside
     /// um's stream callback `(0, 0)`, without looking: the module lock may be held by a thread
-    /// that waits for the device.
-    #[doc(hidden)]
+    /// that waits for the device. Feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
     pub fn cache_stats(&self) -> (usize, usize) {
         if refuse_inside_stream_callback("cache_stats").is_err() {
             return (0, 0);

@@ -72,7 +72,7 @@ static EVENT_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// Chooses the mechanism of the waits made from now on: `false` (the default) a stream
 /// callback per wait; `true` an event per wait, waited for by one helper thread `um` owns. For
 /// the benchmark that compares them (`examples/async_requests.rs`); both are correct.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn use_event_thread_for_waits(on: bool) {
     EVENT_THREAD.store(on, std::sync::atomic::Ordering::Relaxed);
 }

@@ -181,8 +181,10 @@ fn run() {
 }
 
 /// Blocks until every buffer of a dropped, unfinished sync future has been freed (or leaked,
-/// where its stream met an error). For tests and orderly shutdown: it waits for those streams.
-#[doc(hidden)]
+/// where its stream met an error): for an orderly shutdown, or before reading the device's free
+/// memory. It waits for those streams. Inside a driver callback (a waker) it returns at once,
+/// and on a thread that is capturing (with no reaper thread to free them) it returns once only
+/// what that thread may not free is left.
 pub fn reap_pending() {
     // Inside um's stream callback (a waker) the orphans pending may wait for a later callback
     // of the same stream, which waits for this one: return at once.
@@ -211,7 +213,7 @@ pub fn reap_pending() {
 }
 
 /// How many buffers of dropped, unfinished sync futures wait for their stream or the reaper.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn orphans_pending() -> usize {
     lock(&QUEUE).pending
 }

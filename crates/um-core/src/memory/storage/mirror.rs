@@ -329,8 +329,8 @@ fn count(counter: &'static std::thread::LocalKey<std::cell::Cell<u64>>) {
 }
 
 /// The copies mirrored memory made and skipped on one thread (see
-/// [`mirror_copies_on_this_thread`](crate::mirror_copies_on_this_thread)).
-#[doc(hidden)]
+/// [`mirror_copies_on_this_thread`](crate::mirror_copies_on_this_thread)). Feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MirrorCopies {
     /// Host-to-device copies enqueued by `attach`.
@@ -343,6 +343,7 @@ pub struct MirrorCopies {
     pub to_host_skipped: u64,
 }
 
+#[cfg(feature = "test-hooks")]
 impl MirrorCopies {
     /// The counts now, on the calling thread.
     pub fn now() -> Self {

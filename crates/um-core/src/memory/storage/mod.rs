@@ -44,6 +44,8 @@ mod mirror;
 mod transfer;
 
 pub use coherent::{Coherent, CoherentManaged};
-pub use mirror::{Mirror, MirrorCopies, MirroredManaged};
+#[cfg(feature = "test-hooks")]
+pub use mirror::MirrorCopies;
+pub use mirror::{Mirror, MirroredManaged};
 pub use parts::Storage;
 pub use unified::Unified;

@@ -1,0 +1,40 @@
+//! Counters and switches for `um`'s own tests, examples and benchmarks, behind the cargo
+//! feature `test-hooks`, which only those enable (the workspace's dev-dependency on `um-core`).
+//! Not part of the API: no program should enable the feature, and nothing here is covered by
+//! semver.
+
+use crate::{driver, storage};
+
+pub use crate::reclaim::completion::use_event_thread_for_waits;
+pub use crate::reclaim::reaper::orphans_pending;
+
+/// How many `cuStreamAttachMemAsync` calls the calling thread has made: no redundant attach
+/// reaches the driver.
+pub fn attach_calls_on_this_thread() -> u64 {
+    driver::attach_calls_on_this_thread()
+}
+
+/// How many CUDA events the calling thread has created: a stream's handoff event is made once
+/// and reused.
+pub fn events_created_on_this_thread() -> u64 {
+    driver::events_created_on_this_thread()
+}
+
+/// How many of this thread's `cuStreamAttachMemAsync` calls attached to the host
+/// (`CU_MEM_ATTACH_HOST`): the re-attach `sync` makes where the device lacks concurrent managed
+/// access (or the context emulates that).
+pub fn host_attach_calls_on_this_thread() -> u64 {
+    driver::host_attach_calls_on_this_thread()
+}
+
+/// How many `cuMemPrefetchAsync` and `cuMemAdvise` calls the calling thread has made: the
+/// [`Transfer`](crate::Transfer) policies' calls.
+pub fn transfer_calls_on_this_thread() -> u64 {
+    driver::transfer_calls_on_this_thread()
+}
+
+/// The host-to-device and device-to-host copies mirrored memory made and skipped on the
+/// calling thread: no needless copy reaches the driver.
+pub fn mirror_copies_on_this_thread() -> storage::MirrorCopies {
+    storage::MirrorCopies::now()
+}
