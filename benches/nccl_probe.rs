@@ -153,7 +153,7 @@ fn main() -> Res<()> {
                     let x = um::Managed::<[f32]>::zeroed_slice(ctx, 256)?;
                     ctx.with_stream(um::StreamOptions::new(), |s| {
                         let mut x = x.attach(s)?;
-                        um::kernels::testing::add_scalar(s, &mut x, 1.0)?;
+                        um_test_kernels::testing::add_scalar(s, &mut x, 1.0)?;
                         s.sync_all((x,)).map(drop)
                     })?;
                 }

@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
-use um::kernels::testing::add_scalar;
 use um::{Context, Managed, StreamOptions};
+use um_test_kernels::testing::add_scalar;
 
 const WORKERS: usize = 8;
 const MODES: [Mode; 4] = [

@@ -19,8 +19,9 @@ mod common;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use um::kernels::{reference, streams, testing};
+use um::kernels::streams;
 use um::{Context, Linear, Managed, StreamOptions};
+use um_test_kernels::{reference, testing};
 
 /// Elements of A's and B's memory (smaller under the sanitizer, see `common::workload`).
 fn small() -> usize {

@@ -1,6 +1,6 @@
 //! Data-parallel training with NCCL on owned buffers: every rank computes the gradient of its
-//! shard with a kernel of its own (`kernels-ptx/data_parallel.cu`), the gradients are summed
-//! with an all-reduce, and every rank updates its weights. After each step the weights of every
+//! shard with a kernel of its own (`crates/um-test-kernels/kernels/data_parallel.cu`), the
+//! gradients are summed with an all-reduce, and every rank updates its weights. After each step the weights of every
 //! rank are checked against a CPU reference computed in f64 from the same starting weights.
 //!
 //! ```text
@@ -27,9 +27,9 @@
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use um::kernels::{data_parallel, testing};
 use um::nccl::{Comm, CommOptions, Group, ReduceOp};
 use um::{Context, HostOwned, Linear, Managed, Storage, StreamOptions};
+use um_test_kernels::{data_parallel, testing};
 
 /// Features (one weight each) and samples per rank.
 const FEATURES: usize = 256;

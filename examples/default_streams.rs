@@ -22,8 +22,9 @@ mod common;
 use std::process::ExitCode;
 
 use common::Interval;
-use um::kernels::{reference, streams};
+use um::kernels::streams;
 use um::{Context, Linear, Managed, StreamOptions};
+use um_test_kernels::reference;
 
 /// Elements per kernel (smaller under the sanitizer, see `common::workload`).
 fn n() -> usize {

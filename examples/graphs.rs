@@ -19,8 +19,9 @@ mod common;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use um::kernels::{run_task, testing};
+use um::kernels::run_task;
 use um::{Context, HostOwned, Linear, Managed, Storage, StreamOptions};
+use um_test_kernels::testing;
 
 /// Floats per batch, as in `examples/pipeline.rs`.
 const BATCH: usize = 1024;

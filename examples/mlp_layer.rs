@@ -1,7 +1,8 @@
 //! An MLP layer, `Y = ReLU(W X + b)`, on managed memory: the GEMM through um-cublas, bias and
-//! ReLU through a kernel of um's own (`kernels-ptx/mlp.cu`, `UM_SAFE_KERNEL bias_relu`). The
-//! CPU prepares the next batch while the GPU computes this one: two buffers per stage (input
-//! and output, slots 0 and 1), each handed to the stream with `attach` and back with `sync`.
+//! ReLU through a kernel of the examples' own (`crates/um-test-kernels/kernels/mlp.cu`,
+//! `UM_SAFE_KERNEL bias_relu`). The CPU prepares the next batch while the GPU computes this one:
+//! two buffers per stage (input and output, slots 0 and 1), each handed to the stream with
+//! `attach` and back with `sync`.
 //! Every batch is checked against a CPU reference.
 //!
 //! Column-major throughout (cuBLAS's convention): `X` is `inputs`×`batch` (one column per
@@ -23,9 +24,9 @@ mod common;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use um::kernels::mlp;
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
+use um_test_kernels::mlp;
 
 struct Args {
     batches: usize,

@@ -16,8 +16,9 @@ use std::sync::{Barrier, Mutex};
 use std::thread;
 
 use common::Interval;
-use um::kernels::{reference, streams};
+use um::kernels::streams;
 use um::{Context, Linear, Managed, Stream, StreamKind, StreamOwned};
+use um_test_kernels::reference;
 
 /// Elements per kernel (smaller under the sanitizer, see `common::workload`).
 fn n() -> usize {

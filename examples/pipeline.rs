@@ -41,8 +41,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use common::Interval;
-use um::kernels::{streams, testing};
+use um::kernels::streams;
 use um::{Context, HostOwned, Managed, Storage, Stream, StreamOptions, StreamOwned};
+use um_test_kernels::testing;
 
 /// Floats per batch: four blocks of the default launch, so that both stages fit on the GPU at
 /// once.

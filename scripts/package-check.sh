@@ -2,8 +2,9 @@
 # What crates.io, docs.rs and a user without nvcc get. Run by .ci/run; needs what
 # scripts/setup.sh installs, and the network (crates.io's index, for the packages' dependencies).
 #
-#  1. `cargo package --workspace` (own-kernels, `publish = false`, excluded), verified: cargo
-#     builds every package from its own .crate file. Prints each package's files and size.
+#  1. `cargo package --workspace` (own-kernels and um-test-kernels, `publish = false`,
+#     excluded), verified: cargo builds every package from its own .crate file. Prints each
+#     package's files and size.
 #  2. With no nvcc anywhere um-build looks (off PATH; NVCC, CUDA_PATH, UM_LOCAL_NVCC unset or
 #     empty):
 #     a. `DOCS_RS=1 cargo doc` of the workspace, without the driver library either: the docs
@@ -41,7 +42,7 @@ done
 rm -rf target/package
 # --allow-dirty: the check is of the files as they are; a clean clone has nothing dirty.
 # (Its warnings that tests, examples and benchmarks are not in the packages are left out.)
-cargo package --workspace --exclude own-kernels --allow-dirty >"$tmp/package.log" 2>&1 ||
+cargo package --workspace --exclude own-kernels --exclude um-test-kernels --allow-dirty >"$tmp/package.log" 2>&1 ||
   { grep -v '^warning: ignoring ' "$tmp/package.log" >&2; die "cargo package"; }
 grep -E '^ +(Packaged|Verifying|Finished)' "$tmp/package.log"
 for p in "${packages[@]}"; do
@@ -66,13 +67,13 @@ prebuilt_said() { grep -q 'um-build: nvcc not found: using the prebuilt PTX of' 
 # 2a. docs.rs: DOCS_RS=1, no nvcc, no driver library (cust_raw skips its link step).
 docs=target/ci-docs-rs
 no_nvcc env DOCS_RS=1 CUDA_LIBRARY_PATH= CARGO_TARGET_DIR=$docs RUSTDOCFLAGS="-D warnings" \
-  cargo doc --workspace --exclude own-kernels --no-deps >"$tmp/docs.log" 2>&1 ||
+  cargo doc --workspace --exclude own-kernels --exclude um-test-kernels --no-deps >"$tmp/docs.log" 2>&1 ||
   { cat "$tmp/docs.log" >&2; die "DOCS_RS=1 cargo doc without nvcc"; }
 prebuilt_said "$tmp/docs.log" || { cat "$tmp/docs.log" >&2; die "um-kernels did not use its shipped PTX"; }
-for page in um_kernels/testing/fn.axpy.html um/kernels/testing/fn.axpy.html um/struct.Managed.html; do
+for page in um_kernels/run_task/fn.transform.html um/kernels/run_task/fn.transform.html um/struct.Managed.html; do
   [ -f "$docs/doc/$page" ] || die "DOCS_RS=1 cargo doc wrote no $page"
 done
-say "DOCS_RS=1 cargo doc --workspace without nvcc or the driver library: ok ($(ls "$docs/doc/um_kernels/testing" | grep -c '^fn\.') launcher pages in um_kernels::testing)"
+say "DOCS_RS=1 cargo doc --workspace without nvcc or the driver library: ok ($(ls "$docs/doc/um_kernels/run_task" | grep -c '^fn\.') launcher pages in um_kernels::run_task)"
 
 # 2b. a crate with no kernels of its own, against the packaged crates.
 mkdir -p "$tmp/packages" "$tmp/user/src"

@@ -61,10 +61,10 @@
 //! use um::{Context, Managed, StreamOptions};
 //!
 //! // A module per kernels/*.cu file: saxpy::saxpy(stream, &x, &mut y, a).
-//! # /* This doctest has no build script: it uses um's own kernels/testing.cu, whose `axpy` is
+//! # /* This doctest has no build script: it uses the test kernels' testing.cu, whose `axpy` is
 //! #    declared exactly as saxpy.cu declares `saxpy`, so the launcher is the same.
 //! um::include_kernels!();
-//! # */ mod saxpy { pub use um::kernels::testing::axpy as saxpy; }
+//! # */ mod saxpy { pub use um_test_kernels::testing::axpy as saxpy; }
 //!
 //! fn main() -> um::Result<()> {
 //!     let ctx = Context::new(0)?; // device 0

@@ -37,10 +37,10 @@ use common::waker::{
 use common::{assert_context_usable, gpu, watchdog, workload};
 use pollster::block_on;
 use um::kernels::streams::kernel;
-use um::kernels::testing::{self, add_scalar, axpy, spin_then_add};
 use um::nccl::{Comm, CommOptions};
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions, StreamOrder};
 use um_cublas::{Blas, Gemm};
+use um_test_kernels::testing::{self, add_scalar, axpy, spin_then_add};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

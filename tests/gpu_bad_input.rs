@@ -45,7 +45,7 @@ fn ptx_newer_than_the_driver_names_both_versions() {
 fn a_missing_kernel_is_an_error() {
     let ctx = gpu();
     let err = ctx
-        .load_ptx(um::kernels::ptx::TESTING_PTX)
+        .load_ptx(um_test_kernels::testing::PTX)
         .and_then(|m| m.kernel("no_such_kernel"))
         .expect_err("no such entry");
     assert!(
@@ -100,7 +100,7 @@ fn two_handles_of_one_device_share_its_context() {
     let data = b
         .with_stream(StreamOptions::new(), |s| {
             let mut d = data.attach(s)?;
-            um::kernels::testing::add_scalar(s, &mut d, 1.0)?;
+            um_test_kernels::testing::add_scalar(s, &mut d, 1.0)?;
             d.sync()
         })
         .expect("same context");

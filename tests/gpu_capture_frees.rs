@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 
 use cust::sys as cs;
 
-use um::kernels::testing::{add_scalar, spin_then_add};
 use um::{
     Coherent, Context, Created, Error, Graph, HostOwned, Managed, Mirror, StreamOptions,
     StreamOrder, StreamOwned, relaxed_while_capturing,
 };
+use um_test_kernels::testing::{add_scalar, spin_then_add};
 
 type Stream<'s> = um::Stream<'s, Created>;
 

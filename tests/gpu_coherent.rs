@@ -22,11 +22,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use pollster::block_on;
-use um::kernels::testing::{add_scalar, axpy, spin_then_add};
 use um::{
     CoherentManaged, Context, ContextOptions, Error, Managed, MirroredManaged, StreamOptions,
     Transfer,
 };
+use um_test_kernels::testing::{add_scalar, axpy, spin_then_add};
 
 /// GPU time `spin_then_add` takes at least, where a test needs a stream to be busy.
 const SPIN_NS: u64 = 50_000_000;

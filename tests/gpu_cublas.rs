@@ -20,11 +20,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{capture_once, device_for_captures, gpu, serial, watchdog};
-use um::kernels::testing::{self, add_scalar, spin_then_add};
 use um::{
     Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions, relaxed_while_capturing,
 };
 use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Op, ShapeError};
+use um_test_kernels::testing::{self, add_scalar, spin_then_add};
 
 /// The test's element types, with conversions to f64 (the reference computes in f64) and a
 /// tolerance relative to the magnitude of the terms.
@@ -631,7 +631,7 @@ fn a_blas_dropped_during_a_capture_moves_in_order_is_destroyed_after_it_and_leav
             let x = x.attach(&s[1])?;
             let mut moved = None;
             let (graph, ()) = s[1].capture((x,), |cap, (mut x,)| {
-                um::kernels::testing::add_scalar(cap, &mut x, 1.0)?;
+                um_test_kernels::testing::add_scalar(cap, &mut x, 1.0)?;
                 moved = Some(blas.gemm(&s[1], &Gemm::new(2, 2, 2), &a2, &b2, &mut c2));
                 drop(blas); // destroyed once the capture has ended, not here
                 Ok(((x,), ()))

@@ -150,7 +150,7 @@ fn fault_before_a_sync_future_awaited_in_a_capture_closure_is_its_err() {
         assert!(out.contains("fault reported: "));
         return;
     }
-    use um::kernels::testing::{add_scalar, spin_then_add};
+    use um_test_kernels::testing::{add_scalar, spin_then_add};
     let ctx = gpu();
     let trap = ctx
         .load_ptx(common::TRAP_PTX)

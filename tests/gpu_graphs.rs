@@ -31,10 +31,12 @@ use std::time::{Duration, Instant};
 use common::{
     assert_context_usable, device_for_captures, gpu, is_fault_child, run_in_child, watchdog,
 };
-use um::kernels::testing::{add_scalar, add_scalar_node, axpy, spin_then_add, spin_then_add_node};
 use um::{
     Context, ContextOptions, Error, HostOwned, LaunchConfig, Linear, Managed, Storage,
     StreamOptions, Transfer, relaxed_while_capturing,
+};
+use um_test_kernels::testing::{
+    add_scalar, add_scalar_node, axpy, spin_then_add, spin_then_add_node,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -477,7 +479,7 @@ fn eager_work_and_other_threads_go_on_during_a_capture() {
     let ctx = gpu_as_is();
     let other = gpu_as_is();
     other
-        .load_ptx(um::kernels::testing::PTX)
+        .load_ptx(um_test_kernels::testing::PTX)
         .expect("a module on the other handle");
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let y = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("y");

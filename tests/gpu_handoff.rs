@@ -14,8 +14,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::gpu;
-use um::kernels::testing::{self, add_scalar, axpy, spin_then_add};
 use um::{Error, Managed, StreamOptions, Transfer};
+use um_test_kernels::testing::{self, add_scalar, axpy, spin_then_add};
 
 /// GPU time `spin_then_add` takes at least.
 const SPIN_NS: u64 = 50_000_000;

@@ -30,9 +30,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use um::kernels::testing;
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Error, Gemm};
+use um_test_kernels::testing;
 
 mod common;
 use common::{capture_once, device_for_captures, handle_with_a_module, serial, watchdog};

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::{gpu, serial, watchdog};
 use cust::sys as cs;
-use um::kernels::testing::{self, add_scalar, spin_then_add};
 use um::{Context, Error, Managed, StreamOptions, StreamOrder};
+use um_test_kernels::testing::{self, add_scalar, spin_then_add};
 
 /// `cuMemsetD32Async` of `value` over `n` elements at `address`, on `stream`: a foreign call
 /// that writes a buffer.

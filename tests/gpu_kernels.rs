@@ -7,8 +7,9 @@
 mod common;
 
 use common::gpu;
-use um::kernels::{reference, run_task, streams, testing};
+use um::kernels::{run_task, streams};
 use um::{Context, Error, Linear, Managed, StreamOptions};
+use um_test_kernels::{reference, testing};
 
 /// Odd sizes and one element; the largest is smaller under the sanitizer.
 fn sizes() -> [usize; 5] {
@@ -171,8 +172,8 @@ fn launchers_on_the_per_thread_and_legacy_streams() {
 #[ignore = "needs a CUDA device"]
 fn modules_and_kernels_load_once_per_context() {
     let ctx = gpu();
-    let copy: &'static str = Box::leak(um::kernels::ptx::TESTING_PTX.to_owned().into_boxed_str());
-    assert_ne!(copy.as_ptr(), um::kernels::ptx::TESTING_PTX.as_ptr());
+    let copy: &'static str = Box::leak(um_test_kernels::testing::PTX.to_owned().into_boxed_str());
+    assert_ne!(copy.as_ptr(), um_test_kernels::testing::PTX.as_ptr());
     let (modules_before, kernels_before) = ctx.cache_stats();
     for _ in 0..3 {
         ctx.kernel(testing::PTX, "axpy").expect("kernel");

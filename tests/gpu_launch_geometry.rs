@@ -10,8 +10,9 @@
 mod common;
 
 use common::{gpu, workload};
-use um::kernels::{reference, streams, testing};
+use um::kernels::streams;
 use um::{Error, LaunchConfig, Linear, Managed, StreamOptions};
+use um_test_kernels::{reference, testing};
 
 /// The largest grid a `Linear` allows with full blocks: 2^21 - 1 blocks of 1024 threads.
 fn largest() -> Linear {

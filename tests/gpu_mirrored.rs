@@ -10,12 +10,12 @@
 mod common;
 
 use common::gpu;
-use um::kernels::testing::{add_scalar, axpy};
 use um::kernels::{ptx, streams};
 use um::{
     Context, Error, LaunchConfig, Managed, MirroredManaged, StreamOptions,
     mirror_copies_on_this_thread,
 };
+use um_test_kernels::testing::{add_scalar, axpy};
 
 /// What `MirrorCopies` counts, as `(to_device, to_device_skipped, to_host, to_host_skipped)`
 /// since `before`.
@@ -285,7 +285,7 @@ fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
             p.sync()
         })
         .expect("context still usable");
-    assert!(um::kernels::reference::matches_seed_kernel(&probe));
+    assert!(um_test_kernels::reference::matches_seed_kernel(&probe));
 }
 
 #[test]

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use common::waker::{ActingWaker, wait_until_woken};
 use common::watchdog;
-use um::kernels::testing::spin_then_add;
 use um::nccl::{Comm, CommOptions, Group, Launched, ReduceOp, UniqueId};
 use um::{Context, Error, HostOwned, Managed, Storage, Stream, StreamOptions, StreamOwned};
+use um_test_kernels::testing::spin_then_add;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -1205,7 +1205,7 @@ fn a_group_wait_that_finds_one_rank_aborted_aborts_the_others() {
                 // Warm-up: the connections exist.
                 all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?
                     .wait(Duration::from_secs(30))?;
-                um::kernels::testing::spin_then_add(s0, &mut busy, 1.0, 300_000_000)?;
+                um_test_kernels::testing::spin_then_add(s0, &mut busy, 1.0, 300_000_000)?;
                 let launched = all_reduce_both((&comm0, s0, &mut x0), (&comm1, s1, &mut x1))?;
                 comm0.abort();
                 let waited = launched.wait(Duration::from_secs(5));

@@ -13,8 +13,8 @@ mod common;
 
 use std::thread;
 
-use um::kernels::testing::{self, add_scalar, axpy};
 use um::{Context, ContextOptions, Managed, StreamOptions, Transfer};
+use um_test_kernels::testing::{self, add_scalar, axpy};
 
 /// Device 0, as if it lacked concurrent managed access.
 fn emulated() -> Context {

@@ -11,8 +11,8 @@ use std::thread;
 
 use common::{gpu, workload};
 use um::kernels::ptx;
-use um::kernels::testing::{self, add_scalar, axpy};
 use um::{Error, LaunchConfig, Linear, Managed, StreamOptions};
+use um_test_kernels::testing::{self, add_scalar, axpy};
 
 #[test]
 #[ignore = "needs a CUDA device"]

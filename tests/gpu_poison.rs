@@ -18,8 +18,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{device_for_captures, gpu, serial};
-use um::kernels::testing::{self, spin_then_add};
 use um::{Context, Error, Managed, Poisoner, Stream, StreamOptions};
+use um_test_kernels::testing::{self, spin_then_add};
 
 #[test]
 #[ignore = "needs a CUDA device"]

@@ -25,7 +25,7 @@ fn context_alloc_embedded_kernel_host_check() {
     let data = ctx
         .with_stream(StreamOptions::new(), |stream| {
             let mut data = data.attach(stream)?;
-            um::kernels::testing::add_scalar(stream, &mut data, 0.5)?;
+            um_test_kernels::testing::add_scalar(stream, &mut data, 0.5)?;
             data.sync()
         })
         .expect("attach, launch and sync");

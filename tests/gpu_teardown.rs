@@ -17,9 +17,9 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use um::kernels::testing;
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
+use um_test_kernels::testing;
 
 mod common;
 use common::{gpu, serial};

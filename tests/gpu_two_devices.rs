@@ -4,8 +4,8 @@
 //! more, and says "skipped" elsewhere; run with `--include-ignored` on one GPU, it fails.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-use um::kernels::testing;
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions};
+use um_test_kernels::testing;
 
 mod common;
 use common::{capture_once, watchdog};

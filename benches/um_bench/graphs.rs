@@ -11,8 +11,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use um::kernels::testing;
 use um::{Context, Linear, Managed, StreamOptions};
+use um_test_kernels::testing;
 
 use crate::Record;
 use crate::cpp::Baseline;

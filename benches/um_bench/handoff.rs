@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use um::kernels::testing;
 use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um_test_kernels::testing;
 
 use crate::Record;
 

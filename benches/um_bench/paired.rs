@@ -18,8 +18,8 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use cust::sys as cs;
-use um::kernels::testing;
 use um::{Context, LaunchConfig, Linear, Managed, StreamOptions};
+use um_test_kernels::testing;
 
 use crate::Record;
 

@@ -5,8 +5,9 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use cust::sys as cs;
-use um::kernels::{run_task as rt, streams, testing};
+use um::kernels::{run_task as rt, streams};
 use um::{Context, LaunchConfig, Managed, MirroredManaged, StreamOptions, Transfer};
+use um_test_kernels::testing;
 
 use crate::Record;
 use crate::cpp::{self, Baseline};

@@ -56,7 +56,7 @@ pub struct Alloc<M: um::Storage> {
 pub fn seed_loop_matches_the_cpu<M: um::Storage>(ctx: &Context, alloc: Alloc<M>) {
     use um::StreamOptions;
     use um::kernels::run_task;
-    use um::kernels::testing::add_scalar;
+    use um_test_kernels::testing::add_scalar;
     let n = workload(1 << 20, 4097) + 3;
     let input: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.25).collect();
     let (mut data_cpu, mut out_cpu) = (vec![0.0f32; n], vec![0.0f32; n]);
@@ -112,7 +112,7 @@ pub fn three_rounds_with(
     transfer: um::Transfer,
 ) -> um::Managed<[f32]> {
     use um::StreamOptions;
-    use um::kernels::testing::add_scalar;
+    use um_test_kernels::testing::add_scalar;
     let data = ctx
         .with_stream(StreamOptions::new().transfer(transfer), |s| {
             let mut d = data.attach(s)?;
@@ -140,7 +140,7 @@ pub fn three_rounds_with(
 #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
 pub fn assert_context_usable(ctx: &Context) {
     use um::StreamOptions;
-    use um::kernels::testing::add_scalar;
+    use um_test_kernels::testing::add_scalar;
     let probe = um::Managed::from_fn(ctx, 8, |_| 1.0f32).expect("alloc after");
     let probe = ctx
         .with_stream(StreamOptions::new(), |s| {
@@ -229,7 +229,7 @@ pub fn handle_with_a_module() -> Context {
     let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
     ctx.with_stream(StreamOptions::new(), |s| {
         let mut y = y.attach(s)?;
-        um::kernels::testing::add_scalar(s, &mut y, 1.0)?;
+        um_test_kernels::testing::add_scalar(s, &mut y, 1.0)?;
         s.sync_all((y,)).map(drop)
     })
     .expect("load a module through it");
@@ -279,7 +279,7 @@ pub fn capture_once(ctx: &Context) -> um::Result<()> {
     ctx.with_stream(StreamOptions::new(), |s| {
         let x = x.attach(s)?;
         let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
-            um::kernels::testing::add_scalar(cap, &mut x, 1.0)?;
+            um_test_kernels::testing::add_scalar(cap, &mut x, 1.0)?;
             Ok(((x,), ()))
         })?;
         graph.launch(s)?;

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use um::kernels::testing::spin_then_add;
 use um::{Context, Managed, StreamOptions};
+use um_test_kernels::testing::spin_then_add;
 
 /// A waker that runs one action of the test's when first woken, on the thread that wakes it:
 /// um's stream callback (`DriverCallback` set), where CUDA says no API call may be made.

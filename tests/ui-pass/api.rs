@@ -1,6 +1,6 @@
 // Twins of tests/ui/api: host-owned buffers of every storage index, slice and iterate on the
 // CPU, attached ones go to a typed launcher, and after `sync` the CPU has them back.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, MirroredManaged, StreamOptions};
 
 fn api(ctx: &Context) -> um::Result<()> {

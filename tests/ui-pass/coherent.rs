@@ -1,7 +1,7 @@
 // Twins of tests/ui/coherent: coherent memory in every state and transition, alone and mixed
 // with unified and mirrored memory, in typed and unsafe launches, `sync_all`, handoffs, stream
 // sets, the legacy stream and the per-thread stream.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Coherent, CoherentManaged, Context, Kernel, LaunchConfig, Managed, StreamOptions};
 
 fn coherent(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {

@@ -1,7 +1,7 @@
 // Twins of tests/ui/graphs: a capture records launches on its own buffers, the graph holds them
 // while it exists, replays on their stream, updates a scalar through a node, gives the buffers
 // to the host between replays, and back by a wait; a capture forks and joins by `hand_off`.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Linear, Managed, StreamOptions};
 
 fn capture_replay_sync(ctx: &Context) -> um::Result<()> {

@@ -1,7 +1,7 @@
 // Twin of tests/ui/handoff: memory goes from stream A to stream B (owned, per-thread, and
 // between the streams of a set) without a host wait, kernels run on the stream that owns it at
 // each point, and memory of the legacy stream (`attach_global`) may leave it by a handoff.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn handoff(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,7 @@
 // Twins of tests/ui/kernels: buffers are attached to the launcher's stream; the written one is
 // `&mut`. The legacy stream takes memory attached globally.
-use um::kernels::{streams, testing};
+use um::kernels::streams;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn launchers(ctx: &Context) -> um::Result<()> {

@@ -1,7 +1,7 @@
 // Twins of tests/ui/mirrored: mirrored memory in every state and transition, alone and mixed
 // with unified memory, in typed and unsafe launches, `sync_all`, stream sets and the legacy
 // stream.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Kernel, LaunchConfig, Managed, Mirror, MirroredManaged, StreamOptions, Unified};
 
 fn mirrored(ctx: &Context, add_scalar: &Kernel) -> um::Result<()> {

@@ -41,12 +41,8 @@ pub mod ptx {
     pub use super::run_task::PTX as RUN_TASK_PTX;
     /// PTX of `kernels/streams.cu`.
     pub use super::streams::PTX as STREAMS_PTX;
-    /// PTX of `kernels/testing.cu`.
-    pub use super::testing::PTX as TESTING_PTX;
     pub use super::{ALL_PTX, PTX_ARCH};
 }
-
-pub mod reference;
 
 #[cfg(test)]
 mod tests {
@@ -55,19 +51,10 @@ mod tests {
     #[test]
     fn every_module_is_embedded_with_its_entries() {
         let names: Vec<&str> = ptx::ALL_PTX.iter().map(|(n, _)| *n).collect();
-        assert_eq!(
-            names,
-            ["data_parallel", "mlp", "run_task", "streams", "testing"]
-        );
+        assert_eq!(names, ["run_task", "streams"]);
         for (file, entries) in [
-            (super::data_parallel::PTX, &["dp_gradient"][..]),
-            (super::mlp::PTX, &["bias_relu"][..]),
             (ptx::RUN_TASK_PTX, &["transform", "convert"][..]),
             (ptx::STREAMS_PTX, &["kernel", "empty", "stamp"][..]),
-            (
-                ptx::TESTING_PTX,
-                &["add_scalar", "axpy", "spin_then_add"][..],
-            ),
         ] {
             for entry in entries {
                 assert!(

@@ -4,7 +4,7 @@
 // message shows `HostOwned` where `StreamOwned` is expected. A trait-shaped parameter with its
 // own message was tried and not adopted (docs/design.md). The fix:
 // `let x = x.attach(stream)?;` for each buffer.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn launch(ctx: &Context) -> um::Result<()> {

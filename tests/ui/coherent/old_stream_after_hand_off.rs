@@ -2,7 +2,7 @@
 // kernels may use a coherent buffer. The handoff moved no driver association (the memory stays
 // global); it recorded A's event for B to wait on. A kernel on A after it would race with B's,
 // so the buffer carries B's brand and a launch on A does not type-check.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn old_stream(ctx: &Context) -> um::Result<()> {

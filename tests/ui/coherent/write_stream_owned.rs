@@ -6,7 +6,7 @@ fn write(ctx: &Context) -> um::Result<()> {
     let data = Managed::from_slice_coherent(ctx, &[1.0f32, 2.0, 3.0])?;
     ctx.with_stream(StreamOptions::new(), |stream| {
         let mut data = data.attach(stream)?;
-        um::kernels::testing::add_scalar(stream, &mut data, 1.0)?;
+        um_test_kernels::testing::add_scalar(stream, &mut data, 1.0)?;
         data[0] = 5.0;
         data.sync().map(drop)
     })

@@ -3,7 +3,7 @@
 // closure, two threads would use one handle at once (cuBLAS handles are not thread-safe) and the
 // move-to-another-stream wait would be decided on a thread that is not capturing. Refused:
 // `Blas` is `!Sync` (its `Cell<u64>`), so `&Blas` is not `Send` (E0277).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
 

@@ -1,7 +1,7 @@
 // Rule: memory enters a capture only as its buffer set: `cuStreamAttachMemAsync` cannot be
 // captured (the driver refuses it and invalidates the capture), and a capture stream is not
 // `Attachable`.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn attach_in_capture(ctx: &Context) -> um::Result<()> {

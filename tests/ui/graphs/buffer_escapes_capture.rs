@@ -1,6 +1,6 @@
 // Rule: a buffer of a capture leaves the closure only in the buffer set, which the graph then
 // holds: it cannot be kept anywhere else (it carries the capture's brand).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn escape(ctx: &Context) -> um::Result<()> {

@@ -3,7 +3,7 @@
 // used from a scoped thread would load modules and launch from a thread that um does not count
 // as capturing. Refused: `Stream<'c, Capture>` is neither `Send` nor `Sync` (`Capture` holds a
 // `PhantomData<*const ()>`), so `&Stream<'c, Capture>` cannot cross (E0277).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn attack(ctx: &Context) -> um::Result<()> {

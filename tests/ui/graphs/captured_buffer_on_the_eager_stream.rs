@@ -1,7 +1,7 @@
 // Inside the capture closure the eager stream is still in reach, but a
 // buffer of the capture (brand `'c`) cannot be launched on it (brand `'s`): that launch would
 // run now, on memory the graph will own.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn eager(ctx: &Context) -> um::Result<()> {

@@ -1,5 +1,5 @@
 // Rule: no one can free a buffer a graph holds: it moved into the graph.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn drop_while_captured(ctx: &Context) -> um::Result<()> {

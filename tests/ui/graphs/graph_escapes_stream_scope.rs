@@ -1,5 +1,5 @@
 // Rule: a graph holds memory of its stream, so it cannot outlive the stream's scope.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn escape(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: a captured buffer moves only between the capture's own streams (a fork of the graph);
 // handing it to an eager stream would make that stream join the capture.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn hand_off_out(ctx: &Context) -> um::Result<()> {

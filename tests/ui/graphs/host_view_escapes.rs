@@ -1,6 +1,6 @@
 // Rule: a host access between replays shows the contents for the closure only: the view cannot
 // leave it, because the buffer goes back to the stream when it returns.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn keep_view(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // A node's scalars are the tuple its `_node` launcher fixed; `Graph::set`
 // cannot write a value of another type or size there (a length or a pointer would be next).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Linear, Managed, StreamOptions};
 
 fn retype(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: while a graph exists it holds its buffers: no CPU code can read them. The buffer moved
 // into the capture; the binding is gone.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn read_while_captured(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: inside a capture a buffer is owned by the capture stream: no CPU access, as for any
 // stream-owned buffer (nothing has run yet, and the graph will use it).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn read_in_capture(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: a graph replays only on the stream that owns its buffers: a stream of another brand
 // does not type-check.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn replay_elsewhere(ctx: &Context) -> um::Result<()> {

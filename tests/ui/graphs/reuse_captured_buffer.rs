@@ -1,6 +1,6 @@
 // Rule: no other launch can use a buffer a graph holds: it moved into the graph, so an eager
 // launch beside the replays cannot name it.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn launch_while_captured(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: the driver's graph objects are not internally synchronized, so a `Graph` is not `Sync`:
 // two threads cannot replay it at once.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn share(ctx: &Context) -> um::Result<()> {

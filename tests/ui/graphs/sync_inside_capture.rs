@@ -1,6 +1,6 @@
 // Rule: the host cannot wait for a capture stream: its work is recorded, not run (the driver
 // refuses cuStreamSynchronize there and invalidates the capture). A type error.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn sync_in_capture(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: no host wait of any kind on a capture stream: `Stream::wait_idle` and `is_idle` need
 // an eager stream.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn wait_idle_in_capture(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: the handoff consumes the memory: the binding that named it on stream A cannot be used
 // afterwards, neither for a launch on A nor for a second handoff.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn old_binding(ctx: &Context) -> um::Result<()> {

@@ -2,7 +2,7 @@
 // Seed 002: "Accessing memory on the device from streams that are not associated with it will
 // produce undefined results." `hand_off` retypes the memory to B's brand, so a launch on A
 // that names it does not type-check.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn old_stream(ctx: &Context) -> um::Result<()> {

@@ -4,7 +4,7 @@ fn f(ctx: &Context) -> um::Result<()> {
     let data = Managed::from_slice(ctx, &[false; 8])?;
     ctx.with_stream(StreamOptions::new(), |s| {
         let mut d = data.attach(s)?;
-        um::kernels::testing::add_scalar(s, &mut d, 1.0)?;
+        um_test_kernels::testing::add_scalar(s, &mut d, 1.0)?;
         d.sync().map(drop)
     })
 }

@@ -1,7 +1,7 @@
 // Rule: a generated launcher takes only buffers owned by the stream it launches on: memory
 // attached to stream `a` cannot go to a kernel on stream `b` (seed 001: "only kernels launched
 // into that stream will touch that data").
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn other_stream(ctx: &Context) -> um::Result<()> {

@@ -2,7 +2,7 @@
 // attached first.
 // Seed 001: kernels touch memory associated with their stream; the CPU owns host-attached
 // memory until it is attached.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn host_owned(ctx: &Context) -> um::Result<()> {

@@ -1,6 +1,6 @@
 // Rule: an `unsafe` launcher still checks its buffers' types: host-owned memory is refused
 // even inside `unsafe`, because the CPU may be using it (seed 001).
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
 fn host_owned(ctx: &Context) -> um::Result<()> {

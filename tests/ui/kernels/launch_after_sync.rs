@@ -1,6 +1,6 @@
 // Rule: `sync` gives the memory back to the CPU by value, so the stream-owned handle is gone:
 // no kernel can be launched on memory the CPU may be using.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn after_sync(ctx: &Context) -> um::Result<()> {

@@ -1,7 +1,7 @@
 // Rule: memory attached globally to the legacy stream (`attach_global`) is still owned by
 // that scope's legacy stream: a kernel on another stream cannot take it, although the driver
 // would let any stream's kernel touch globally attached memory.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn legacy_to_owned(ctx: &Context) -> um::Result<()> {

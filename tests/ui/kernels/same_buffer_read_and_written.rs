@@ -1,7 +1,7 @@
 // Rule: a generated launcher takes a buffer the kernel writes as `&mut`, so the same buffer
 // cannot also be its read-only input: `axpy(x, y)` with x = y would read what other threads
 // of the same launch are writing.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn aliased(ctx: &Context) -> um::Result<()> {

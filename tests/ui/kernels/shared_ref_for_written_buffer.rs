@@ -1,7 +1,7 @@
 // Rule: a buffer the kernel writes (a non-const pointer in its declaration) is passed as
 // `&mut`, so no other reference to it can be alive during the launch.
-// kernels-ptx/testing.cu: `axpy(const float *x, float *y, float a, unsigned int n)` writes y.
-use um::kernels::testing;
+// crates/um-test-kernels/kernels/testing.cu: `axpy(const float *x, float *y, float a, unsigned int n)` writes y.
+use um_test_kernels::testing;
 use um::{Context, Managed, StreamOptions};
 
 fn shared(ctx: &Context) -> um::Result<()> {

@@ -2,7 +2,7 @@
 // see whether its body stays in bounds and race-free (here: wherever `idx` points), so calling
 // it is the caller's promise, written `unsafe { .. }` with a `// SAFETY:` reason.
 // docs/kernels.md, "unsafe launchers".
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
 fn no_unsafe(ctx: &Context) -> um::Result<()> {

@@ -1,7 +1,7 @@
 // Rule: no conversion makes a `Linear` out of a 3-D `LaunchConfig`: the only way from the
 // unchecked launch type to the safe one would be one that forgets the y and z extents (or
 // the dynamic shared memory) it was written for.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
 fn converted(ctx: &Context) -> um::Result<()> {

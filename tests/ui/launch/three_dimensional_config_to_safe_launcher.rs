@@ -3,7 +3,7 @@
 // `blockIdx.x * blockDim.x + threadIdx.x` share an index and race on it: a
 // `grid: (1, 64, 1)` on `add_scalar` returns wrong sums (seen on an H200). That configuration is a
 // `LaunchConfig`, which only `unsafe` launches take.
-use um::kernels::testing;
+use um_test_kernels::testing;
 use um::{Context, LaunchConfig, Managed, StreamOptions};
 
 fn racing_grid(ctx: &Context) -> um::Result<()> {

@@ -8,7 +8,7 @@ fn mixed(ctx: &Context) -> um::Result<()> {
     ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             let (x, mut y) = (x.attach(a)?, y.attach(b)?);
-            um::kernels::testing::axpy(a, &x, &mut y, 2.0)?;
+            um_test_kernels::testing::axpy(a, &x, &mut y, 2.0)?;
             b.sync_all((y,)).map(drop)?;
             a.sync_all((x,)).map(drop)
         })

@@ -6,7 +6,7 @@ fn host_owned(ctx: &Context, kernel: &Kernel) -> um::Result<()> {
     let mut data = Managed::from_slice_mirrored(ctx, &[1.0f32; 256])?;
     ctx.with_stream(StreamOptions::new(), |stream| {
         unsafe { stream.launch(kernel, LaunchConfig::grid_1d(1, 256), (&mut data, 1.0f32, 256u32)) }?;
-        um::kernels::testing::add_scalar(stream, &mut data, 1.0)
+        um_test_kernels::testing::add_scalar(stream, &mut data, 1.0)
     })
 }
 

@@ -7,7 +7,7 @@ fn other_stream(ctx: &Context) -> um::Result<()> {
     ctx.with_stream(StreamOptions::new(), |a| {
         ctx.with_stream(StreamOptions::new(), |b| {
             let mut data = data.attach(a)?;
-            um::kernels::testing::add_scalar(b, &mut data, 1.0)?;
+            um_test_kernels::testing::add_scalar(b, &mut data, 1.0)?;
             data.sync().map(drop)
         })
     })

@@ -6,7 +6,7 @@ fn shared(ctx: &Context) -> um::Result<()> {
     let data = Managed::from_slice_mirrored(ctx, &[1.0f32; 256])?;
     ctx.with_stream(StreamOptions::new(), |stream| {
         let data = data.attach(stream)?;
-        um::kernels::testing::add_scalar(stream, &data, 1.0)?;
+        um_test_kernels::testing::add_scalar(stream, &data, 1.0)?;
         data.sync().map(drop)
     })
 }
