@@ -191,7 +191,7 @@ struct Row {
 }
 
 async fn run(ctx: &Context, mode: Mode, w: &Arc<Workload>) -> um::Result<Row> {
-    um::use_event_thread_for_waits(mode == Mode::AsyncEventThread);
+    um_core::use_event_thread_for_waits(mode == Mode::AsyncEventThread);
     let counters = Arc::new(Counters::default());
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));

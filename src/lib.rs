@@ -111,10 +111,41 @@
 //! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV) and [`nccl`] (collectives across
 //!   GPUs and processes), each loaded at run time, so that building needs neither.
 //!
-//! This library re-exports the crates `um-core` (everything at the top level), `um-kernels`
-//! (as [`kernels`]), `um-cublas` (as [`cublas`]) and `um-nccl` (as [`nccl`]).
+//! This library re-exports the crates `um-core` (its API at the top level, listed in this
+//! file), `um-kernels` (as [`kernels`]), `um-cublas` (as [`cublas`]) and `um-nccl` (as
+//! [`nccl`]). [`prelude`] holds what most programs name: `use um::prelude::*;`.
 
-pub use um_core::*;
+pub use um_core::{
+    Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
+    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Error, Foreign, Graph,
+    HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, Linear, Managed,
+    Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Result, Scalars, State, Storage,
+    Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture, SyncFuture,
+    SyncGroup, Transfer, Unified, Zeroable, capturing_on_this_thread, defer_while_capturing,
+    device_count, include_kernels, ptx_isa_version, reap_pending, refuse_inside_capture,
+    refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
+};
+
+pub mod prelude {
+    //! What most programs name, for `use um::prelude::*;`: a device and its streams, managed
+    //! memory in its two states and three storages, launch geometry, graphs, errors.
+    //!
+    //! ```no_run
+    //! use um::prelude::*;
+    //!
+    //! fn main() -> Result<()> {
+    //!     let ctx = Context::new(0)?;
+    //!     let x: Managed<[f32], HostOwned> = Managed::from_slice(&ctx, &[1.0, 2.0])?;
+    //!     let x = ctx.with_stream(StreamOptions::new(), |s| x.attach(s)?.sync())?;
+    //!     assert_eq!(x[1], 2.0);
+    //!     Ok(())
+    //! }
+    //! ```
+    pub use um_core::{
+        Coherent, Context, Error, Graph, HostOwned, Linear, Managed, Mirror, Result, Stream,
+        StreamOptions, StreamOwned, Transfer, Unified,
+    };
+}
 #[doc(inline)]
 pub use um_cublas as cublas;
 #[doc(inline)]

@@ -81,7 +81,7 @@ fn sync_async_returns_the_kernel_results() {
 fn the_event_thread_mechanism_gives_the_same_results() {
     let _serial = serial();
     let ctx = gpu();
-    um::use_event_thread_for_waits(true);
+    um_core::use_event_thread_for_waits(true);
     let data = Managed::from_fn(&ctx, 10_001, |i| i as f32).expect("alloc");
     let data = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
         let mut d = data.attach(s)?;
@@ -91,7 +91,7 @@ fn the_event_thread_mechanism_gives_the_same_results() {
         add_one(s, &mut d)?;
         s.sync_all_async(vec![d]).await
     }));
-    um::use_event_thread_for_waits(false);
+    um_core::use_event_thread_for_waits(false);
     let data = data.expect("stream work");
     for (i, v) in data[0].iter().enumerate() {
         assert_eq!(*v, i as f32 + 2.0, "data[{i}]");
@@ -214,14 +214,14 @@ fn cancel_buffer_with_kernel_in_flight<M: um::Storage>(
             poll_once(&mut fut).is_pending(),
             "the spinning kernel holds the stream"
         );
-        let before = um::orphans_pending();
+        let before = um_core::orphans_pending();
         drop(fut);
         assert!(
             !s.is_idle()?,
             "the drop returned only once the stream was done: it waited"
         );
         assert!(
-            um::orphans_pending() > before,
+            um_core::orphans_pending() > before,
             "the buffer went to the reaper"
         );
         busy.sync_async().await.map(drop)
@@ -235,7 +235,7 @@ fn dropping_a_future_with_a_kernel_in_flight_frees_once_the_stream_is_done() {
     let ctx = gpu();
     cancel_with_kernel_in_flight(&ctx, common::workload(1 << 22, 1 << 12)).expect("cancel");
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     // The context is healthy: a use-after-free on the GPU would have been a sticky error.
     let probe = Managed::from_fn(&ctx, 8, |_| 1.0f32).expect("alloc after");
     let probe = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
@@ -318,7 +318,7 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
         drop(busy);
         Ok(x.len() + y.len())
     }));
-    let before = um::orphans_pending();
+    let before = um_core::orphans_pending();
     let polled = scope
         .as_mut()
         .poll(&mut TaskContext::from_waker(Waker::noop()));
@@ -327,12 +327,12 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
     // Had the drop waited for the stream, the buffers would have been freed there, not
     // handed to the reaper behind a callback that has not run yet.
     assert!(
-        um::orphans_pending() >= before + 3,
+        um_core::orphans_pending() >= before + 3,
         "busy, x and y went to the reaper: {} pending, {before} before",
-        um::orphans_pending()
+        um_core::orphans_pending()
     );
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     ctx.wait_idle().expect("no fault");
 }
 
@@ -340,7 +340,7 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
 /// checks that the fault comes back as an `Err`.
 fn fault_child(event_thread: bool) {
     let ctx = gpu();
-    um::use_event_thread_for_waits(event_thread);
+    um_core::use_event_thread_for_waits(event_thread);
     let k = ctx
         .load_ptx(common::TRAP_PTX)
         .and_then(|m| m.kernel("trap_kernel"))
@@ -405,7 +405,7 @@ fn mirrored_memory_syncs_asynchronously_and_cancels_without_a_leak() {
     let x = um::MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 1 << 20).expect("alloc");
     cancel_buffer_with_kernel_in_flight(&ctx, x).expect("cancel");
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     ctx.wait_idle().expect("no fault");
 }
 
@@ -454,7 +454,7 @@ fn async_cancellation_frees_nothing_in_use_and_a_forgotten_scope_leaks_it() {
         }
     }
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     let data = Managed::from_slice(&ctx, &[0.0f32; 16]).expect("alloc");
     ctx.with_stream(StreamOptions::new(), |s| {
         let mut fut = pin!(data.attach(s)?.sync_async());

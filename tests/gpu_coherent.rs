@@ -97,7 +97,7 @@ fn coherent_transitions_make_no_attach_call() {
     let (x, y, u) = ctx
         .with_stream(StreamOptions::new().non_blocking(), |a| {
             ctx.with_stream(StreamOptions::new().non_blocking(), |b| {
-                let before = um::attach_calls_on_this_thread();
+                let before = um_core::attach_calls_on_this_thread();
                 let mut x = x.attach(a)?;
                 let y = y.attach(a)?;
                 spin_then_add(a, &mut x, 1.0, 1_000_000)?; // x = i + 1
@@ -107,7 +107,7 @@ fn coherent_transitions_make_no_attach_call() {
                 let y = y.hand_off(b)?.hand_off(a)?;
                 let (x, y) = a.sync_all((x, y))?;
                 assert_eq!(
-                    um::attach_calls_on_this_thread(),
+                    um_core::attach_calls_on_this_thread(),
                     before,
                     "coherent attach, hand_off, sync and sync_all call no cuStreamAttachMemAsync"
                 );
@@ -116,7 +116,7 @@ fn coherent_transitions_make_no_attach_call() {
                 add_scalar(a, &mut u, 1.0)?;
                 let u = u.hand_off(b)?;
                 assert!(
-                    um::attach_calls_on_this_thread() >= before + 2,
+                    um_core::attach_calls_on_this_thread() >= before + 2,
                     "a unified attach and hand_off went uncounted"
                 );
                 Ok((x, y, u.sync()?))
@@ -336,7 +336,7 @@ fn the_transfer_policies_act_on_coherent_memory() {
         Transfer::HostResident,
     ] {
         let x = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc");
-        let before = um::transfer_calls_on_this_thread();
+        let before = um_core::transfer_calls_on_this_thread();
         let x = ctx
             .with_stream(StreamOptions::new().transfer(transfer), |a| {
                 ctx.with_stream(StreamOptions::new().transfer(transfer), |b| {
@@ -352,7 +352,7 @@ fn the_transfer_policies_act_on_coherent_memory() {
                 })
             })
             .expect("policies with coherent memory");
-        let calls = um::transfer_calls_on_this_thread() - before;
+        let calls = um_core::transfer_calls_on_this_thread() - before;
         assert_eq!(
             first_wrong(&x[1..], |i| (i + 1) as f32 + 7.0),
             None,
@@ -398,18 +398,18 @@ fn coherent_memory_syncs_asynchronously_and_cancels_without_a_leak() {
             poll_once(&mut fut).is_pending(),
             "the spinning kernel holds it"
         );
-        let before = um::orphans_pending();
+        let before = um_core::orphans_pending();
         drop(fut);
         assert!(!s.is_idle()?, "the drop of the future did not wait");
         assert!(
-            um::orphans_pending() > before,
+            um_core::orphans_pending() > before,
             "the buffer went to the reaper"
         );
         Ok(())
     }))
     .expect("cancel");
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     ctx.wait_idle()
         .expect("no fault: nothing freed under the kernel");
 }
@@ -455,7 +455,7 @@ fn coherent_memory_on_the_legacy_and_per_thread_streams() {
     let _serial = serial();
     let ctx = coherent_gpu();
     let x = Managed::from_fn_coherent(&ctx, n(), |i| i as f32).expect("alloc");
-    let before = um::attach_calls_on_this_thread();
+    let before = um_core::attach_calls_on_this_thread();
     // The legacy stream: attach_global (no call for coherent memory), then a handoff to a
     // non-blocking stream, which waits for the legacy stream's event.
     let x = ctx
@@ -478,7 +478,7 @@ fn coherent_memory_on_the_legacy_and_per_thread_streams() {
         })
         .expect("per-thread stream");
     assert_eq!(
-        um::attach_calls_on_this_thread(),
+        um_core::attach_calls_on_this_thread(),
         before,
         "no association call on the legacy or the per-thread stream"
     );

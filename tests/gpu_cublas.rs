@@ -401,7 +401,7 @@ fn a_shape_mismatch_is_refused_before_cublas_runs() {
     let b = Managed::from_slice_mirrored(&ctx, &[1.0f64; 65]).expect("alloc");
     let c = Managed::from_slice_mirrored(&ctx, &[SENTINEL; 91]).expect("alloc");
     let x = Managed::from_slice_mirrored(&ctx, &[1.0f64; 4]).expect("alloc");
-    let before = um::mirror_copies_on_this_thread();
+    let before = um_core::mirror_copies_on_this_thread();
     let (_, _, c, _) = ctx
         .with_stream(StreamOptions::new(), |s| {
             let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
@@ -464,7 +464,7 @@ fn a_shape_mismatch_is_refused_before_cublas_runs() {
         .expect("stream");
     // Nothing was written, and `c` was never marked written: its sync copied nothing back.
     assert!(c.iter().all(|v| *v == SENTINEL));
-    let copies = um::mirror_copies_on_this_thread().since(before);
+    let copies = um_core::mirror_copies_on_this_thread().since(before);
     assert_eq!(copies.to_host, 0, "{copies:?}");
     assert_eq!(copies.to_host_skipped, 4, "{copies:?}");
 }

@@ -801,7 +801,7 @@ fn an_eager_buffer_dropped_in_a_capture_is_freed_behind_its_own_stream() {
         .expect("the capture is not invalidated by the drop");
     assert!(set.0.iter().all(|v| *v == 1.0));
     um::reap_pending();
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     drop(set);
     let (free_after, _) = ctx.mem_info().expect("free memory");
     let slack = 64 << 20;

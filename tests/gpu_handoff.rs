@@ -37,10 +37,10 @@ fn a_to_b_to_host_without_a_host_wait() {
                 let mut y = y.attach(b)?;
                 let launched = Instant::now();
                 spin_then_add(a, &mut x, 1.0, SPIN_NS)?; // x = i + 1, after SPIN_NS
-                let attaches = um::attach_calls_on_this_thread();
+                let attaches = um_core::attach_calls_on_this_thread();
                 let mut x = x.hand_off(b)?;
                 assert_eq!(
-                    um::attach_calls_on_this_thread() - attaches,
+                    um_core::attach_calls_on_this_thread() - attaches,
                     1,
                     "a handoff is one attach, on B"
                 );
@@ -75,8 +75,8 @@ fn each_stream_makes_its_event_once() {
     let x = ctx
         .with_stream(StreamOptions::new(), |a| {
             ctx.with_stream(StreamOptions::new(), |b| {
-                let events = um::events_created_on_this_thread();
-                let attaches = um::attach_calls_on_this_thread();
+                let events = um_core::events_created_on_this_thread();
+                let attaches = um_core::attach_calls_on_this_thread();
                 let mut x = x.attach(a)?;
                 for _ in 0..3 {
                     spin_then_add(a, &mut x, 1.0, 1_000_000)?;
@@ -85,9 +85,9 @@ fn each_stream_makes_its_event_once() {
                     x = on_b.hand_off(a)?;
                 }
                 // A's event and B's event, each made on first use and reused twice.
-                assert_eq!(um::events_created_on_this_thread() - events, 2);
+                assert_eq!(um_core::events_created_on_this_thread() - events, 2);
                 // One attach, then one per handoff.
-                assert_eq!(um::attach_calls_on_this_thread() - attaches, 1 + 6);
+                assert_eq!(um_core::attach_calls_on_this_thread() - attaches, 1 + 6);
                 x.sync()
             })
         })
@@ -162,9 +162,9 @@ fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
             );
             add_scalar(&s[1], &mut x, 2.0)?;
             // To the stream that owns it already: nothing to do, no driver call.
-            let attaches = um::attach_calls_on_this_thread();
+            let attaches = um_core::attach_calls_on_this_thread();
             let x = x.hand_off(&s[1])?;
-            assert_eq!(um::attach_calls_on_this_thread(), attaches);
+            assert_eq!(um_core::attach_calls_on_this_thread(), attaches);
             // A wait on s[0] does not cover it any more.
             let err = s[0].sync_all((x,)).map(drop).expect_err("s[1] owns it");
             assert!(
@@ -283,7 +283,7 @@ fn per_thread_streams_of_two_handles_are_told_apart_and_stay_ordered() {
     let b = gpu();
     assert!(a.same_as(&b), "one device, one primary context");
     let data = Managed::from_slice(&a, &vec![0.0f32; 1 << 16]).expect("alloc");
-    let events = um::events_created_on_this_thread();
+    let events = um_core::events_created_on_this_thread();
     let host = a
         .with_per_thread_stream(|p0| {
             b.with_per_thread_stream(|p1| {
@@ -296,7 +296,7 @@ fn per_thread_streams_of_two_handles_are_told_apart_and_stay_ordered() {
         })
         .expect("hand_off between the per-thread streams of two handles");
     assert!(
-        um::events_created_on_this_thread() > events,
+        um_core::events_created_on_this_thread() > events,
         "an event ordered them"
     );
     assert!(host.iter().all(|v| *v == 2.0));

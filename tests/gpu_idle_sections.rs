@@ -273,14 +273,14 @@ fn reap_pending_inside_the_idle_section_does_not_deadlock() {
         .expect("the work");
         assert!(h2.cache_stats().0 >= 1, "a module is loaded through h2");
     } // h2 dropped: the orphans hold its last clones
-    assert!(um::orphans_pending() >= 2);
+    assert!(um_core::orphans_pending() >= 2);
     let r = ctx.with_idle_unless_capturing(|| {
         // Orderly shutdown, made sure that nothing of ours still runs: blocks until the reaper
         // is done, and the reaper blocks on the lock this thread holds.
         um::reap_pending();
     });
     assert_eq!(r, Ok(Some(())));
-    assert_eq!(um::orphans_pending(), 0);
+    assert_eq!(um_core::orphans_pending(), 0);
     done.send(()).ok();
 }
 
@@ -724,7 +724,7 @@ fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits
     let Some(ctx) = device_for_captures() else {
         return;
     };
-    um::use_event_thread_for_waits(true);
+    um_core::use_event_thread_for_waits(true);
     let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
     let other = Managed::<[f32]>::zeroed_slice(&ctx, 256).expect("alloc");
     let waker = Arc::new(CapturingWaker {
@@ -753,7 +753,7 @@ fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits
             Ok((section, first))
         })
         .expect("the streams");
-    um::use_event_thread_for_waits(false);
+    um_core::use_event_thread_for_waits(false);
     assert!(matches!(section.0, Ok(Some(Ok(())))), "{:?}", section.0);
     assert_eq!(section.1, Ok(()));
     let captured = waker

@@ -64,7 +64,7 @@ fn a_read_only_address_leaves_a_mirror_unmarked() {
     let _serial = serial();
     let ctx = gpu();
     let data = Managed::from_fn_mirrored(&ctx, 64, |i| i as f32).expect("alloc");
-    let before = um::mirror_copies_on_this_thread();
+    let before = um_core::mirror_copies_on_this_thread();
     let data = ctx
         .with_stream(StreamOptions::new(), |s| {
             let d = data.attach(s)?;
@@ -74,7 +74,7 @@ fn a_read_only_address_leaves_a_mirror_unmarked() {
             d.sync()
         })
         .expect("stream work");
-    let copies = um::mirror_copies_on_this_thread().since(before);
+    let copies = um_core::mirror_copies_on_this_thread().since(before);
     assert_eq!((copies.to_host, copies.to_host_skipped), (0, 1));
     assert_eq!(data[63], 63.0);
 }

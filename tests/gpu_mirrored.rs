@@ -11,10 +11,8 @@ mod common;
 
 use common::gpu;
 use um::kernels::{ptx, streams};
-use um::{
-    Context, Error, LaunchConfig, Managed, MirroredManaged, StreamOptions,
-    mirror_copies_on_this_thread,
-};
+use um::{Context, Error, LaunchConfig, Managed, MirroredManaged, StreamOptions};
+use um_core::mirror_copies_on_this_thread;
 use um_test_kernels::testing::{add_scalar, axpy};
 
 /// What `MirrorCopies` counts, as `(to_device, to_device_skipped, to_host, to_host_skipped)`

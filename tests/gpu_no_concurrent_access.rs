@@ -32,15 +32,15 @@ fn as_it_is() -> Context {
 /// advice calls).
 fn calls_of<R>(f: impl FnOnce() -> R) -> (R, (u64, u64, u64)) {
     let before = (
-        um::attach_calls_on_this_thread(),
-        um::host_attach_calls_on_this_thread(),
-        um::transfer_calls_on_this_thread(),
+        um_core::attach_calls_on_this_thread(),
+        um_core::host_attach_calls_on_this_thread(),
+        um_core::transfer_calls_on_this_thread(),
     );
     let r = f();
     let after = (
-        um::attach_calls_on_this_thread(),
-        um::host_attach_calls_on_this_thread(),
-        um::transfer_calls_on_this_thread(),
+        um_core::attach_calls_on_this_thread(),
+        um_core::host_attach_calls_on_this_thread(),
+        um_core::transfer_calls_on_this_thread(),
     );
     (
         r,

@@ -150,7 +150,7 @@ fn reattach_to_a_second_stream_after_sync() {
 fn reattach_to_the_same_stream_makes_no_driver_call() {
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 64, |_| 0.0f32).expect("alloc");
-    let before = um::attach_calls_on_this_thread();
+    let before = um_core::attach_calls_on_this_thread();
     let data = ctx
         .with_stream(StreamOptions::new(), |s| {
             let mut d = data.attach(s)?;
@@ -161,7 +161,7 @@ fn reattach_to_the_same_stream_makes_no_driver_call() {
             d.sync()
         })
         .expect("stream work");
-    let calls = um::attach_calls_on_this_thread() - before;
+    let calls = um_core::attach_calls_on_this_thread() - before;
     assert!(data.iter().all(|v| *v == 5.0));
     if ctx.info().concurrent_managed_access {
         assert_eq!(

@@ -250,7 +250,7 @@ fn a_sync_future_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during
 /// Waits (bounded) until the reaper holds no orphan.
 fn reaper_drained() {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while um::orphans_pending() > 0 && Instant::now() < deadline {
+    while um_core::orphans_pending() > 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(10));
     }
 }

@@ -247,7 +247,7 @@ fn coherent_memory_of_device_0_is_handed_to_device_1_and_back() {
     let x = a
         .with_stream(StreamOptions::new().non_blocking(), |s0| {
             b.with_stream(StreamOptions::new().non_blocking(), |s1| {
-                let attaches = um::attach_calls_on_this_thread();
+                let attaches = um_core::attach_calls_on_this_thread();
                 let mut x = x.attach(s0)?;
                 // Device 0 writes after 50 ms; device 1 must see that write.
                 testing::spin_then_add(s0, &mut x, 1.0, 50_000_000)?;
@@ -257,7 +257,7 @@ fn coherent_memory_of_device_0_is_handed_to_device_1_and_back() {
                 testing::add_scalar(s0, &mut x, 4.0)?;
                 let x = x.sync()?;
                 assert_eq!(
-                    um::attach_calls_on_this_thread(),
+                    um_core::attach_calls_on_this_thread(),
                     attaches,
                     "coherent memory crosses devices without an association call"
                 );
@@ -320,7 +320,7 @@ fn the_per_thread_streams_of_two_devices_are_two_streams() {
     let (a, b) = two_contexts();
     let n = 1 << 20;
     let data = Managed::from_slice(&a, &vec![0.0f32; n]).expect("alloc on device 0");
-    let events = um::events_created_on_this_thread();
+    let events = um_core::events_created_on_this_thread();
     let started = std::time::Instant::now();
     let host = a.with_per_thread_stream(|p0| {
         b.with_per_thread_stream(|p1| {
@@ -346,7 +346,7 @@ fn the_per_thread_streams_of_two_devices_are_two_streams() {
     }
     let host = host.expect("hand_off from device 0's per-thread stream to device 1's");
     assert!(
-        um::events_created_on_this_thread() > events,
+        um_core::events_created_on_this_thread() > events,
         "the handoff recorded an event: the two streams were told apart"
     );
     assert!(
