@@ -1,6 +1,6 @@
 //! The part of the safe-launcher contract that `um-build` checks in a declaration: every
 //! buffer of a `UM_SAFE_KERNEL` has a length parameter that the launcher fills in from the
-//! buffers themselves (`docs/kernels.md`).
+//! buffers themselves ([`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md)).
 //!
 //! A length is a parameter of type `um::len32`, `um::len64`, `um::ilen32` or `um::ilen64` (from
 //! `um.cuh`), and it counts

@@ -525,7 +525,7 @@ fn write_safe(out: &mut String, names: &Names<'_>, counts: &[Count], fn_names: &
          \x20   let config = {default_config};\n\
          \x20   self::{with}(stream, config{args})\n}}\n\n\
          /// {link_name} with an explicit one-dimensional launch. `{kname}` keeps the\n\
-         /// contract of `UM_SAFE_KERNEL` (docs/kernels.md) under every\n\
+         /// contract of `UM_SAFE_KERNEL` ([docs/kernels.md](https://github.com/um-rs/um/blob/main/docs/kernels.md)) under every\n\
          /// [`Linear`](__um::Linear) launch, so any `config` is safe.\n///\n\
          /// Errors: [`LengthMismatch`](__um::Error::LengthMismatch) if buffers that share a length\n\
          /// differ in length; [`LengthTooLarge`](__um::Error::LengthTooLarge) or\n\
@@ -574,7 +574,7 @@ fn write_unsafe(out: &mut String, names: &Names<'_>, name: &str) {
          /// checks that, and um-build checked the declaration against the PTX.\n///\n\
          /// # Safety\n\
          /// `{kname}` is not declared `UM_SAFE_KERNEL`, so nothing vouches for its body. Under\n\
-         /// `config`, and with these arguments, the kernel must (docs/kernels.md, \"Unsafe\n\
+         /// `config`, and with these arguments, the kernel must ([docs/kernels.md](https://github.com/um-rs/um/blob/main/docs/kernels.md#unsafe-launchers), \"Unsafe\n\
          /// launchers\"):\n\
          /// * read and write each buffer only at indices below its length;\n\
          /// * write no `&` buffer, and write each element of a `&mut` buffer from at most one\n\

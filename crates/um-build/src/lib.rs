@@ -18,7 +18,7 @@
 //! * A kernel declared `UM_SAFE_KERNEL void name(...)` (from `um.cuh`, which every compile can
 //!   `#include`) gets a **safe** launcher, `name(stream, buffers.., scalars..)`, and
 //!   `name_with(stream, um::Linear, ..)`. Its author promises the contract in `um.cuh` and
-//!   `docs/kernels.md`; the launcher ensures the rest: one-dimensional launches, every length
+//!   [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md); the launcher ensures the rest: one-dimensional launches, every length
 //!   parameter (`um::len32 n`, by type) filled from its buffers, every buffer owned by the launch
 //!   stream.
 //! * A kernel declared `extern "C" __global__ void name(...)` gets an **`unsafe fn`** launcher

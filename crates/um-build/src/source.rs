@@ -1,10 +1,10 @@
 //! Reading a `.cu` file: its kernel declarations and the `struct`s they take by value.
 //!
-//! This is not a C++ parser. It reads the forms `docs/kernels.md` documents, line-accurately,
+//! This is not a C++ parser. It reads the forms [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md) documents, line-accurately,
 //! and refuses anything else with an error that says what to write instead:
 //!
 //! * `UM_SAFE_KERNEL void name(params)`: a kernel whose author promises the contract of
-//!   `docs/kernels.md`; it gets a safe launcher;
+//!   [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md); it gets a safe launcher;
 //! * `extern "C" __global__ void name(params)`: any other kernel; it gets an `unsafe` launcher;
 //! * `struct Name { fields; };` (or `typedef struct { fields; } Name;`) with scalar and
 //!   fixed-size array fields, for parameters passed by value.

@@ -11,7 +11,7 @@
 //! * [`attach`](Managed::attach) and [`sync`](Managed::sync) are the only transitions between
 //!   the two states, and [`hand_off`](Managed::hand_off) moves stream-owned memory to another
 //!   stream without a host wait; all three consume the value. The state machine is in
-//!   [`state`], the rules it encodes in `docs/rules.md`.
+//!   [`state`], the rules it encodes in [`docs/rules.md`](https://github.com/um-rs/um/blob/main/docs/rules.md).
 //!
 //! ```no_run
 //! # fn main() -> um_core::Result<()> {
@@ -140,7 +140,7 @@ pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script
 /// (`$OUT_DIR/um_kernels.rs`): one module per `.cu` file, holding its PTX and a launcher per
-/// kernel, plus `ALL_PTX` and `PTX_ARCH`. See `docs/kernels.md`.
+/// kernel, plus `ALL_PTX` and `PTX_ARCH`. See [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md).
 ///
 /// ```ignore
 /// // src/lib.rs (or any module) of a crate whose build.rs runs um_build::Kernels

@@ -14,7 +14,7 @@ pub trait Sealed {}
 /// `#[doc(hidden)]` hides a method from the documentation, not from callers. This type is
 /// public (so that it can appear in those signatures) but lives in a private module and has a
 /// private field: no other crate can name it, construct it, or receive one, so no other crate
-/// can call a method that takes it (`docs/rules.md`, "Public but hidden").
+/// can call a method that takes it ([`docs/rules.md`](https://github.com/um-rs/um/blob/main/docs/rules.md), "Public but hidden").
 #[allow(unreachable_pub)]
 #[derive(Debug)]
 pub struct Private(());

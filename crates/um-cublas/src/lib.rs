@@ -5,7 +5,7 @@
 //! what cuBLAS reads, `&mut` for what it writes), so no cuBLAS call can touch memory the CPU or
 //! another stream owns, and the buffers cannot be freed or handed back to the CPU while it may
 //! run. Shapes, leading dimensions and transposes are checked against the buffers' lengths
-//! before cuBLAS runs. `docs/interop.md` has the rules this crate builds on (the raw handles of
+//! before cuBLAS runs. [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) has the rules this crate builds on (the raw handles of
 //! `um-core`) and the ones it adds.
 //!
 //! * [`Blas`]: one cuBLAS handle of one [`Context`](um_core::Context); `Send`, not `Sync`

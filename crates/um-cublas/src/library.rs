@@ -84,7 +84,7 @@ impl Cublas {
     }
 
     /// The entry points, for calls `um-cublas` does not wrap. Every call through them is
-    /// `unsafe`; `docs/interop.md` says what such a call may do with `um`'s buffers and
+    /// `unsafe`; [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) says what such a call may do with `um`'s buffers and
     /// streams.
     pub fn api(&self) -> &Api {
         &self.api

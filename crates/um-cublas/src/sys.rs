@@ -82,7 +82,7 @@ pub type GemvFn = unsafe extern "C" fn(
 /// The entry points of one loaded cuBLAS. Calling any of them is a foreign call, and so
 /// `unsafe`: `um-cublas` makes its own calls through [`Blas`](crate::Blas); a program may use
 /// these for calls `um-cublas` does not wrap (the benchmark's raw reference does), under the
-/// rules of `docs/interop.md`.
+/// rules of [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Api {
     /// `cublasCreate_v2`.

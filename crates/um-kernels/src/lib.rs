@@ -26,7 +26,7 @@
 //! ```
 //!
 //! Every kernel here is declared `UM_SAFE_KERNEL` and keeps the contract of
-//! `docs/kernels.md`, so every launcher is safe: buffers are `&Managed<[T], StreamOwned<'s>, M>`
+//! [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md), so every launcher is safe: buffers are `&Managed<[T], StreamOwned<'s>, M>`
 //! where the kernel reads (`const T *`) and `&mut` where it writes, each of any storage `M`
 //! (unified, coherent or mirrored, mixed freely); the count `n` comes from the buffers; the stream is the
 //! one the buffers belong to; `*_with` takes a one-dimensional

@@ -41,7 +41,7 @@ impl CommOptions {
     ///
     /// NCCL 2.28 runs every call on a nonblocking communicator through a thread it starts for
     /// that call; a blocking one enqueues on the calling thread, which costs less host time per
-    /// collective (`docs/performance.md`, section 8). The price: its calls (creation, the first
+    /// collective ([`docs/performance.md`](https://github.com/um-rs/um/blob/main/docs/performance.md), section 8). The price: its calls (creation, the first
     /// collective with a peer, destruction) may block without bound when a peer has died, or
     /// has not called yet, including another rank that the same thread would only call next
     /// (the first collective connects inside the call and waits for the peer; see [`Comm`],
@@ -438,7 +438,7 @@ impl Comm {
     }
 
     /// The NCCL handle (`ncclComm_t`), for a call `um-nccl` does not make. Getting it is safe;
-    /// using it is a foreign call, with the contract of `docs/interop.md` for the buffers and
+    /// using it is a foreign call, with the contract of [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) for the buffers and
     /// streams it touches, and NCCL's: not from two threads at once, not after this `Comm` is
     /// dropped or aborted (once [`is_aborted`](Comm::is_aborted) is true: an abort made inside
     /// um's stream callback is marked at once, and `ncclCommAbort` made by the next call,

@@ -56,8 +56,8 @@
 //! the phases of a [`Group`]'s calls and [`Group::launch`], for `bench/nccl_probe_phases` (where a step's host time
 //! goes). Without it those reads compile to nothing.
 //!
-//! The rules and the tests that show them are in `docs/rules.md` (rows 150 to 166), the design in
-//! `docs/design.md` ("NCCL") and `docs/interop.md`.
+//! The rules and the tests that show them are in [`docs/rules.md`](https://github.com/um-rs/um/blob/main/docs/rules.md) (rows 150 to 166), the design in
+//! [`docs/design.md`](https://github.com/um-rs/um/blob/main/docs/design.md) ("NCCL") and [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md).
 //!
 //! [`Stream`]: um_core::Stream
 

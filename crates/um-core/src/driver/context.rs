@@ -23,7 +23,7 @@ pub struct DeviceInfo {
     /// managed memory at the same time. Where it is `false` (Windows, WSL, Jetson, pre-Pascal
     /// GPUs), a CPU access to managed memory that a running kernel may see is a segmentation
     /// fault; `um` then re-attaches memory to the host whenever it returns to the host state
-    /// (see `docs/design.md`).
+    /// (see [`docs/design.md`](https://github.com/um-rs/um/blob/main/docs/design.md)).
     ///
     /// `false` also where the context emulates such a device
     /// ([`ContextOptions::emulate_no_concurrent_access`]); `um` reads only this field to choose
@@ -488,7 +488,7 @@ pub fn defer_while_capturing(f: impl FnOnce() + 'static) -> bool {
 /// capturing thread only), or fail as the driver decides. `um` never relies on those refusals:
 /// what a capturing thread frees or waits for, `um` decides from its own record of captures, not
 /// from the driver's answer. Nothing `um` frees is freed on a capturing thread, relaxed or not
-/// ("every free is deferred, never dropped, while a capture may refuse it": `docs/safety.md`):
+/// ("every free is deferred, never dropped, while a capture may refuse it": [`docs/safety.md`](https://github.com/um-rs/um/blob/main/docs/safety.md)):
 /// a stream-owned buffer dropped there is never freed or waited for (rule 187; one in the
 /// capture is freed after it, rule 181); a host-owned one is freed on this thread once the
 /// capture has ended (no GPU work uses host-owned memory); a `Blas` or `Context` handle, a
@@ -842,7 +842,7 @@ impl Context {
 
     /// Makes this context current on the calling thread (`cuCtxSetCurrent`, skipped when it
     /// already is), for a library that works in the current context (cuBLAS, the runtime API):
-    /// see `docs/interop.md`. Every `um` call does this itself first, so nothing `um` does
+    /// see [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md). Every `um` call does this itself first, so nothing `um` does
     /// depends on which context is current between its calls.
     pub fn make_current(&self) -> Result<()> {
         self.bind()

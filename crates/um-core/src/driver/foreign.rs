@@ -1,6 +1,6 @@
 //! Streams made by another library (a cudarc stream, a PyTorch stream, cuBLAS's): `um`'s brands
 //! and transitions on a `CUstream` it did not create, for the length of one closure
-//! (`Context::with_foreign_stream`, `docs/interop.md`).
+//! (`Context::with_foreign_stream`, [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md)).
 
 use std::ffi::c_void;
 use std::marker::PhantomData;

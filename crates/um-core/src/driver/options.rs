@@ -52,7 +52,7 @@ impl ContextOptions {
     /// re-attach memory to the host (`CU_MEM_ATTACH_HOST`) before they wait, so every later
     /// `attach` is a real driver call, and the [`Transfer`](crate::Transfer) policies neither
     /// prefetch nor advise. It is for tests: it runs, on a device that has concurrent access,
-    /// every driver call that a device without it gets from `um` (`docs/design.md` says what
+    /// every driver call that a device without it gets from `um` ([`docs/design.md`](https://github.com/um-rs/um/blob/main/docs/design.md) says what
     /// that proves and what it cannot).
     ///
     /// The mode belongs to the handle it was opened with, and each buffer follows the handle

@@ -222,7 +222,7 @@ thread_local! {
 ///
 /// `Err(ThreadExiting)` in a thread-local destructor that runs after `PER_THREAD_IDS` was
 /// destroyed. An id drawn afresh there would give the stream a second
-/// id, which identity allows (a redundant event, `docs/safety.md` I2), but the error is the
+/// id, which identity allows (a redundant event, [`docs/safety.md`](https://github.com/um-rs/um/blob/main/docs/safety.md) I2), but the error is the
 /// simpler answer; the caller can use a stream of its own.
 pub(crate) fn per_thread_stream_id(context: u64) -> Result<u64> {
     PER_THREAD_IDS
@@ -312,7 +312,7 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     }
 
     /// The driver's handle of this stream (`CUstream`), for a library call that `um` does not
-    /// make itself (cuBLAS, NCCL, a cudarc kernel): see `docs/interop.md`.
+    /// make itself (cuBLAS, NCCL, a cudarc kernel): see [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md).
     ///
     /// Getting the handle is safe; every use of it is a foreign call, and so `unsafe`. What such
     /// a call may do: enqueue work on this stream that touches only memory it owns or memory

@@ -51,7 +51,7 @@ counts!(i32 => "int", u32 => "unsigned int", i64 => "long long", u64 => "unsigne
 /// launch of `threads` threads in all.
 ///
 /// The kernel's grid-stride loop computes `i + stride` with `i < len` and `stride = threads`,
-/// in a type no wider than `C` (the contract of `docs/kernels.md`). So `len - 1 + threads` must
+/// in a type no wider than `C` (the contract of [`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md)). So `len - 1 + threads` must
 /// fit in `C`: otherwise `i` wraps (or, for a signed type, overflows) and a thread revisits
 /// indices that another thread owns. [`Error::LengthTooLarge`] if `len` does not fit,
 /// [`Error::IndexOverflow`] if the sum does not.

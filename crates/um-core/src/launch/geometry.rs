@@ -1,7 +1,7 @@
 //! `Linear`: the launch geometry of every safe launcher, one-dimensional by construction.
 //!
 //! The kernels that safe launchers may run index with `blockIdx.x * blockDim.x + threadIdx.x`
-//! and stride by `blockDim.x * gridDim.x` (`docs/kernels.md`). Under a grid or block with a y or
+//! and stride by `blockDim.x * gridDim.x` ([`docs/kernels.md`](https://github.com/um-rs/um/blob/main/docs/kernels.md)). Under a grid or block with a y or
 //! z extent, several threads would share one index and race on it. `Linear` has no y or z to
 //! set, and its fields are private, so every value of it is a launch under which each thread's
 //! global index is distinct and fits in 31 bits:

@@ -1,5 +1,5 @@
 //! The door to libraries `um` does not wrap: the device address of a stream-owned buffer, for a
-//! call enqueued on the buffer's own stream (`docs/interop.md`).
+//! call enqueued on the buffer's own stream ([`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md)).
 //!
 //! Getting an address is safe, as `slice::as_ptr` is; using it is a foreign call, and so
 //! `unsafe`. The types still do what they can: only a stream-owned buffer has an address (a

@@ -41,7 +41,7 @@ use crate::sealed::{Private, Sealed};
 /// by launches on its stream, the CPU only in the host state. What differs is that `um` never
 /// changes the driver's stream association. `cuStreamAttachMemAsync` is stream-ordered, and
 /// each one held both streams of a two-stage pipeline for 34 to 57 µs on an H200 (the C++
-/// probe `bench/pipeline_probe.cu`, docs/performance.md), and the first one in a process made
+/// probe `bench/pipeline_probe.cu`, [`docs/performance.md`](https://github.com/um-rs/um/blob/main/docs/performance.md)), and the first one in a process made
 /// every later launch of the process cost more host time. Without it:
 /// * `attach` makes no driver call besides the stream's [`Transfer`](crate::Transfer) policy;
 /// * `sync` waits for the owning stream (the CPU may touch globally attached memory while

@@ -43,7 +43,7 @@ use crate::sealed::{Private, Sealed};
 /// with the copies between them made by `attach` and `sync`, and only when needed.
 ///
 /// Explicit copies move bytes faster than managed memory migrates them, and the CPU works
-/// faster on pinned memory than on freshly migrated pages (see `docs/performance.md`); the
+/// faster on pinned memory than on freshly migrated pages (see [`docs/performance.md`](https://github.com/um-rs/um/blob/main/docs/performance.md)); the
 /// price is twice the memory (a host and a device copy). Allocate with
 /// [`Managed::from_slice_mirrored`] and its siblings; every transition, launch and `sync_all`
 /// takes mirrored buffers as it takes unified ones, mixed freely.
