@@ -3,7 +3,8 @@
 //! Not part of the API: no program should enable the feature, and nothing here is covered by
 //! semver.
 
-use crate::{driver, storage};
+use crate::driver;
+use crate::memory::storage::MirrorCopies;
 
 pub use crate::reclaim::completion::use_event_thread_for_waits;
 pub use crate::reclaim::reaper::orphans_pending;
@@ -28,13 +29,13 @@ pub fn host_attach_calls_on_this_thread() -> u64 {
 }
 
 /// How many `cuMemPrefetchAsync` and `cuMemAdvise` calls the calling thread has made: the
-/// [`Transfer`](crate::Transfer) policies' calls.
+/// `Transfer` policies' calls.
 pub fn transfer_calls_on_this_thread() -> u64 {
     driver::transfer_calls_on_this_thread()
 }
 
 /// The host-to-device and device-to-host copies mirrored memory made and skipped on the
 /// calling thread: no needless copy reaches the driver.
-pub fn mirror_copies_on_this_thread() -> storage::MirrorCopies {
-    storage::MirrorCopies::now()
+pub fn mirror_copies_on_this_thread() -> MirrorCopies {
+    MirrorCopies::now()
 }
