@@ -2,13 +2,13 @@
 
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
-use std::ptr;
 
 use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, StreamOwned};
 
-use crate::element::{Element, Kind};
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::library::Cublas;
+use crate::result;
 use crate::shape::{Gemm, Gemv};
 use crate::stream::BlasStream;
 use crate::sys;
@@ -99,15 +99,10 @@ impl Blas {
         let order = StreamOrder::new(ctx)?;
         ctx.make_current()?;
         let api = library.api();
-        let mut handle: sys::Handle = ptr::null_mut();
         // Relaxed inside a capture closure: `cublasCreate_v2` allocates its workspace, which
         // the driver refuses on a capturing thread in thread-local mode, failing the capture.
-        let status = um_core::relaxed_while_capturing(|| {
-            // SAFETY: a valid out-pointer; the context is current, so the handle is made for
-            // it.
-            unsafe { (api.create)(&mut handle) }
-        })?;
-        Error::status(api, "cublasCreate_v2", status)?;
+        // The context is current, so the handle is made for it.
+        let handle = um_core::relaxed_while_capturing(|| result::create(api))??;
         // From here on, drop destroys the handle.
         let blas = Blas {
             library,
@@ -116,12 +111,11 @@ impl Blas {
             bound: Cell::new(0),
             order: ManuallyDrop::new(order),
         };
-        let status = um_core::relaxed_while_capturing(|| {
+        um_core::relaxed_while_capturing(|| {
             // SAFETY: a live handle; host pointer mode is what every call below relies on (its
             // scalars are host locals).
-            unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_HOST) }
-        })?;
-        Error::status(api, "cublasSetPointerMode_v2", status)?;
+            unsafe { result::set_pointer_mode_host(api, handle) }
+        })??;
         Ok(blas)
     }
 
@@ -178,37 +172,25 @@ impl Blas {
             (a.as_ptr(), b.as_ptr())
         };
         let api = self.library.api();
-        let (f, name) = match T::KIND {
-            Kind::F32 => (api.sgemm, "cublasSgemm_v2"),
-            Kind::F64 => (api.dgemm, "cublasDgemm_v2"),
-        };
         // SAFETY: (`run` makes the call after `enter`) the handle is live, made for this
         // stream's context (checked in `enter`, which made it current) and bound to this
-        // stream, ordered after the handle's earlier calls on any other stream (`enter`);
-        // pointer mode is host, and `alpha` and `beta` are locals of type T that live across the call (cuBLAS reads them before it
-        // returns). The routine is the one for T (`T::KIND`). Each pointer is the device
-        // address of a buffer owned by `stream` (brand and id), so only work on this stream
-        // touches it, and it stays allocated until that work is done (a stream-owned buffer's
-        // drop waits for its stream). `resolve` checked every extent cuBLAS touches against the
-        // buffers' lengths: A and B are read within `ld * (cols - 1) + rows` elements, C
-        // read and written within its own. C is a different allocation from A and B (`&mut`
-        // against `&`), so nothing cuBLAS reads is written by the call.
-        self.run(stream, name, || unsafe {
-            f(
+        // stream, ordered after the handle's earlier calls on any other stream (`enter`), in
+        // host pointer mode (`with_library`). Each pointer is the device address of a buffer
+        // owned by `stream` (brand and id), so only work on this stream touches it, and it
+        // stays allocated until that work is done (a stream-owned buffer's drop waits for its
+        // stream). `resolve` checked every extent cuBLAS touches against the buffers' lengths:
+        // A and B are read within `ld * (cols - 1) + rows` elements, C read and written within
+        // its own. C is a different allocation from A and B (`&mut` against `&`), so nothing
+        // cuBLAS reads is written by the call.
+        self.run(stream, || unsafe {
+            result::gemm(
+                api,
                 self.handle,
-                call.transa,
-                call.transb,
-                call.m,
-                call.n,
-                call.k,
-                (&raw const alpha).cast(),
-                first.cast(),
-                call.lda,
-                second.cast(),
-                call.ldb,
-                (&raw const beta).cast(),
-                c.as_mut_ptr().cast(),
-                call.ldc,
+                &call,
+                (alpha, beta),
+                first,
+                second,
+                c.as_mut_ptr(),
             )
         })
     }
@@ -232,28 +214,19 @@ impl Blas {
         let (a, x) = (a.as_device_ptr(), x.as_device_ptr());
         let mut y = y.as_device_ptr_mut();
         let api = self.library.api();
-        let (f, name) = match T::KIND {
-            Kind::F32 => (api.sgemv, "cublasSgemv_v2"),
-            Kind::F64 => (api.dgemv, "cublasDgemv_v2"),
-        };
-        // SAFETY: as in `gemm`: a live handle of this context bound to this stream, host
-        // scalars of type T living across the call, the routine for T, buffers owned by the
-        // stream, every extent checked by `resolve` (A within `ld * (cols - 1) + rows`, x and y
-        // within their lengths at stride 1), and y a different allocation from A and x.
-        self.run(stream, name, || unsafe {
-            f(
+        // SAFETY: as in `gemm`: a live handle of this context bound to this stream in host
+        // pointer mode, buffers owned by the stream, every extent checked by `resolve` (A
+        // within `ld * (cols - 1) + rows`, x and y within their lengths at stride 1), and y a
+        // different allocation from A and x.
+        self.run(stream, || unsafe {
+            result::gemv(
+                api,
                 self.handle,
-                call.trans,
-                call.m,
-                call.n,
-                (&raw const alpha).cast(),
-                a.as_ptr().cast(),
-                call.lda,
-                x.as_ptr().cast(),
-                1,
-                (&raw const beta).cast(),
-                y.as_mut_ptr().cast(),
-                1,
+                &call,
+                (alpha, beta),
+                a.as_ptr(),
+                x.as_ptr(),
+                y.as_mut_ptr(),
             )
         })
     }
@@ -265,8 +238,7 @@ impl Blas {
     fn run<K: BlasStream>(
         &self,
         stream: &Stream<'_, K>,
-        name: &'static str,
-        routine: impl FnOnce() -> i32,
+        routine: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         // Inside um's stream callback: `InsideDriverCallback`, also where the whole-context
         // path would have said `CaptureInProgress`.
@@ -277,12 +249,12 @@ impl Blas {
             // wait for the whole context instead (`UNORDERED`): so also if anything between
             // here and the record unwound (nothing can today).
             self.bound.set(UNORDERED);
-            let status = routine();
+            let called = routine();
             // Recorded whatever the status: a failed call may have enqueued part of its work.
             if self.order.record(stream).is_ok() {
                 self.bound.set(stream.id());
             }
-            Error::status(self.library.api(), name, status)
+            called
         })?
     }
 
@@ -306,10 +278,10 @@ impl Blas {
             // after the call, possibly past the stream's life; that is harmless because every
             // call binds again first (ids are never reused, so a cached id never names a
             // destroyed stream's successor), and drop unbinds before it destroys the handle.
-            unsafe { (api.set_stream)(handle, raw) }
+            unsafe { result::set_stream(api, handle, raw) }
         };
         let previous = self.bound.get();
-        let status = if previous == 0 {
+        let bound = if previous == 0 {
             // Never bound: no work of the handle can be in flight. A first bind must also go
             // through while another thread captures (one `Blas` per stream, made beside
             // captures), so um relies here on `cublasSetStream_v2` neither waiting for the
@@ -324,7 +296,7 @@ impl Blas {
             // CUDA call). The bind is made inside the section, so that no capture can begin
             // between the wait and it.
             match self.ctx.with_idle_unless_capturing(bind)? {
-                Some(status) => status,
+                Some(bound) => bound,
                 None => return Err(Error::CaptureInProgress),
             }
         } else {
@@ -343,7 +315,7 @@ impl Blas {
         // bind may have switched it (or its workspace) anyway, so the next call waits and
         // binds again, whatever its stream.
         self.bound.set(UNKNOWN_STREAM);
-        Error::status(api, "cublasSetStream_v2", status)?;
+        bound?;
         self.bound.set(id);
         Ok(())
     }
@@ -399,10 +371,7 @@ impl Drop for Blas {
             // before this closure runs), so no kernel of ours still uses its workspace when
             // `cublasDestroy_v2` frees it; the device's context is current (the wait made it).
             // Errors are ignored: drop never panics.
-            unsafe {
-                let _ = (api.set_stream)(handle.0, ptr::null_mut());
-                let _ = (api.destroy)(handle.0);
-            }
+            let _ = unsafe { result::destroy(api, handle.0) };
             // The order's event goes with the handle.
             drop(order);
         };

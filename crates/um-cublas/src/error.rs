@@ -1,7 +1,5 @@
 //! `um-cublas`'s error type: what the checks before a call refuse, and what cuBLAS reports.
 
-use std::ffi::CStr;
-
 use crate::sys::Api;
 
 /// Why a matrix or vector does not fit the call: checked before cuBLAS runs, so a refused call
@@ -124,23 +122,13 @@ impl Error {
         if code == crate::sys::STATUS_SUCCESS {
             return Ok(());
         }
-        let text = |f: Option<crate::sys::StatusTextFn>| {
-            f.and_then(|f| {
-                // SAFETY: cuBLAS's status-text functions take any status and return a static
-                // NUL-terminated string (or null), never freed.
-                let p = unsafe { f(code) };
-                (!p.is_null()).then(|| {
-                    // SAFETY: non-null, NUL-terminated, static (above).
-                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-                })
-            })
-        };
+        let (name, description) = crate::result::status_texts(api, code);
         let (known_name, known_text) = known(code);
         Err(Error::Status {
             call,
             code,
-            name: text(api.status_name).unwrap_or_else(|| known_name.to_owned()),
-            description: text(api.status_string).unwrap_or_else(|| known_text.to_owned()),
+            name: name.unwrap_or_else(|| known_name.to_owned()),
+            description: description.unwrap_or_else(|| known_text.to_owned()),
         })
     }
 }

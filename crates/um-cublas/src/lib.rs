@@ -58,6 +58,7 @@ mod blas;
 mod element;
 mod error;
 mod library;
+mod result;
 mod shape;
 mod stream;
 pub mod sys;

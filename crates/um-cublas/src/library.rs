@@ -159,14 +159,8 @@ unsafe fn open(name: &OsStr) -> std::result::Result<&'static Cublas, String> {
     let api = unsafe { resolve(&library) }?;
     let mut version = [0 as c_int; 3];
     for (slot, kind) in version.iter_mut().zip(sys::PROPERTIES) {
-        // SAFETY: `cublasGetProperty` with a valid property and out-pointer; it needs no
-        // device, no context and no handle.
-        let status = unsafe { (api.get_property)(kind, slot) };
-        if status != sys::STATUS_SUCCESS {
-            return Err(format!(
-                "cublasGetProperty({kind}) returned status {status}"
-            ));
-        }
+        *slot = crate::result::property(&api, kind)
+            .map_err(|status| format!("cublasGetProperty({kind}) returned status {status}"))?;
     }
     let cublas = Cublas {
         api,
