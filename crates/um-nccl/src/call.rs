@@ -14,19 +14,9 @@ use um_core::{Error, Managed, Result, Storage, Stream, StreamKind, StreamOwned};
 use crate::check;
 use crate::comm::Comm;
 use crate::ledger::{Channel, Sig};
-use crate::sys::{Fns, RawComm, RawStream};
+use crate::result::{self, Collective, Kind, Progress};
+use crate::sys::{Nccl, RawComm, RawStream};
 use crate::types::{Element, ReduceOp};
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind {
-    AllReduce(i32),
-    Broadcast(i32),
-    Reduce(i32, i32),
-    AllGather,
-    ReduceScatter(i32),
-    Send(i32),
-    Recv(i32),
-}
 
 /// A checked call (see the module's documentation).
 #[derive(Debug)]
@@ -42,38 +32,32 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// Issues the call on `comm`: the NCCL entry point's name and its result.
+    /// Issues the call on `comm`: the NCCL entry point's name and what it came to.
     ///
     /// # Safety
     /// The buffers and the stream this call was built from are still borrowed by the caller
     /// (alive, owned by the stream, not touched by anything else), and `comm` is the live
     /// communicator it was built for.
-    pub(crate) unsafe fn issue(&self, fns: &Fns, comm: RawComm) -> (&'static str, i32) {
-        let (s, r, n, t, st) = (self.send, self.recv, self.count, self.dtype, self.stream);
-        // SAFETY: (every arm) `s` and `r` address buffers of at least the elements NCCL reads
-        // and writes for this collective at count `n` (the rules of `check`), owned by the
-        // stream `st` of the communicator's device, alive and not otherwise used while the
-        // borrows last (the caller's guarantee); roots and peers are ranks of `comm`.
-        unsafe {
-            match self.kind {
-                Kind::AllReduce(op) => {
-                    ("ncclAllReduce", (fns.all_reduce)(s, r, n, t, op, comm, st))
-                }
-                Kind::Broadcast(root) => {
-                    ("ncclBroadcast", (fns.broadcast)(s, r, n, t, root, comm, st))
-                }
-                Kind::Reduce(op, root) => {
-                    ("ncclReduce", (fns.reduce)(s, r, n, t, op, root, comm, st))
-                }
-                Kind::AllGather => ("ncclAllGather", (fns.all_gather)(s, r, n, t, comm, st)),
-                Kind::ReduceScatter(op) => (
-                    "ncclReduceScatter",
-                    (fns.reduce_scatter)(s, r, n, t, op, comm, st),
-                ),
-                Kind::Send(peer) => ("ncclSend", (fns.send)(s, n, t, peer, comm, st)),
-                Kind::Recv(peer) => ("ncclRecv", (fns.recv)(r, n, t, peer, comm, st)),
-            }
-        }
+    pub(crate) unsafe fn issue(
+        &self,
+        nccl: &Nccl,
+        comm: RawComm,
+    ) -> (&'static str, Result<Progress>) {
+        let op = Collective {
+            kind: self.kind,
+            send: self.send,
+            recv: self.recv,
+            count: self.count,
+            dtype: self.dtype,
+            stream: self.stream,
+        };
+        // SAFETY: `send` and `recv` address buffers of at least the elements NCCL reads and
+        // writes for this collective at `count` (the rules of `check`), owned by the stream of
+        // the communicator's device, alive and not otherwise used while the borrows last (the
+        // caller's guarantee); roots and peers are ranks of `comm`.
+        (self.kind.name(), unsafe {
+            result::collective(nccl, &op, comm)
+        })
     }
 }
 

@@ -11,6 +11,7 @@ use crate::bootstrap::Bootstrap;
 use crate::call::{self, Buf, Call};
 use crate::ledger::{self, Ledger};
 use crate::poll::{Backoff, Deadline, PollClock};
+use crate::result::{self, Progress};
 use crate::sys::{self, Config, Nccl, RawComm};
 use crate::types::{CollectiveStream, Element, ReduceOp, UniqueId};
 
@@ -188,13 +189,8 @@ impl Drop for Member<'_> {
 fn init_done(nccl: &Nccl, raw: RawComm, deadline: Deadline, timeout: Duration) -> Result<()> {
     let backoff = Backoff::new();
     loop {
-        let mut state: i32 = sys::IN_PROGRESS;
-        // SAFETY: `raw` is a communicator NCCL returned (creation may still run); a valid
-        // out-pointer.
-        let rc = unsafe { (nccl.fns.comm_get_async_error)(raw, &mut state) };
-        if rc != sys::SUCCESS {
-            return Err(nccl.error("ncclCommGetAsyncError", rc, Some(raw)));
-        }
+        // SAFETY: `raw` is a communicator NCCL returned (creation may still run), not aborted.
+        let state = unsafe { result::comm_get_async_error(nccl, raw) }?;
         match state {
             sys::SUCCESS => return Ok(()),
             sys::IN_PROGRESS => {}
@@ -214,7 +210,7 @@ fn init_done(nccl: &Nccl, raw: RawComm, deadline: Deadline, timeout: Duration) -
 fn abort_raw(nccl: &Nccl, raws: &[RawComm]) {
     for raw in raws.iter().filter(|r| !r.is_null()) {
         // SAFETY: a communicator NCCL returned, aborted once, never used again.
-        let _ = unsafe { (nccl.fns.comm_abort)(*raw) };
+        let _ = unsafe { result::comm_abort(nccl, *raw) };
     }
 }
 
@@ -244,23 +240,29 @@ impl Comm {
         let deadline = Deadline::after(options.timeout);
         let mut raw: RawComm = std::ptr::null_mut();
         let mut config = Config::new(options.blocking);
-        // SAFETY: valid out-pointer and config; the id is 128 bytes; `rank < world_size`; the
-        // device is the current context's (made current above).
-        let rc = unsafe {
-            (nccl.fns.comm_init_rank_config)(&mut raw, world, id.raw(), rank as c_int, &mut config)
+        // SAFETY: `rank < world_size`; `config` lives until this function returns, after the
+        // creation is done (polled below); the device is the current context's (made current
+        // above).
+        let created = unsafe {
+            result::comm_init_rank_config(
+                nccl,
+                &mut raw,
+                world,
+                id.raw(),
+                rank as c_int,
+                &mut config,
+            )
         };
-        let done = match rc {
-            sys::SUCCESS | sys::IN_PROGRESS if !raw.is_null() => {
+        let done = match created {
+            Ok(_) if !raw.is_null() => {
                 if options.blocking {
                     Ok(())
                 } else {
                     init_done(nccl, raw, deadline, options.timeout)
                 }
             }
-            sys::SUCCESS | sys::IN_PROGRESS => {
-                Err(nccl.error("ncclCommInitRankConfig", sys::IN_PROGRESS, None))
-            }
-            e => Err(nccl.error("ncclCommInitRankConfig", e, None)),
+            Ok(_) => Err(nccl.error("ncclCommInitRankConfig", sys::IN_PROGRESS, None)),
+            Err(e) => Err(e),
         };
         if let Err(e) = done {
             abort_raw(nccl, &[raw]);
@@ -325,20 +327,18 @@ impl Comm {
         let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); n];
         let mut configs: Vec<Config> = (0..n).map(|_| Config::new(options.blocking)).collect();
         let mut first_err = None;
-        // SAFETY: no arguments; every group start below is matched by the group end.
-        let rc = unsafe { (nccl.fns.group_start)() };
-        if rc != sys::SUCCESS {
-            return Err(nccl.error("ncclGroupStart", rc, None));
-        }
+        // SAFETY: every group start below is matched by the group end.
+        unsafe { result::group_start(nccl) }?;
         for (rank, ctx) in contexts.iter().enumerate() {
             if let Err(e) = ctx.make_current() {
                 first_err.get_or_insert(e);
                 break;
             }
-            // SAFETY: valid out-pointer and config (alive until the group's end, and until the
-            // creation polled below is done); `rank < n`; the rank's device is current.
-            let rc = unsafe {
-                (nccl.fns.comm_init_rank_config)(
+            // SAFETY: the config stays alive until the group's end, and until the creation
+            // polled below is done; `rank < n`; the rank's device is current.
+            let created = unsafe {
+                result::comm_init_rank_config(
+                    nccl,
                     &mut raws[rank],
                     world,
                     id.raw(),
@@ -346,15 +346,14 @@ impl Comm {
                     &mut configs[rank],
                 )
             };
-            if rc != sys::SUCCESS && rc != sys::IN_PROGRESS {
-                first_err.get_or_insert(nccl.error("ncclCommInitRankConfig", rc, None));
+            if let Err(e) = created {
+                first_err.get_or_insert(e);
                 break;
             }
         }
-        // SAFETY: ends the group started above.
-        let rc = unsafe { (nccl.fns.group_end)() };
-        if rc != sys::SUCCESS && rc != sys::IN_PROGRESS {
-            first_err.get_or_insert(nccl.error("ncclGroupEnd", rc, None));
+        // SAFETY: ends the group started above, whose configs are still alive.
+        if let Err(e) = unsafe { result::group_end(nccl) } {
+            first_err.get_or_insert(e);
         }
         if first_err.is_none() && !options.blocking {
             for raw in &raws {
@@ -506,14 +505,8 @@ impl Comm {
     /// NCCL's state of the communicator: `ncclSuccess`, `ncclInProgress` or an error.
     pub(crate) fn async_state(&self) -> Result<i32> {
         self.live()?;
-        let mut state: i32 = sys::IN_PROGRESS;
-        // SAFETY: a live communicator (not aborted) and a valid out-pointer.
-        let rc = unsafe { (self.nccl.fns.comm_get_async_error)(self.raw, &mut state) };
-        if rc == sys::SUCCESS {
-            Ok(state)
-        } else {
-            Err(self.nccl.error("ncclCommGetAsyncError", rc, Some(self.raw)))
-        }
+        // SAFETY: a live communicator (not aborted).
+        unsafe { result::comm_get_async_error(self.nccl, self.raw) }
     }
 
     /// Polls until NCCL is done with the last call (`ncclInProgress` no more), within `clock`'s
@@ -578,7 +571,7 @@ impl Comm {
             // communicator whose abort is not owed, and `as_raw` forbids use after the mark.
             // Kept for a capture's end, it runs on this thread, and the `Comm`, should it have
             // moved to another, makes no NCCL call there.
-            let _ = unsafe { (nccl.fns.comm_abort)(raw) };
+            let _ = unsafe { result::comm_abort(nccl, raw) };
             ledger.leave(rank);
         };
         // On a thread that captures, `ncclCommAbort` frees memory and waits for its streams:
@@ -615,13 +608,15 @@ impl Comm {
 
     /// After a call on this communicator alone: `Ok` once NCCL enqueued it, else the
     /// communicator is aborted and the error returned.
-    fn settle(&self, call: &'static str, rc: i32) -> Result<()> {
-        let outcome = match rc {
-            sys::SUCCESS if self.options.blocking => Ok(()),
-            sys::SUCCESS | sys::IN_PROGRESS if !self.options.blocking => {
-                self.poll_ready(call, &mut PollClock::new(self.options.timeout))
+    fn settle(&self, call: &'static str, issued: Result<Progress>) -> Result<()> {
+        let outcome = match (issued, self.options.blocking) {
+            (Ok(Progress::Done), true) => Ok(()),
+            (Ok(_), false) => self.poll_ready(call, &mut PollClock::new(self.options.timeout)),
+            // A blocking communicator's call does not stay in progress.
+            (Ok(Progress::InProgress), true) => {
+                Err(self.nccl.error(call, sys::IN_PROGRESS, Some(self.raw)))
             }
-            e => Err(self.nccl.error(call, e, Some(self.raw))),
+            (Err(e), _) => Err(e),
         };
         if let Err(e) = &outcome {
             self.abort_because(e.to_string());
@@ -643,8 +638,8 @@ impl Comm {
         self.remember(stream);
         // SAFETY: `call` was built by `crate::call` from buffers and a stream the caller of
         // this method still borrows, for this communicator, which is live.
-        let (name, rc) = unsafe { call.issue(&self.nccl.fns, self.raw) };
-        self.settle(name, rc)
+        let (name, issued) = unsafe { call.issue(self.nccl, self.raw) };
+        self.settle(name, issued)
     }
 
     /// All-reduce (`ncclAllReduce`): `recv` on every rank gets `op` over every rank's `send`.
@@ -915,13 +910,13 @@ impl Drop for Comm {
         if self.ctx.make_current().is_err() {
             return;
         }
-        let fns = &self.nccl.fns;
         let flushed = if self.options.blocking {
             true
         } else {
-            // SAFETY: a live communicator; finalize flushes its work (nonblocking: polled).
-            let rc = unsafe { (fns.comm_finalize)(self.raw) };
-            (rc == sys::SUCCESS || rc == sys::IN_PROGRESS)
+            // SAFETY: a live communicator, finalized once; finalize flushes its work
+            // (nonblocking: polled).
+            let finalized = unsafe { result::comm_finalize(self.nccl, self.raw) };
+            finalized.is_ok()
                 && self
                     .poll_ready(
                         "ncclCommFinalize",
@@ -932,7 +927,7 @@ impl Drop for Comm {
         if flushed {
             // SAFETY: a live communicator whose work is flushed; destroyed once, never used
             // again.
-            let _ = unsafe { (fns.comm_destroy)(self.raw) };
+            let _ = unsafe { result::comm_destroy(self.nccl, self.raw) };
             self.ledger.leave(self.rank);
         } else {
             // The flush failed or timed out: work may still be in flight. Poison and abort.

@@ -14,6 +14,7 @@ use crate::ledger;
 use crate::list::List;
 use crate::phases;
 use crate::poll::PollClock;
+use crate::result::{self, Progress};
 use crate::sys;
 use crate::types::{CollectiveStream, Element, ReduceOp};
 
@@ -284,31 +285,30 @@ impl<'b> Group<'b> {
             err
         };
         phases::lap(5);
-        // SAFETY: no arguments; matched by the group end below on every path.
-        let rc = unsafe { (nccl.fns.group_start)() };
+        // SAFETY: matched by the group end below on every path.
+        let started = unsafe { result::group_start(nccl) };
         phases::lap(6);
-        if rc != sys::SUCCESS {
-            return Err(fail(nccl.error("ncclGroupStart", rc, None)));
-        }
+        started.map_err(&fail)?;
         let mut first_err = None;
         for e in self.calls.iter() {
             // SAFETY: each call was built by `crate::call` for its communicator (live, checked
             // above) from a stream and buffers this group borrows for 'b.
-            let (name, rc) = unsafe { e.call.issue(&nccl.fns, e.comm.raw()) };
-            if rc != sys::SUCCESS && rc != sys::IN_PROGRESS && first_err.is_none() {
-                first_err = Some(nccl.error(name, rc, Some(e.comm.raw())));
+            let (_, issued) = unsafe { e.call.issue(nccl, e.comm.raw()) };
+            if let Err(err) = issued {
+                first_err.get_or_insert(err);
             }
         }
         phases::lap(7);
-        // SAFETY: ends the group started above.
-        let rc = unsafe { (nccl.fns.group_end)() };
+        // SAFETY: ends the group started above; its calls' buffers and streams are borrowed for
+        // 'b.
+        let ended = unsafe { result::group_end(nccl) };
         phases::lap(8);
         if let Some(e) = first_err {
             return Err(fail(e));
         }
-        match rc {
-            sys::SUCCESS if blocking => {}
-            sys::SUCCESS | sys::IN_PROGRESS if !blocking => {
+        match (ended, blocking) {
+            (Ok(Progress::Done), true) => {}
+            (Ok(_), false) => {
                 // The strictest limit of the group's communicators.
                 let limit = comms
                     .iter()
@@ -322,7 +322,11 @@ impl<'b> Group<'b> {
                     }
                 }
             }
-            e => return Err(fail(nccl.error("ncclGroupEnd", e, None))),
+            // A blocking group does not stay in progress.
+            (Ok(Progress::InProgress), true) => {
+                return Err(fail(nccl.error("ncclGroupEnd", sys::IN_PROGRESS, None)));
+            }
+            (Err(e), _) => return Err(fail(e)),
         }
         phases::lap(9);
         Ok(Launched {

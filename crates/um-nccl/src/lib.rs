@@ -75,6 +75,7 @@ pub mod phases;
 #[cfg(not(feature = "phase-timing"))]
 mod phases;
 mod poll;
+mod result;
 mod sys;
 mod types;
 

@@ -102,14 +102,7 @@ impl UniqueId {
     /// make it on the rank that should host it (rank 0), once per communicator.
     pub fn new() -> Result<UniqueId> {
         let nccl = sys::nccl()?; // refuses inside um's stream callback, before any NCCL call
-        let mut raw = RawUniqueId {
-            internal: [0; UNIQUE_ID_BYTES],
-        };
-        // SAFETY: a valid out-pointer to a 128-byte ncclUniqueId.
-        let rc = unsafe { (nccl.fns.get_unique_id)(&mut raw) };
-        if rc != sys::SUCCESS {
-            return Err(nccl.error("ncclGetUniqueId", rc, None));
-        }
+        let raw = crate::result::get_unique_id(nccl)?;
         Ok(UniqueId(raw.internal.map(|c| c as u8)))
     }
 
