@@ -71,7 +71,7 @@ cargo build --release --bench nccl_probe --features phase-timing --message-forma
 # for the stacks of scripts/stall-stacks.sh (debug info is stripped from them all the same). By
 # default those whose host threads wait for the GPU in many ways at once: a hang in them is
 # the likeliest, and run.sh takes the stacks of any program that hangs.
-UM_BUNDLE_SYMBOLS=${UM_BUNDLE_SYMBOLS-"tests/gpu_idle_sections tests/gpu_async tests/gpu_stress examples/async_requests examples/per_thread_streams examples/multithreaded_run_task"}
+UM_BUNDLE_SYMBOLS=${UM_BUNDLE_SYMBOLS-"tests/gpu examples/async_requests examples/per_thread_streams examples/multithreaded_run_task"}
 for exe in "$out"/tests/* "$out"/examples/* "$out"/bench/*; do
   case " ${UM_BUNDLE_SYMBOLS:-} " in
     *" ${exe#"$out"/} "*) strip --strip-debug "$exe" ;;

@@ -78,6 +78,37 @@ two_gpu_only() {
   return 1
 }
 
+# The programs: every test binary and example, by the path it has in the bundle, except that a
+# test binary holding its tests in modules (tests/gpu and tests/gpu_devices: one module per
+# feature, named gpu_<feature>) counts as one program per module, named tests/<module>, which
+# runs the binary with the filter "<module>::". So every verdict line, skip list and
+# UM_SANITIZE_ONLY name is a feature's, and the sanitizers spread the modules over the GPUs.
+# binary_of[PROGRAM] and filter_of[PROGRAM] hold a module's binary and filter.
+declare -A binary_of=() filter_of=()
+test_programs=()
+for t in tests/*; do
+  [ -f "$t" ] || continue
+  # Bounded: a binary that hangs is a failure of its run below, not of this list.
+  modules=$(timeout -k 2 10 "./$t" --list --include-ignored 2>/dev/null | sed -n 's/^\(gpu_[a-z0-9_]*\)::.*: test$/\1/p' | sort -u)
+  if [ -n "$modules" ]; then
+    for m in $modules; do
+      test_programs+=("tests/$m")
+      binary_of["tests/$m"]=$t
+      filter_of["tests/$m"]="$m::"
+    done
+  else
+    test_programs+=("$t")
+  fi
+done
+
+# program_command PROGRAM: the command line that runs PROGRAM (its binary, and the module's
+# filter where it is a module), one word per line.
+program_command() {
+  echo "./${binary_of[$1]:-$1}"
+  [ -n "${filter_of[$1]:-}" ] && echo "${filter_of[$1]}"
+  return 0
+}
+
 # bounded LIMIT NAME COMMAND [ARG ...]: COMMAND under `timeout -k 10 LIMIT` (a hang is one
 # failure, not a lost call). Where UM_STACKS_DIR is set (run.sh --all sets OUT/stacks/PART) and
 # the bundle has stall-stacks.sh, a COMMAND still running after UM_STALL_STACKS_S seconds
@@ -111,10 +142,11 @@ run_all() {
   local repeat=$1 verdict=${2:-/dev/null}
   passed=0
   failed=0
-  for t in tests/*; do
+  for t in "${test_programs[@]}"; do
     [ -n "${examples_only:-}" ] && break
-    local name
+    local name cmd
     name=$(basename "$t")
+    mapfile -t cmd < <(program_command "$t")
     if two_gpu_only "$name" && [ "${gpus:-0}" -lt 2 ]; then
       echo "=== test binary $name: skipped (needs two GPUs, this machine has ${gpus:-0})"
       echo "test $name: skipped (needs two GPUs, this machine has ${gpus:-0})" >>"$verdict"
@@ -125,7 +157,7 @@ run_all() {
     local log
     log=$(mktemp)
     # Bounded: a hung binary is one failure, not a lost call (UM_PROGRAM_LIMIT_S, default 300).
-    bounded "${UM_PROGRAM_LIMIT_S:-300}" "$name" "./$t" --include-ignored 2>&1 | tee "$log"
+    bounded "${UM_PROGRAM_LIMIT_S:-300}" "$name" "${cmd[@]}" --include-ignored 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     local counts
     counts=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | tail -n 1)
@@ -201,7 +233,8 @@ build_repro() {
 sanitize_one() {
   local tool=$1 prog=$2
   shift 2
-  local args=()
+  local args=() cmd=()
+  mapfile -t cmd < <(program_command "$prog")
   case "$prog" in tests/*) args=(--include-ignored --skip fault_ --test-threads=1) ;; esac
   # gpu_nccl's killed-rank test is a fault test by another name: a rank aborts on purpose, and
   # the other's Err is asserted within a time bound that the tools' slowdown does not keep.
@@ -214,7 +247,7 @@ sanitize_one() {
   # aborted by a waker or beside a group wait, a buffer handed off while its collective runs,
   # ids that NCCL hashes alike, a rank waiting for one of its own thread, a rank that leaves)
   # end in aborted communicators too and bound their waits by times of the same kind: left
-  # out the same way (tests/gpu_nccl.rs lists them).
+  # out the same way (tests/gpu_devices/gpu_nccl.rs lists them).
   [ "$prog" = tests/gpu_nccl ] && args+=(--skip a_comm_aborted_by_a_waker_has_its_kernels_aborted_later
     --skip a_group_wait_that_finds_one_rank_aborted --skip a_buffer_handed_off_while_its_collective_runs
     --skip ids_that_nccl_hashes_alike_are_one_communicator --skip a_nonblocking_communicator_waiting_for_a_rank
@@ -257,19 +290,22 @@ sanitize_one() {
     # still touch, mem::forget): memcheck checks them for everything but leaks, in a second run;
     # every other test also for leaks.
     bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")" env "$@" "$cs" --tool memcheck --leak-check full --report-api-errors no \
-      --error-exitcode 99 "./$prog" "${args[@]}" --skip leaks_ >"$log" 2>&1
+      --error-exitcode 99 "${cmd[@]}" "${args[@]}" --skip leaks_ >"$log" 2>&1
     rc=$?
-    # Only where the binary has such tests: a run of none exits with 255 under the tool (every
+    # Only where the program has such tests: a run of none exits with 255 under the tool (every
     # binary without one did, and every binary with one exited 0; 2x H200, 2026-11-22), which
-    # hid the first run's status.
-    if [ "$rc" = 0 ] && "./$prog" "${args[@]}" --list leaks_ 2>/dev/null | grep -q ': test$'; then
+    # hid the first run's status. Named one by one (--exact), so that a module's filter and
+    # "leaks_" both hold.
+    local leaky=()
+    mapfile -t leaky < <(timeout -k 2 60 "${cmd[@]}" "${args[@]}" --list 2>/dev/null | sed -n 's/^\(.*leaks_.*\): test$/\1/p')
+    if [ "$rc" = 0 ] && [ "${#leaky[@]}" -gt 0 ]; then
       bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")-leaks_" env "$@" "$cs" --tool memcheck --report-api-errors no \
-        --error-exitcode 99 "./$prog" "${args[@]}" leaks_ >>"$log" 2>&1
+        --error-exitcode 99 "${cmd[0]}" "${args[@]}" --exact "${leaky[@]}" >>"$log" 2>&1
       rc=$?
     fi
   else
     bounded "${UM_SANITIZE_LIMIT_S:-300}" "$tool-$(basename "$prog")" env "$@" "$cs" --tool "$tool" "${extra[@]}" --report-api-errors no \
-      --error-exitcode 99 "./$prog" "${args[@]}" >"$log" 2>&1
+      --error-exitcode 99 "${cmd[@]}" "${args[@]}" >"$log" 2>&1
     rc=$?
   fi
   local summary
@@ -580,8 +616,9 @@ sanitize() {
   # exist; the ranks that gpu_nccl starts as processes run under the tool too (compute-sanitizer
   # follows child processes), and their summaries count.
   local single=() whole=()
-  for prog in tests/gpu_* examples/*; do
-    [ -e "$prog" ] || continue
+  for prog in "${test_programs[@]}" examples/*; do
+    case "$prog" in tests/gpu_*) ;; tests/*) continue ;; esac
+    [ -e "$prog" ] || [ -n "${binary_of[$prog]:-}" ] || continue
     case "$prog" in tests/gpu_faults) continue ;; esac
     # UM_SANITIZE_ONLY="tests/a examples/b": those programs only (a part run again for them).
     if [ -n "${UM_SANITIZE_ONLY:-}" ]; then

@@ -8,7 +8,7 @@
 # Runs these steps in order, each under `timeout`, and starts none after BUDGET_S seconds
 # (default 540, to end within one call of 600 s); NCCL_CALL_STEPS="tests examples ..." picks
 # some (the default is every one):
-#   tests      tests/gpu_nccl --include-ignored (collectives, refusals, processes, a killed rank)
+#   tests      tests/gpu_devices gpu_nccl:: (collectives, refusals, processes, a killed rank)
 #   examples   data_parallel on every GPU: one process (a Group per step), one process per GPU,
 #              both over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), unified memory with
 #              blocking communicators, coherent memory
@@ -74,7 +74,7 @@ step() {
 }
 
 if [[ "$steps" == *" tests "* ]]; then
-  step "tests gpu_nccl" 300 ./tests/gpu_nccl --include-ignored --test-threads=1
+  step "tests gpu_nccl" 300 ./tests/gpu_devices --include-ignored --test-threads=1 gpu_nccl::
 fi
 if [[ "$steps" == *" examples "* ]]; then
   step "examples data_parallel --single-process" 120 ./examples/data_parallel --single-process

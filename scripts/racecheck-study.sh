@@ -160,7 +160,7 @@ done
 for threads in 2 16; do
   run "um test gpu_stress UM_STRESS_THREADS=$threads UM_STRESS_ITERS=2" 40 \
     UM_SANITIZE=1 UM_STRESS_THREADS=$threads UM_STRESS_ITERS=2 -- \
-    "$bundle/tests/gpu_stress" --include-ignored --test-threads=1
+    "$bundle/tests/gpu" --include-ignored --test-threads=1 gpu_stress::
 
 done
 

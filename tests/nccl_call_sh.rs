@@ -39,7 +39,7 @@ impl Machine {
         fs::create_dir_all(dir.join("bin")).expect("mkdir");
         fs::write(bundle.join("COMMIT"), "test\n").expect("COMMIT");
         for p in [
-            "tests/gpu_nccl",
+            "tests/gpu_devices",
             "examples/data_parallel",
             "bench/um_bench",
             "run.sh",
@@ -146,7 +146,8 @@ fn every_step_runs_in_order_and_the_budget_stops_the_rest() {
         ]
     );
     assert!(
-        read(&out.join("tests.log")).contains("ran: gpu_nccl --include-ignored --test-threads=1"),
+        read(&out.join("tests.log"))
+            .contains("ran: gpu_devices --include-ignored --test-threads=1 gpu_nccl::"),
         "{text}"
     );
 }

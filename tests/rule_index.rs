@@ -2,7 +2,8 @@
 //! | shown by |`), each citation in the "shown by" column must name something that exists: a
 //! compile-fail case, a passing twin, a `#[test]` fn in the file the citation names, or a file
 //! of the repository. And every compile-fail case (`tests/ui/<area>/<case>.rs`) and every GPU
-//! test (each `#[test]` fn of `tests/gpu_*.rs`) must be cited by at least one row.
+//! test (each `#[test]` fn of `tests/gpu_*.rs` and of the modules `gpu_*.rs` of the GPU test
+//! binaries `tests/gpu*/`) must be cited by at least one row.
 //!
 //! The citation grammar is written at the top of `docs/rules.md`. This test reads source text
 //! only: it builds, runs and asks nothing of a GPU, nvcc or the compiler.
@@ -253,7 +254,7 @@ fn the_grammar_accepts_each_form_and_refuses_what_does_not_exist() {
         ("tests/ui/area/case.rs", "fn main() {}\n"),
         ("tests/ui-pass/area.rs", "fn main() {}\n"),
         (
-            "tests/gpu_x.rs",
+            "tests/gpu/gpu_x.rs",
             "#[test]\n#[ignore = \"needs a CUDA device\"]\nfn a() {}\n\n/// Doc.\n#[test]\nfn b() {}\n\nfn not_a_test() {}\n",
         ),
         ("tests/cpu_y.rs", "#[test]\nfn c() {}\n"),
@@ -437,6 +438,7 @@ impl Repo {
     fn new(root: &Path) -> Self {
         let mut stems: HashMap<String, Vec<PathBuf>> = HashMap::new();
         let mut dirs = vec![root.join("tests")];
+        dirs.extend(gpu_binaries(root));
         dirs.extend(
             subdirs(&root.join("crates"))
                 .into_iter()
@@ -631,17 +633,26 @@ impl Repo {
         Ok(())
     }
 
-    /// The stem of a `tests/gpu_*.rs` file.
+    /// The stem of a GPU test file: `tests/gpu_*.rs`, or a module `gpu_*.rs` of a GPU test
+    /// binary's folder (`tests/gpu/`, `tests/gpu_devices/`).
     fn gpu_stem(&self, file: &Path) -> Option<String> {
         let rel = file.strip_prefix(&self.root).ok()?;
         let stem = rel.file_stem()?.to_str()?;
-        (rel.parent() == Some(Path::new("tests")) && stem.starts_with("gpu_")).then(|| stem.into())
+        let parent = rel.parent()?;
+        let in_tests = parent == Path::new("tests")
+            || (parent.parent() == Some(Path::new("tests"))
+                && parent.file_name()?.to_str()?.starts_with("gpu"));
+        (in_tests && stem.starts_with("gpu_")).then(|| stem.into())
     }
 
-    /// Every `(stem, test)` of `tests/gpu_*.rs`.
+    /// Every `(stem, test)` of the GPU test files.
     fn gpu_tests(&mut self) -> BTreeSet<(String, String)> {
         let mut all = BTreeSet::new();
-        for file in rs_files(&self.root.join("tests")) {
+        let mut files = rs_files(&self.root.join("tests"));
+        for dir in gpu_binaries(&self.root) {
+            files.extend(rs_files(&dir));
+        }
+        for file in files {
             if let Some(stem) = self.gpu_stem(&file) {
                 for name in self.tests_of(&file).clone() {
                     all.insert((stem.clone(), name));
@@ -717,6 +728,18 @@ fn is_ident(s: &str) -> bool {
 
 fn is_ident_path(s: &str, sep: char) -> bool {
     s.split(sep).all(is_ident)
+}
+
+/// The folders of the GPU test binaries that hold their tests in modules: `tests/gpu*/`.
+fn gpu_binaries(root: &Path) -> Vec<PathBuf> {
+    subdirs(&root.join("tests"))
+        .into_iter()
+        .filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("gpu"))
+        })
+        .collect()
 }
 
 fn read(path: &Path) -> String {

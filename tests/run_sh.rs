@@ -163,6 +163,65 @@ fn line<'a>(verdict: &'a str, tool: &str, program: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line for {head} in\n{verdict}"))
 }
 
+/// A test binary whose tests live in modules (`tests/gpu`: `gpu_one::a`, `gpu_two::c`), as the
+/// GPU tests are built: it lists its tests and logs each run with its arguments.
+const MODULES: &str = r#"#!/usr/bin/env bash
+filter=""
+for a in "$@"; do case "$a" in gpu_*::) filter=$a ;; esac; done
+case " $* " in
+  *" --list "*)
+    for t in gpu_one::a gpu_one::b_leaks_x gpu_two::c; do
+      case "$t" in "$filter"*) echo "$t: test" ;; esac
+    done
+    exit 0 ;;
+esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+case "$filter" in
+  gpu_one::) echo "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out" ;;
+  gpu_two::) echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out" ;;
+esac
+"#;
+
+/// Such a binary is one program per module: each module's own verdict line in the normal part
+/// (the binary run with the filter `<module>::`), and under memcheck each module checked alone,
+/// its `leaks_` tests (named one by one) in a second run without leak checking.
+#[test]
+fn a_binary_of_feature_modules_runs_as_one_program_per_module() {
+    let m = Machine::new("modules", 2, &["gpu_x"], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), MODULES);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu_one: 2 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu_two: 1 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        !verdict.contains("test gpu: "),
+        "the binary is no program of its own: {verdict}"
+    );
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_one"),
+        "memcheck gpu_one: clean"
+    );
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_two"),
+        "memcheck gpu_two: clean"
+    );
+    let runs = fs::read_to_string(m.dir.join("out.tool-log.modules")).unwrap_or_default();
+    assert!(runs.contains("ran: gpu_one:: --include-ignored"), "{runs}");
+    assert!(runs.contains("ran: gpu_two:: --include-ignored"), "{runs}");
+    // Under memcheck: gpu_one, gpu_two, and gpu_one's leaks_ test alone.
+    let memcheck_runs = log
+        .lines()
+        .filter(|l| l.starts_with("gpu memcheck "))
+        .count();
+    assert_eq!(memcheck_runs, 3, "{log}");
+}
+
 #[test]
 fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
     let m = Machine::new(

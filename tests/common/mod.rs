@@ -177,14 +177,40 @@ pub const TRAP_PTX: &str = r#"
 }
 "#;
 
+/// The harness's name of this binary's test `name`: `<module>::<name>` where the binary holds
+/// its tests in modules (`tests/gpu/main.rs`), asked of the binary itself (`--list`); `name`
+/// where it already is a path.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn test_path(name: &str) -> String {
+    if name.contains("::") {
+        return name.to_owned();
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(exe)
+        .args(["--list", "--include-ignored"])
+        .output()
+        .expect("list the tests");
+    let list = String::from_utf8_lossy(&out.stdout);
+    let found: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|path| *path == name || path.ends_with(&format!("::{name}")))
+        .collect();
+    match found.as_slice() {
+        [one] => (*one).to_owned(),
+        _ => panic!("not one test of this binary is named {name}: {found:?}"),
+    }
+}
+
 /// Runs `test` alone in a child process (this test binary, `var` set to 1), prints the
 /// child's output, and returns its exit status and output.
 #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
 pub fn child_output(test: &str, var: &str) -> (std::process::ExitStatus, String) {
+    let test = test_path(test);
     let exe = std::env::current_exe().expect("test binary path");
     let out = Command::new(exe)
         .args([
-            test,
+            test.as_str(),
             "--exact",
             "--include-ignored",
             "--nocapture",
@@ -260,15 +286,41 @@ pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
     tx
 }
 
-/// One test of the binary at a time, for the tests of `Context::with_idle_unless_capturing`:
-/// its answer (`Ok(None)` or `Ok(Some(..))`) depends on captures in progress on the device, in
-/// any thread, so a test that expects its closure to run must not meet another test's capture
-/// (the harness runs a binary's tests on parallel threads). In `gpu_idle_sections`, one test
-/// also switches um's waits to the event thread, process-wide.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+/// One test of the binary at a time: every GPU test takes this lock first. Several measure the
+/// device's free memory or time a wait (another test's allocations and device-wide waits would
+/// disturb them), one switches um's waits to the event thread process-wide, and the tests of
+/// `Context::with_idle_unless_capturing` expect no other test's capture on the device (the
+/// harness runs a binary's tests on parallel threads). Reentrant on one thread: a helper that a
+/// test calls may take it again. A thread the test starts must not take it (it would wait for
+/// the test).
+pub fn serial() -> Serial {
+    use std::cell::Cell;
+    thread_local! {
+        static HELD: Cell<usize> = const { Cell::new(0) };
+    }
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    let depth = HELD.with(Cell::get);
+    let guard = (depth == 0).then(|| {
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
+    HELD.with(|h| h.set(depth + 1));
+    Serial {
+        _guard: guard,
+        release: || HELD.with(|h| h.set(h.get().saturating_sub(1))),
+    }
+}
+
+/// The binary's lock, held until dropped ([`serial`]).
+pub struct Serial {
+    _guard: Option<std::sync::MutexGuard<'static, ()>>,
+    release: fn(),
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        (self.release)();
+    }
 }
 
 /// One capture of one launch (`x += 1` on 256 zeros) on a fresh stream of `ctx`, replayed

@@ -1,7 +1,7 @@
 //! A time limit of `Duration::MAX` is a wait without end, not a panic: `now + limit` overflows
 //! `Instant`, for `Launched::wait(Duration::MAX)` here, as for `Bootstrap::timeout`
 //! (`bootstrap_peers.rs`), communicator creation and `Comm::wait` (those need a GPU:
-//! `tests/gpu_nccl.rs`). No GPU or NCCL is needed here.
+//! `tests/gpu_devices/gpu_nccl.rs`). No GPU or NCCL is needed here.
 #![allow(clippy::expect_used)]
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The capture scope: `Stream::capture` and `Stream::capture_streams`.
 //!
 //! What the driver does, and so what the scope relies on (each checked by a test of
-//! `tests/gpu_graphs.rs`, and first seen on an H100 and an H200 with driver 580 by C++ probes):
+//! `tests/gpu/gpu_graphs.rs`, and first seen on an H100 and an H200 with driver 580 by C++ probes):
 //!
 //! * in thread-local mode, the capturing thread's potentially unsafe calls (allocations, frees,
 //!   waits on any stream, `cuStreamQuery`, `cuStreamAttachMemAsync`, `cuMemPrefetchAsync`, a

@@ -34,7 +34,7 @@ use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Error, Gemm};
 use um_test_kernels::testing;
 
-mod common;
+use crate::common;
 use common::{capture_once, device_for_captures, handle_with_a_module, serial, watchdog};
 
 // ---------------------------------------------------------------------------------------------
@@ -881,11 +881,13 @@ fn capture_beside_a_launcher(with_section: bool) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_waiting_for_an_idle_section_is_not_held_by_another_threads_launches() {
+    let _serial = crate::common::serial();
     capture_beside_a_launcher(true);
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_beside_a_thread_launching_without_pause_ends_while_it_launches() {
+    let _serial = crate::common::serial();
     capture_beside_a_launcher(false);
 }

@@ -1,12 +1,13 @@
 //! The first GPU test: context, managed allocation, one embedded kernel, result read on the host.
 
-mod common;
+use crate::common;
 
 use um::StreamOptions;
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn context_alloc_embedded_kernel_host_check() {
+    let _serial = crate::common::serial();
     let ctx = common::gpu();
     let info = ctx.info();
     println!(

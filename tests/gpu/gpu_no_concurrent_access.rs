@@ -9,7 +9,7 @@
 //! `docs/design.md`.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::thread;
 
@@ -51,6 +51,7 @@ fn calls_of<R>(f: impl FnOnce() -> R) -> (R, (u64, u64, u64)) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_emulated_context_reports_no_concurrent_access() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let real = as_it_is();
     assert!(!ctx.info().concurrent_managed_access);
@@ -89,6 +90,7 @@ fn five_rounds_on_one_stream(ctx: &Context) -> (u64, u64) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_reattaches_to_the_host_and_the_next_attach_is_real() {
+    let _serial = crate::common::serial();
     // Emulated: 6 attaches to the stream and 6 to the host.
     assert_eq!(five_rounds_on_one_stream(&emulated()), (12, 6));
     // The same loop as the device is: one attach, kept across every sync (the counters can
@@ -102,6 +104,7 @@ fn sync_reattaches_to_the_host_and_the_next_attach_is_real() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn reattach_to_a_second_stream_after_sync() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let data = Managed::from_fn(&ctx, 512, |i| i as f32).expect("alloc");
     let (data, calls) = calls_of(|| {
@@ -123,6 +126,7 @@ fn reattach_to_a_second_stream_after_sync() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_reattaches_every_buffer_before_its_one_wait() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let n = 4097;
     let x = Managed::from_fn(&ctx, n, |i| i as f32).expect("alloc x");
@@ -172,6 +176,7 @@ fn sync_all_reattaches_every_buffer_before_its_one_wait() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn attach_global_memory_goes_back_to_the_host() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let x = Managed::from_fn(&ctx, 1000, |i| i as f32).expect("alloc");
     let (x, calls) = calls_of(|| {
@@ -200,6 +205,7 @@ fn attach_global_memory_goes_back_to_the_host() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_stream_round_trips() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let x = Managed::from_fn(&ctx, 1000, |i| i as f32).expect("alloc");
     let (x, calls) = calls_of(|| {
@@ -225,6 +231,7 @@ fn three_rounds_with(ctx: &Context, transfer: Transfer) -> (u64, u64, u64) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn transfer_policies_neither_prefetch_nor_advise() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     for transfer in [
         Transfer::OnDemand,
@@ -253,6 +260,7 @@ fn transfer_policies_neither_prefetch_nor_advise() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn two_threads_work_on_host_memory_while_the_other_runs_kernels() {
+    let _serial = crate::common::serial();
     // On a device without concurrent access this is the case that would fault if `sync` left
     // memory attached to its stream while another thread's kernel runs.
     let ctx = emulated();
@@ -297,6 +305,7 @@ fn two_threads_work_on_host_memory_while_the_other_runs_kernels() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_stream_owned_memory_waits_without_a_host_attach() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let n = common::workload(1 << 20, 1 << 12);
     let ((), calls) = calls_of(|| {
@@ -318,6 +327,7 @@ fn dropping_stream_owned_memory_waits_without_a_host_attach() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn each_buffer_follows_the_handle_it_was_allocated_with() {
+    let _serial = crate::common::serial();
     // Two handles of one device share the driver context; the mode is the buffer's.
     let emulating = emulated();
     let real = as_it_is();
@@ -337,6 +347,7 @@ fn each_buffer_follows_the_handle_it_was_allocated_with() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn every_coherent_constructor_is_refused() {
+    let _serial = crate::common::serial();
     let ctx = emulated();
     let want = um::Error::NeedsConcurrentManagedAccess { device: 0 };
     let refused = [
@@ -358,6 +369,7 @@ fn every_coherent_constructor_is_refused() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn coherent_memory_follows_its_own_handle_on_a_stream_of_an_emulating_one() {
+    let _serial = crate::common::serial();
     // One device, two handles of one primary context: coherent memory made through the handle
     // that sees concurrent access, run on a stream of the emulating handle. Each buffer follows
     // the handle it was allocated with: no host attach, exact results (the device has
@@ -393,6 +405,7 @@ fn coherent_memory_follows_its_own_handle_on_a_stream_of_an_emulating_one() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn buffers_follow_their_own_handle_beside_an_emulating_one() {
+    let _serial = crate::common::serial();
     let real = common::gpu();
     let emu = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
         .expect("emulating handle");

@@ -22,12 +22,12 @@
 //! `comm_init_all_in_a_waker_is_refused_before_any_nccl_call`.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -42,13 +42,7 @@ use um::{Context, Error, LaunchConfig, Managed, StreamOptions, StreamOrder};
 use um_cublas::{Blas, Gemm};
 use um_test_kernels::testing::{self, add_scalar, axpy, spin_then_add};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::common::serial;
 
 /// Polls `fut` once, with a waker that does nothing.
 fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
@@ -366,6 +360,7 @@ fn fault_child(event_thread: bool) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_sticky_error_is_surfaced_by_the_future() {
+    let _serial = crate::common::serial();
     if common::is_fault_child() {
         return fault_child(false);
     }
@@ -375,6 +370,7 @@ fn fault_sticky_error_is_surfaced_by_the_future() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_sticky_error_is_surfaced_through_the_event_thread() {
+    let _serial = crate::common::serial();
     if common::is_fault_child() {
         return fault_child(true);
     }
@@ -480,6 +476,7 @@ fn async_cancellation_frees_nothing_in_use_and_a_forgotten_scope_leaks_it() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_waker_that_calls_cuda_from_the_callback_gets_errors_not_ub() {
+    let _serial = crate::common::serial();
     struct Evil {
         ctx: Context,
         seen: std::sync::Mutex<Vec<bool>>,

@@ -9,7 +9,7 @@
 //! must hold ("if less than `SPIN_NS` has passed since the launch, A is still busy").
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ fn n() -> usize {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_to_b_to_host_without_a_host_wait() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc x");
     let y = Managed::<[f32]>::zeroed_slice(&ctx, n()).expect("alloc y");
@@ -70,6 +71,7 @@ fn a_to_b_to_host_without_a_host_wait() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn each_stream_makes_its_event_once() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |_| 0.0f32).expect("alloc");
     let x = ctx
@@ -98,6 +100,7 @@ fn each_stream_makes_its_event_once() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_stream_to_owned_and_back() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
@@ -120,6 +123,7 @@ fn per_thread_stream_to_owned_and_back() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn memory_of_the_legacy_stream_is_handed_to_a_non_blocking_stream() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc x");
     let y = Managed::<[f32]>::zeroed_slice(&ctx, n()).expect("alloc y");
@@ -147,6 +151,7 @@ fn memory_of_the_legacy_stream_is_handed_to_a_non_blocking_stream() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
@@ -181,6 +186,7 @@ fn within_a_stream_set_the_new_owner_is_checked_at_run_time() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_set_hands_off_and_syncs_on_the_new_owner() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
@@ -201,6 +207,7 @@ fn a_set_hands_off_and_syncs_on_the_new_owner() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_receiving_streams_transfer_policy_applies() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     for transfer in [
         Transfer::OnDemand,
@@ -229,6 +236,7 @@ fn the_receiving_streams_transfer_policy_applies() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_handed_off_memory_in_flight_waits_for_both_streams() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     ctx.with_stream(StreamOptions::new().non_blocking(), |a| {
         ctx.with_stream(StreamOptions::new().non_blocking(), |b| {
@@ -253,6 +261,7 @@ fn dropping_handed_off_memory_in_flight_waits_for_both_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn memory_handed_to_an_outer_stream_outlives_the_inner_one() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, n(), |i| i as f32).expect("alloc");
     let x = ctx
@@ -279,6 +288,7 @@ fn memory_handed_to_an_outer_stream_outlives_the_inner_one() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_streams_of_two_handles_are_told_apart_and_stay_ordered() {
+    let _serial = crate::common::serial();
     let a = gpu();
     let b = gpu();
     assert!(a.same_as(&b), "one device, one primary context");
@@ -317,6 +327,7 @@ fn spin_ns(full_ms: u64) -> u64 {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn handoffs_across_scopes_and_panics_with_kernels_in_flight() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_slice(&ctx, &[0.0f32; 1 << 16]).expect("alloc");
     let data = ctx

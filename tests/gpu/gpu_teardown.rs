@@ -21,7 +21,7 @@ use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Gemm};
 use um_test_kernels::testing;
 
-mod common;
+use crate::common;
 use common::{gpu, serial};
 
 const CHILD: &str = "UM_TEARDOWN_CHILD";
@@ -41,6 +41,7 @@ fn is_child() -> bool {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_a_handle_whose_kernel_still_runs_unloads_nothing_under_it() {
+    let _serial = crate::common::serial();
     let h2 = gpu();
     let n = 4096;
     let data = Managed::from_fn(&h2, n, |_| 1.0f32).expect("alloc");
@@ -139,6 +140,7 @@ thread_local! {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_kept_in_a_thread_local_and_moved_between_streams_does_not_abort_at_thread_exit() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return passes_in_child(
             "a_blas_kept_in_a_thread_local_and_moved_between_streams_does_not_abort_at_thread_exit",
@@ -202,6 +204,7 @@ thread_local! {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_library_object_in_a_thread_local_whose_drop_waits_through_um_does_not_abort_at_thread_exit() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return passes_in_child(
             "a_library_object_in_a_thread_local_whose_drop_waits_through_um_does_not_abort_at_thread_exit",
@@ -318,6 +321,7 @@ fn body(with_blas: bool) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_stream_owned_buffer_dropped_in_a_thread_local_destructor_does_not_abort() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return flushes_in_child(
             "a_stream_owned_buffer_dropped_in_a_thread_local_destructor_does_not_abort",
@@ -330,6 +334,7 @@ fn a_stream_owned_buffer_dropped_in_a_thread_local_destructor_does_not_abort() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_thread_local_blas_worker_that_flushes_a_gemm_at_thread_exit_does_not_abort() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return flushes_in_child(
             "a_thread_local_blas_worker_that_flushes_a_gemm_at_thread_exit_does_not_abort",
@@ -390,6 +395,7 @@ thread_local! {
 #[ignore = "needs a CUDA device"]
 fn exiting_inside_a_capture_closure_runs_thread_local_destructors_that_neither_wait_nor_abort_and_leaks_what_they_hold()
  {
+    let _serial = crate::common::serial();
     if !is_child() {
         let (status, text) = common::child_output(
             "exiting_inside_a_capture_closure_runs_thread_local_destructors_that_neither_wait_nor_abort_and_leaks_what_they_hold",

@@ -31,7 +31,7 @@
 //! takes a freed address between the free and the question.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -871,6 +871,7 @@ fn every_row(mode: Mode) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn every_free_inside_a_capture_closure_is_deferred_and_nothing_is_lost() {
+    let _serial = crate::common::serial();
     every_row(Mode::Inside);
 }
 
@@ -881,6 +882,7 @@ fn every_free_inside_a_capture_closure_is_deferred_and_nothing_is_lost() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn every_free_on_another_thread_during_a_capture_keeps_it_valid_and_nothing_is_lost() {
+    let _serial = crate::common::serial();
     every_row(Mode::Beside);
 }
 
@@ -1021,6 +1023,7 @@ fn panicking_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn what_a_panicking_capture_closure_dropped_is_freed_once_it_has_unwound() {
+    let _serial = crate::common::serial();
     measured_test("a capture closure that panics", panicking_capture);
 }
 
@@ -1072,6 +1075,7 @@ fn nested_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn what_a_nested_capture_closure_drops_is_freed_after_the_outer_capture_and_nothing_is_lost() {
+    let _serial = crate::common::serial();
     measured_test("nested captures", nested_capture);
 }
 
@@ -1112,6 +1116,7 @@ fn legacy_and_per_thread_buffers_dropped(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn legacy_and_per_thread_buffers_dropped_in_a_capture_are_freed_behind_their_streams() {
+    let _serial = crate::common::serial();
     measured_test(
         "legacy and per-thread buffers",
         legacy_and_per_thread_buffers_dropped,
@@ -1173,6 +1178,7 @@ fn capture_in_kept_work(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_capture_begun_by_work_kept_for_a_capture_end_frees_what_it_drops_too() {
+    let _serial = crate::common::serial();
     measured_test("a capture in kept work", capture_in_kept_work);
 }
 
@@ -1233,6 +1239,7 @@ thread_local! {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed() {
+    let _serial = crate::common::serial();
     let name = "what_a_capture_begun_in_a_thread_local_destructor_drops_is_freed";
     if std::env::var_os(CHILD).is_none() {
         let (status, text) = common::child_output(name, CHILD);
@@ -1362,6 +1369,7 @@ fn waits_refused_in_a_capture(ctx: &Context) -> Result<(), String> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_communicators_waits_inside_a_capture_closure_are_refused_and_abort_nothing() {
+    let _serial = crate::common::serial();
     measured_test(
         "a communicator's waits in a capture",
         waits_refused_in_a_capture,

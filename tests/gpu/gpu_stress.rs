@@ -6,7 +6,7 @@
 //! A watchdog ends the process if the run hangs (10 minutes): that is a guard against a hang,
 //! not a performance check.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::thread;
@@ -68,6 +68,7 @@ fn worker(ctx: &Context, t: usize, iters: usize) -> um::Result<bool> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn stress_16_threads_each_on_its_own_stream() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let iters = iterations();
     let (done, finished) = mpsc::channel::<()>();

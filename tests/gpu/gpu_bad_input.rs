@@ -3,7 +3,7 @@
 //! check only.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use common::gpu;
 use um::{Context, Error, Managed, Storage, StreamOptions};
@@ -11,6 +11,7 @@ use um::{Context, Error, Managed, Storage, StreamOptions};
 #[test]
 #[ignore = "needs a CUDA device"]
 fn ptx_the_driver_cannot_parse_is_an_error() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let err = ctx.load_ptx("this is not PTX").expect_err("garbage PTX");
     println!("{err}");
@@ -20,6 +21,7 @@ fn ptx_the_driver_cannot_parse_is_an_error() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn ptx_newer_than_the_driver_names_both_versions() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let ptx = ".version 99.9\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
     let err = ctx.load_ptx(ptx).expect_err("an ISA no driver knows");
@@ -43,6 +45,7 @@ fn ptx_newer_than_the_driver_names_both_versions() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_missing_kernel_is_an_error() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let err = ctx
         .load_ptx(um_test_kernels::testing::PTX)
@@ -63,6 +66,7 @@ fn a_missing_kernel_is_an_error() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn an_invalid_device_index_is_an_error() {
+    let _serial = crate::common::serial();
     let err = Context::new(1_000).expect_err("no device 1000");
     assert!(
         matches!(err, Error::InvalidDevice { ordinal: 1_000, .. }),
@@ -73,6 +77,7 @@ fn an_invalid_device_index_is_an_error() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn zero_length_overflow_and_oversubscription_are_refused() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     assert!(matches!(
         Managed::<[f32]>::zeroed_slice(&ctx, 0),
@@ -92,6 +97,7 @@ fn zero_length_overflow_and_oversubscription_are_refused() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn two_handles_of_one_device_share_its_context() {
+    let _serial = crate::common::serial();
     let a = gpu();
     let b = Context::new(0).expect("second handle");
     assert!(a.same_as(&b), "both retain device 0's primary context");
@@ -114,6 +120,7 @@ fn two_handles_of_one_device_share_its_context() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn element_types_aligned_above_256_bytes_are_refused_by_every_constructor() {
+    let _serial = crate::common::serial();
     #[derive(Clone, Copy, Debug, um::DeviceCopy)]
     #[repr(C, align(8192))]
     struct Page([u8; 16]);
@@ -185,6 +192,7 @@ fn element_types_aligned_above_256_bytes_are_refused_by_every_constructor() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn element_types_aligned_to_256_bytes_are_always_aligned() {
+    let _serial = crate::common::serial();
     #[derive(Clone, Copy, Debug, PartialEq, um::DeviceCopy)]
     #[repr(C, align(256))]
     struct Line([u32; 4]);
@@ -212,6 +220,7 @@ fn element_types_aligned_to_256_bytes_are_always_aligned() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sizes_and_alignments_are_refused_before_the_driver() {
+    let _serial = crate::common::serial();
     #[derive(Clone, Copy, um::DeviceCopy)]
     #[repr(C, align(512))]
     struct Over([u8; 512]);
@@ -243,6 +252,7 @@ fn sizes_and_alignments_are_refused_before_the_driver() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_storage_methods_without_a_token_act_on_nothing() {
+    let _serial = crate::common::serial();
     fn poke<M: Storage>(ctx: &Context, parts: &M::Parts) -> um::Result<()> {
         M::admit(ctx)?;
         assert_eq!(M::footprint(4096) % 4096, 0);

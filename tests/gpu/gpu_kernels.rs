@@ -4,7 +4,7 @@
 //! (a loaded prefix of a module, a copy, a name inside a longer literal).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use common::gpu;
 use um::kernels::{run_task, streams};
@@ -23,6 +23,7 @@ fn input(ctx: &Context, n: usize, seed: usize) -> Managed<[f32]> {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn transform_and_convert_match_the_cpu() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     for n in sizes() {
         let (x, d, o) = (input(&ctx, n, 1), input(&ctx, n, 2), input(&ctx, n, 3));
@@ -45,6 +46,7 @@ fn transform_and_convert_match_the_cpu() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn seed_kernel_matches_the_cpu_with_any_grid() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     for n in sizes() {
         for config in [
@@ -76,6 +78,7 @@ fn seed_kernel_matches_the_cpu_with_any_grid() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn add_scalar_and_axpy_match_the_cpu() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     for n in sizes() {
         let (x, y) = (input(&ctx, n, 4), input(&ctx, n, 5));
@@ -99,6 +102,7 @@ fn add_scalar_and_axpy_match_the_cpu() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn stamp_and_empty_run() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let t = Managed::<[u64]>::zeroed_slice(&ctx, 2).expect("alloc");
     let t = ctx
@@ -117,6 +121,7 @@ fn stamp_and_empty_run() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn buffers_of_different_lengths_are_refused_before_launch() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let (x, y) = (input(&ctx, 10, 0), input(&ctx, 11, 0));
     let err = ctx
@@ -147,6 +152,7 @@ fn buffers_of_different_lengths_are_refused_before_launch() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn launchers_on_the_per_thread_and_legacy_streams() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = input(&ctx, 1000, 9);
     let want: Vec<f32> = x.iter().map(|v| v + 2.0).collect();
@@ -171,6 +177,7 @@ fn launchers_on_the_per_thread_and_legacy_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn modules_and_kernels_load_once_per_context() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let copy: &'static str = Box::leak(um_test_kernels::testing::PTX.to_owned().into_boxed_str());
     assert_ne!(copy.as_ptr(), um_test_kernels::testing::PTX.as_ptr());
@@ -197,6 +204,7 @@ fn modules_and_kernels_load_once_per_context() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn buffers_that_share_n_but_differ_in_length_are_refused_before_launch() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, 100, |_| 1.0f32).expect("alloc");
     let y = Managed::from_fn(&ctx, 101, |_| 5.0f32).expect("alloc");
@@ -232,6 +240,7 @@ fn buffers_that_share_n_but_differ_in_length_are_refused_before_launch() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_value_that_looks_like_a_count_never_drives_the_kernel_past_its_buffer() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let y = Managed::from_fn(&ctx, 16, |_| 0.0f32).expect("alloc");
     let guard = Managed::from_fn(&ctx, 1 << 16, |_| -1.0f32).expect("alloc");
@@ -250,6 +259,7 @@ fn a_value_that_looks_like_a_count_never_drives_the_kernel_past_its_buffer() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_loaded_prefix_of_a_module_does_not_stand_for_it() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     // testing.cu's PTX up to its second kernel: a valid module holding add_scalar alone, at
     // the same address as the whole text. Before the caches compared lengths, it was then
@@ -284,6 +294,7 @@ fn a_loaded_prefix_of_a_module_does_not_stand_for_it() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_caches_find_each_text_and_name_as_itself() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let ptx: &'static str = testing::PTX;
     let copy: &'static str = String::leak(ptx.to_owned());

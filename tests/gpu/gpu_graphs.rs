@@ -22,10 +22,9 @@
 //! managed access (as under `run.sh --emulate-no-concurrent-access`).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::ffi::{c_uint, c_void};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{
@@ -39,13 +38,7 @@ use um_test_kernels::testing::{
     add_scalar, add_scalar_node, axpy, spin_then_add, spin_then_add_node,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::common::serial;
 
 /// Device 0 as it is, whatever the environment says.
 fn gpu_as_is() -> Context {

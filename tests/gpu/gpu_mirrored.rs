@@ -7,7 +7,7 @@
 //! visible (`uses_every_gpu`).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use common::gpu;
 use um::kernels::{ptx, streams};
@@ -30,6 +30,7 @@ fn copies_since(before: um::storage::MirrorCopies) -> (u64, u64, u64, u64) {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn mirrored_results_match_the_cpu() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     common::seed_loop_matches_the_cpu(
         &ctx,
@@ -43,6 +44,7 @@ fn mirrored_results_match_the_cpu() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn copies_are_made_only_when_needed() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = 4096;
     let x = Managed::from_fn_mirrored(&ctx, n, |i| i as f32).expect("alloc x");
@@ -115,6 +117,7 @@ fn copies_are_made_only_when_needed() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_large_input_the_kernel_only_reads_is_copied_once() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = common::workload(1 << 22, 1 << 12);
     let input = Managed::from_fn_mirrored(&ctx, n, |i| (i % 7) as f32).expect("alloc input");
@@ -148,6 +151,7 @@ fn a_large_input_the_kernel_only_reads_is_copied_once() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn mirrored_and_unified_buffers_share_a_launch_and_a_sync_all() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = 10_000;
     let xm = Managed::from_fn_mirrored(&ctx, n, |i| i as f32).expect("alloc");
@@ -203,6 +207,7 @@ fn mirrored_and_unified_buffers_share_a_launch_and_a_sync_all() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn mirrored_memory_on_the_legacy_and_per_thread_streams() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let a = Managed::from_fn_mirrored(&ctx, 1000, |i| i as f32).expect("alloc");
     let a = ctx
@@ -225,6 +230,7 @@ fn mirrored_memory_on_the_legacy_and_per_thread_streams() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn copy_counts_are_per_thread() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..4)
@@ -255,6 +261,7 @@ fn copy_counts_are_per_thread() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let kernel = ctx
         .load_ptx(ptx::STREAMS_PTX)
@@ -289,6 +296,7 @@ fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn mirrored_requests_are_refused_clearly() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let err = MirroredManaged::<[f32]>::zeroed_slice_mirrored(&ctx, 0).expect_err("empty");
     assert!(matches!(err, Error::ZeroSized { .. }), "{err}");
@@ -314,6 +322,7 @@ fn mirrored_requests_are_refused_clearly() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky() {
+    let _serial = crate::common::serial();
     if !common::is_fault_child() {
         let text =
             common::run_in_child("fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky");
@@ -362,6 +371,7 @@ fn fault_in_a_kernel_writing_a_mirror_is_reported_and_sticky() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_panicking_constructor_leaks_its_allocation_and_a_mirror_stays_home() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let r = std::panic::catch_unwind(|| {
         Managed::from_fn(&ctx, 16, |i| {

@@ -7,7 +7,7 @@
 //! `__launch_bounds__`.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use common::{gpu, workload};
 use um::kernels::streams;
@@ -22,6 +22,7 @@ fn largest() -> Linear {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn every_linear_launch_of_add_scalar_is_exact() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     // 32 zeros, as in the issue; then a length that no block size divides.
     for n in [32usize, 1_000_003] {
@@ -67,6 +68,7 @@ fn every_linear_launch_of_add_scalar_is_exact() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_grid_whose_index_would_wrap_the_count_type_is_refused_before_launch() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let grid = largest(); // 2^31 - 1024 threads
     // `kernel` counts with `int n`: the last index plus the grid's threads must stay below
@@ -103,6 +105,7 @@ fn a_grid_whose_index_would_wrap_the_count_type_is_refused_before_launch() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_unsafe_launcher_runs_a_kernel_um_cannot_vouch_for() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = 4099u32;
     // A permutation: every index written by exactly one thread, all in bounds.
@@ -135,6 +138,7 @@ fn the_unsafe_launcher_runs_a_kernel_um_cannot_vouch_for() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_one_element_buffer_under_a_huge_grid_is_written_once() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     // 2^31 - 1024 threads (64 Ki under the sanitizer), one element: only thread 0 touches it.
     let grid = if std::env::var_os("UM_SANITIZE").is_some() {
@@ -156,6 +160,7 @@ fn a_one_element_buffer_under_a_huge_grid_is_written_once() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn for_len_of_any_length_is_a_valid_launch_and_covers_the_buffer() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = workload(1 << 22, 1 << 12);
     let a = Managed::from_fn(&ctx, n, |_| 0.0f32).expect("alloc");
@@ -187,6 +192,7 @@ fn for_len_of_any_length_is_a_valid_launch_and_covers_the_buffer() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_block_larger_than_the_kernels_launch_bounds_is_refused() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("alloc");
     let (refused, data) = ctx

@@ -7,7 +7,7 @@
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions};
 use um_test_kernels::testing;
 
-mod common;
+use crate::common;
 use common::{capture_once, watchdog};
 
 fn two_contexts() -> (Context, Context) {

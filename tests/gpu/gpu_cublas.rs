@@ -13,7 +13,7 @@
 //! `crates/um-cublas/tests/loader.rs`, which runs everywhere.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -995,6 +995,7 @@ fn is_child() -> bool {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_first_gemm_on_the_eager_stream_inside_a_capture_closure_does_not_fail_the_capture() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return in_child(
             "a_first_gemm_on_the_eager_stream_inside_a_capture_closure_does_not_fail_the_capture",
@@ -1059,6 +1060,7 @@ fn a_first_gemm_on_the_eager_stream_inside_a_capture_closure_does_not_fail_the_c
 #[test]
 #[ignore = "needs a CUDA device"]
 fn blas_made_and_used_for_the_first_time_beside_captures_fails_none() {
+    let _serial = crate::common::serial();
     if !is_child() {
         return in_child(
             "blas_made_and_used_for_the_first_time_beside_captures_fails_none",

@@ -19,7 +19,7 @@
 //! slowdown does not keep.
 #![allow(clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::mpsc;
@@ -38,13 +38,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// One test at a time on the GPUs: NCCL kernels of two communicators that take turns in
 /// different orders on two GPUs can wait for each other, and the timing checks want the GPUs to
 /// themselves. Held by every test (and so by `devices`' callers) for its whole run.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::common::serial;
 
 fn devices() -> Vec<Context> {
     let n = um::device_count().unwrap_or(0);
@@ -552,11 +546,12 @@ fn spawn_ranks(
         .expect("free port")
         .port();
     let exe = std::env::current_exe().expect("test binary");
+    let test = common::test_path(test);
     let children: Vec<_> = (0..world)
         .map(|rank| {
             Command::new(&exe)
                 .args([
-                    test,
+                    test.as_str(),
                     "--exact",
                     "--include-ignored",
                     "--nocapture",
@@ -866,6 +861,7 @@ fn fake_ids() -> Vec<[u8; 128]> {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn the_ports_of_nccls_id_hash_agree_with_nccls_c_code() {
+    let _serial = crate::common::serial();
     let id: [u8; 128] = std::array::from_fn(|i| (i * 37 + 11) as u8);
     assert_eq!(nccl_hash_before_2_26(&id), GOLDEN_BEFORE_2_26);
     assert_eq!(nccl_hash_from_2_26(&id), GOLDEN_FROM_2_26);
@@ -880,6 +876,7 @@ const GOLDEN_FROM_2_26: u64 = 0x3002_dcd1_bbe6_653d;
 /// and NCCL hashes them alike (one `commHash`, so one host and one process to NCCL).
 #[test]
 fn ids_that_differ_only_where_nccl_does_not_look_hash_alike() {
+    let _serial = crate::common::serial();
     for id in fake_ids() {
         for version in [(2, 21, 5), (2, 28, 3)] {
             let other = colliding_id(&id, version);

@@ -15,10 +15,9 @@
 //! GPU's free memory, which other tests of this binary must not move meanwhile.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use pollster::block_on;
@@ -31,13 +30,7 @@ use um_test_kernels::testing::{add_scalar, axpy, spin_then_add};
 /// GPU time `spin_then_add` takes at least, where a test needs a stream to be busy.
 const SPIN_NS: u64 = 50_000_000;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::common::serial;
 
 /// Device 0 as it is, whatever the environment says; it must have concurrent managed access.
 fn coherent_gpu() -> Context {

@@ -10,7 +10,7 @@
 //! this one too (its inner scope once waited the whole 3 s spin, 4x H100).
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! leak checking (`docs/reliability.md`).
 #![allow(clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::thread;
@@ -24,6 +24,7 @@ use um_test_kernels::testing::{self, spin_then_add};
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = 4 << 20;
     ctx.wait_idle().expect("idle");
@@ -76,6 +77,7 @@ fn a_poisoned_stream_leaks_its_memory_and_refuses_work() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn memory_handed_off_from_a_stream_poisoned_later_leaks_and_is_not_given_back() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = 1 << 20;
     ctx.wait_idle().expect("idle");
@@ -202,6 +204,7 @@ where
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_tuple_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during_the_wait() {
+    let _serial = crate::common::serial();
     refused_when_poisoned_during_the_wait("sync_all of a tuple", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         let y = handed_during_spin!(ctx, a, b, 1 << 16);
@@ -214,6 +217,7 @@ fn sync_all_of_a_tuple_refuses_and_leaks_memory_whose_former_owner_was_poisoned_
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_all_of_a_vec_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during_the_wait() {
+    let _serial = crate::common::serial();
     refused_when_poisoned_during_the_wait("sync_all of a Vec", |ctx, a, b, poison_soon| {
         let v = vec![
             handed_during_spin!(ctx, a, b, 1 << 16),
@@ -228,6 +232,7 @@ fn sync_all_of_a_vec_refuses_and_leaks_memory_whose_former_owner_was_poisoned_du
 #[test]
 #[ignore = "needs a CUDA device"]
 fn sync_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during_the_wait() {
+    let _serial = crate::common::serial();
     refused_when_poisoned_during_the_wait("sync", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         poison_soon();
@@ -239,6 +244,7 @@ fn sync_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during_the_wait
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_sync_future_refuses_and_leaks_memory_whose_former_owner_was_poisoned_during_the_wait() {
+    let _serial = crate::common::serial();
     refused_when_poisoned_during_the_wait("a sync future", |ctx, a, b, poison_soon| {
         let x = handed_during_spin!(ctx, a, b, 1 << 16);
         let y = handed_during_spin!(ctx, a, b, 1 << 16);

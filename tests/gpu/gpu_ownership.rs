@@ -4,7 +4,7 @@
 //! flight frees nothing a kernel still uses; forgetting stream-owned memory only leaks it.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
@@ -17,6 +17,7 @@ use um_test_kernels::testing::{self, add_scalar, axpy};
 #[test]
 #[ignore = "needs a CUDA device"]
 fn attach_kernel_sync_then_host_reads_the_result() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, 4097, |i| i as f32).expect("alloc x");
     let y = Managed::from_fn(&ctx, 4097, |_| 1.0f32).expect("alloc y");
@@ -36,6 +37,7 @@ fn attach_kernel_sync_then_host_reads_the_result() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn host_writes_before_attach_are_seen_by_the_kernel() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let mut data = Managed::<[f32]>::zeroed_slice(&ctx, 300).expect("alloc");
     data.iter_mut()
@@ -59,6 +61,7 @@ fn host_writes_before_attach_are_seen_by_the_kernel() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_default_stream_accepts_attach() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 1, |_| 41.0f32).expect("alloc");
     let data = ctx
@@ -74,6 +77,7 @@ fn per_thread_default_stream_accepts_attach() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn kernels_run_on_the_legacy_default_stream() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let kernel = ctx
         .load_ptx(ptx::STREAMS_PTX)
@@ -91,6 +95,7 @@ fn kernels_run_on_the_legacy_default_stream() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn two_threads_with_their_own_streams_interleave_cpu_and_gpu_work() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let results: Vec<Vec<f32>> = thread::scope(|scope| {
         let workers: Vec<_> = (0..2)
@@ -129,6 +134,7 @@ fn two_threads_with_their_own_streams_interleave_cpu_and_gpu_work() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn reattach_to_a_second_stream_after_sync() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 512, |i| i as f32).expect("alloc");
     let data = ctx
@@ -148,6 +154,7 @@ fn reattach_to_a_second_stream_after_sync() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn reattach_to_the_same_stream_makes_no_driver_call() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 64, |_| 0.0f32).expect("alloc");
     let before = um_core::attach_calls_on_this_thread();
@@ -177,6 +184,7 @@ fn reattach_to_the_same_stream_makes_no_driver_call() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn dropping_memory_with_a_kernel_in_flight_waits_for_it() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let kernel = ctx
         .load_ptx(ptx::STREAMS_PTX)
@@ -201,6 +209,7 @@ fn dropping_memory_with_a_kernel_in_flight_waits_for_it() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn partial_and_empty_requests_are_refused_clearly() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let err = Managed::<[f32]>::zeroed_slice(&ctx, 0).expect_err("empty allocation");
     assert!(
@@ -223,6 +232,7 @@ fn partial_and_empty_requests_are_refused_clearly() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn device_facts_recorded() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let info = ctx.info();
     assert!(!info.name.is_empty());
@@ -238,6 +248,7 @@ fn device_facts_recorded() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn streams_of_a_set_are_told_apart_at_run_time() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = Managed::from_fn(&ctx, 100, |i| i as f32).expect("alloc");
     let other = Managed::from_fn(&ctx, 100, |_| 0.0f32).expect("alloc");
@@ -287,12 +298,14 @@ fn three_rounds_with(ctx: &um::Context, transfer: um::Transfer) -> Managed<[f32]
 #[test]
 #[ignore = "needs a CUDA device"]
 fn prefetch_policy_gives_the_same_results() {
+    let _serial = crate::common::serial();
     three_rounds_with(&gpu(), um::Transfer::Prefetch);
 }
 
 #[test]
 #[ignore = "needs a CUDA device"]
 fn host_resident_policy_gives_the_same_results_and_can_be_left() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let data = three_rounds_with(&ctx, um::Transfer::HostResident);
     // Then on an on-demand stream (the advice is removed on attach).
@@ -316,6 +329,7 @@ fn host_resident_policy_gives_the_same_results_and_can_be_left() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_read_only_buffer_of_another_stream_of_the_set_is_refused() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let x = Managed::from_fn(&ctx, 64, |_| 1.0f32).expect("alloc");
     let y = Managed::from_fn(&ctx, 64, |_| 3.0f32).expect("alloc");
@@ -340,6 +354,7 @@ fn a_read_only_buffer_of_another_stream_of_the_set_is_refused() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn the_streams_of_a_set_are_told_apart_at_every_step() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let a = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
     let b = Managed::from_slice(&ctx, &[1.0f32; 1024]).expect("alloc");
@@ -368,6 +383,7 @@ fn the_streams_of_a_set_are_told_apart_at_every_step() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_panic_or_a_drop_after_a_launch_frees_nothing_the_kernel_still_uses() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = workload(1 << 24, 1 << 12);
     // A panic in the closure while add_scalar may still run on `a`: unwinding drops `a` (which
@@ -419,6 +435,7 @@ fn spin_ns(full_ms: u64) -> u64 {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn forgetting_stream_owned_memory_only_leaks_it() {
+    let _serial = crate::common::serial();
     struct Node<'s> {
         _buf: Managed<[f32], um::StreamOwned<'s>>,
         next: std::cell::RefCell<Option<std::rc::Rc<Node<'s>>>>,
@@ -449,6 +466,7 @@ fn forgetting_stream_owned_memory_only_leaks_it() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn default_streams_run_the_safe_launchers_exactly() {
+    let _serial = crate::common::serial();
     let ctx = gpu();
     let n = workload(1 << 20, 1 << 10);
     // The legacy stream, with memory attached globally (the only attach it allows).
