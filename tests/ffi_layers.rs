@@ -3,6 +3,7 @@
 //! loader loads them, `result.rs` is the only other file that calls them (each as a `Result`),
 //! and every other file goes through `result.rs` (`docs/design.md`, "Layers"). No GPU, cuBLAS or
 //! NCCL is needed.
+#![allow(clippy::expect_used)] // a test stops at the first surprise
 
 use std::path::Path;
 
