@@ -27,8 +27,7 @@ mkdir -p "$out/tests" "$out/examples" "$out/bench"
 # nccl-call.sh with stand-ins (`run_sh`, `nccl_call_sh`), nor the check of docs/rules.md's
 # citations against the sources (`rule_index`), nor the test kernels' crate, which has no
 # tests (`um_test_kernels`), nor the check of um-cublas's and um-nccl's foreign-call
-# layers (`ffi_layers`), nor the build of README's quick start (`readme`,
-# which needs cargo): CI runs them, and leaving them out keeps the bundle within the 64 MiB
+# layers (`ffi_layers`): CI runs them, and leaving them out keeps the bundle within the 64 MiB
 # that a device call carries.
 # $1: "example" for examples, "bench" for benchmarks, anything else for test binaries.
 executables() {
@@ -43,7 +42,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
         kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
-        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "run_sh", "nccl_call_sh", "rule_index", "um_test_kernels", "ffi_layers", "readme") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
+        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "run_sh", "nccl_call_sh", "rule_index", "um_test_kernels", "ffi_layers") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
 cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
