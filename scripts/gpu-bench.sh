@@ -21,6 +21,19 @@ set -euo pipefail
 out=${1:?usage: bench.sh OUT_DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# The arguments after OUT go to um_bench, which runs from the bundle folder: a `--base` page
+# named relative to the caller's folder (target/gpu-bundle/bench/performance.md from the
+# repository root) is made absolute first; one relative to the bundle (bench/performance.md)
+# stays as it is.
+extra=()
+prev=""
+for a in "${@:2}"; do
+  if [ "$prev" = --base ] && [ -f "$a" ]; then
+    a=$(cd "$(dirname "$a")" && pwd)/$(basename "$a")
+  fi
+  extra+=("$a")
+  prev=$a
+done
 cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 # NVLink multicast stays off in every environment this script sets.
@@ -56,4 +69,4 @@ fi
 # Section 9's C++ program (CUDA graphs).
 graph_baseline=$(dirname "$baseline")/graph_baseline
 "$nvcc" -O3 -cudart none -o "$graph_baseline" bench/graph_baseline.cpp -lcuda
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md "${@:2}"
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md ${extra[@]+"${extra[@]}"}
