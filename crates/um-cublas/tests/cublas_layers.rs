@@ -2,6 +2,7 @@
 //! entry points (the `Api` struct of function pointers), `library.rs` loads them, `result.rs` is
 //! the only file that calls them (each as a `Result`), and every other file goes through
 //! `result.rs`. No GPU or cuBLAS is needed.
+#![allow(clippy::expect_used)] // a test stops at the first surprise
 
 use std::path::Path;
 
