@@ -222,6 +222,80 @@ fn a_binary_of_feature_modules_runs_as_one_program_per_module() {
     assert_eq!(memcheck_runs, 3, "{log}");
 }
 
+/// A test binary of feature modules that also holds a test outside them (`stray`, at its
+/// root): the binary honours its filter and `--skip`s, as the harness does, and logs each run.
+const MODULES_AND_A_STRAY_TEST: &str = r#"#!/usr/bin/env bash
+filter="" skips="" prev=""
+for a in "$@"; do
+  if [ "$prev" = --skip ]; then skips="$skips $a"
+  else case "$a" in gpu_*::) filter=$a ;; esac
+  fi
+  prev=$a
+done
+selected() {
+  for t in gpu_one::a stray; do
+    case "$t" in *"$filter"*) ;; *) continue ;; esac
+    keep=yes
+    for s in $skips; do case "$t" in *"$s"*) keep=no ;; esac; done
+    [ "$keep" = yes ] && echo "$t"
+  done
+}
+case " $* " in
+  *" --list "*) selected | sed 's/$/: test/'; exit 0 ;;
+esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. $(selected | wc -l) passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test the binary holds outside its feature modules still runs, in a program of its own
+/// named for the binary, which skips the modules (each runs once, in its own program); under
+/// the sanitizers too.
+#[test]
+fn a_test_outside_the_feature_modules_runs_once_in_a_program_of_its_own() {
+    let m = Machine::new("stray", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), MODULES_AND_A_STRAY_TEST);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu_one: 1 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu: 1 passed, 0 failed\n"),
+        "the stray test ran, and only it: {verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_one"),
+        "memcheck gpu_one: clean"
+    );
+}
+
+/// A test binary whose `--list` fails (exit 101, as a harness that panics) and that runs 3
+/// tests.
+const CANNOT_LIST: &str = r#"#!/usr/bin/env bash
+case " $* " in *" --list "*) exit 101 ;; esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test binary that cannot list its tests (it crashes, or its list outlasts the limit) is
+/// one program, run whole: its failure is seen in every part, and a GPU binary is never left
+/// out of the sanitizer parts unseen.
+#[test]
+fn a_binary_that_cannot_list_its_tests_runs_whole_in_every_part() {
+    let m = Machine::new("unlisted", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), CANNOT_LIST);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu: 3 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert!(log.contains("gpu memcheck "), "{log}");
+}
+
 #[test]
 fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
     let m = Machine::new(
