@@ -25,7 +25,7 @@ case "$1" in
   --help) echo "  --kernel-name-exclude arg   key1=val1,..."; exit 0 ;;
   --version) echo "Version 0.0 (stand-in)"; exit 0 ;;
 esac
-tool="" prog="" exclude=no
+tool="" prog="" exclude=no args="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tool) tool=$2; shift ;;
@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 echo "$prog $tool visible=${CUDA_VISIBLE_DEVICES:-all} exclude=$exclude" >>"$FAKE_LOG"
+echo "$args" >>"$FAKE_LOG.args"
 sleep 0.3
 echo "========= COMPUTE-SANITIZER"
 case "$prog" in
@@ -294,6 +295,67 @@ fn a_binary_that_cannot_list_its_tests_runs_whole_in_every_part() {
     );
     assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
     assert!(log.contains("gpu memcheck "), "{log}");
+}
+
+/// `tests/gpu_devices` as built: the two-GPU modules, whose tests the sanitizer parts skip by
+/// name.
+const TWO_GPU_MODULES: &str = r#"#!/usr/bin/env bash
+case " $* " in
+  *" --list "*)
+    filter=""
+    for a in "$@"; do case "$a" in gpu_*::) filter=$a ;; esac; done
+    for t in gpu_nccl::a_rank_killed_mid_collective_is_an_error gpu_nccl::one_leaks_x \
+      gpu_nccl::meets gpu_two_devices::memory_handed_to_device_1_and_back gpu_two_devices::copies; do
+      case "$t" in "$filter"*) echo "$t: test" ;; esac
+    done
+    exit 0 ;;
+esac
+"#;
+
+/// A module keeps what the sanitizers ask of its feature: the binary runs with the module's
+/// filter and the module's skip list (gpu_nccl's killed-rank test, gpu_two_devices' reads
+/// across devices under memcheck), and memcheck's run of the `leaks_` tests names them, with
+/// their module, one by one.
+#[test]
+fn a_module_under_a_sanitizer_keeps_its_filter_and_its_skip_list() {
+    let m = Machine::new("module-skips", 2, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu_devices"), TWO_GPU_MODULES);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        line(&verdict, "memcheck", "gpu_nccl").starts_with("memcheck gpu_nccl: clean"),
+        "{verdict}"
+    );
+    let args = fs::read_to_string(m.dir.join("out.tool-log.args")).unwrap_or_default();
+    let runs: Vec<&str> = args
+        .lines()
+        .filter(|l| l.contains("./tests/gpu_devices"))
+        .collect();
+    let nccl = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_nccl:: --include-ignored --skip fault_"))
+        .unwrap_or_else(|| panic!("gpu_nccl's run: {args}"));
+    assert!(
+        nccl.contains("--skip a_rank_killed_mid_collective") && nccl.ends_with("--skip leaks_"),
+        "{nccl}"
+    );
+    let leaks = runs
+        .iter()
+        .find(|l| l.contains("--exact"))
+        .unwrap_or_else(|| panic!("the leaks_ run: {args}"));
+    assert!(
+        leaks.ends_with("--exact gpu_nccl::one_leaks_x"),
+        "only gpu_nccl's leaks_ test, by its full name: {leaks}"
+    );
+    let two = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_two_devices:: "))
+        .unwrap_or_else(|| panic!("gpu_two_devices' run: {args}"));
+    assert!(
+        two.contains("--skip memory_handed_to_device_1") && !two.contains("--skip a_rank_killed"),
+        "{two}"
+    );
+    assert_eq!(runs.len(), 3, "two modules and one leaks_ run: {args}");
 }
 
 #[test]
