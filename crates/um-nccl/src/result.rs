@@ -1,8 +1,9 @@
 //! The checked layer: each NCCL entry point of [`Fns`](crate::sys::Fns) as a function that
 //! returns a [`Result`], an error code turned into `Error::Nccl` with NCCL's text. The only file
 //! that calls an entry point, but for `sys.rs`, which loads the library, asks its version and
-//! reads NCCL's error texts. Each `unsafe fn` says what its caller guarantees; none checks
-//! `um`'s rules, which `comm.rs`, `group.rs` and `call.rs` do.
+//! reads NCCL's error texts. Each `unsafe fn` says what its caller guarantees, and every one
+//! that takes a communicator also needs that no other thread uses it during the call (rule
+//! 158); none checks `um`'s rules, which `comm.rs`, `group.rs` and `call.rs` do.
 
 use std::ffi::{c_int, c_void};
 
@@ -182,10 +183,10 @@ pub(crate) struct Collective {
 ///
 /// # Safety
 /// `comm` is live and, if nonblocking, NCCL is done with its last call before this one's group
-/// (no longer `ncclInProgress`); `send` and `recv` address buffers of at least the elements NCCL reads and
-/// writes for this call at `count` of `dtype`, on the stream `stream` of the communicator's
-/// device, alive and not otherwise used until the stream has run the call; roots and peers are
-/// ranks of `comm`.
+/// (no longer `ncclInProgress`); `send` and `recv` address buffers of at least the elements
+/// NCCL reads and writes for this call at `count` of `dtype`, on the stream `stream` of the
+/// communicator's device, alive and not otherwise used until the stream has run the call;
+/// roots and peers are ranks of `comm`.
 pub(crate) unsafe fn collective(nccl: &Nccl, op: &Collective, comm: RawComm) -> Result<Progress> {
     let fns = &nccl.fns;
     let (s, r, n, t, st) = (op.send, op.recv, op.count, op.dtype, op.stream);
