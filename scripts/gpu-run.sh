@@ -74,7 +74,7 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 # ------------------------------------------------------------------ tests and examples
 # Whether a test binary or example needs two GPUs.
 two_gpu_only() {
-  case "$1" in gpu_two_devices | gpu_nccl | data_parallel) return 0 ;; esac
+  case "$1" in gpu_devices | gpu_two_devices | gpu_nccl | data_parallel) return 0 ;; esac
   return 1
 }
 
@@ -83,30 +83,52 @@ two_gpu_only() {
 # feature, named gpu_<feature>) counts as one program per module, named tests/<module>, which
 # runs the binary with the filter "<module>::". So every verdict line, skip list and
 # UM_SANITIZE_ONLY name is a feature's, and the sanitizers spread the modules over the GPUs.
-# binary_of[PROGRAM] and filter_of[PROGRAM] hold a module's binary and filter.
+# Tests such a binary holds outside those modules (at its root, or in a module named
+# otherwise) are one program more, named for the binary, that skips the modules: every test
+# runs once. A binary that cannot list its tests (it crashes, or outlasts the limit) is one
+# program, run whole, so that its failure shows. binary_of[PROGRAM] and filter_of[PROGRAM]
+# hold a program's binary and its filter arguments, one a line.
 declare -A binary_of=() filter_of=()
 test_programs=()
 for t in tests/*; do
   [ -f "$t" ] || continue
   # Bounded: a binary that hangs is a failure of its run below, not of this list.
-  modules=$(timeout -k 2 10 "./$t" --list --include-ignored 2>/dev/null | sed -n 's/^\(gpu_[a-z0-9_]*\)::.*: test$/\1/p' | sort -u)
-  if [ -n "$modules" ]; then
-    for m in $modules; do
-      test_programs+=("tests/$m")
-      binary_of["tests/$m"]=$t
-      filter_of["tests/$m"]="$m::"
-    done
-  else
+  if ! listed=$(timeout -k 2 10 "./$t" --list --include-ignored 2>/dev/null); then
+    echo "=== test binary $(basename "$t"): its tests could not be listed; run whole" >&2
     test_programs+=("$t")
+    continue
+  fi
+  listed=$(printf '%s\n' "$listed" | sed -n 's/: test$//p')
+  modules=$(printf '%s\n' "$listed" | sed -n 's/^\(gpu_[a-z0-9_]*\)::.*/\1/p' | sort -u)
+  if [ -z "$modules" ]; then
+    test_programs+=("$t")
+    continue
+  fi
+  skips=""
+  for m in $modules; do
+    test_programs+=("tests/$m")
+    binary_of["tests/$m"]=$t
+    filter_of["tests/$m"]="$m::"
+    skips+="--skip"$'\n'"$m::"$'\n'
+  done
+  if printf '%s\n' "$listed" | grep -qv '^gpu_[a-z0-9_]*::'; then
+    test_programs+=("$t")
+    filter_of["$t"]=${skips%$'\n'}
   fi
 done
 
 # program_command PROGRAM: the command line that runs PROGRAM (its binary, and the module's
-# filter where it is a module), one word per line.
+# filter or the modules' skips where it has them), one word per line.
 program_command() {
   echo "./${binary_of[$1]:-$1}"
   [ -n "${filter_of[$1]:-}" ] && echo "${filter_of[$1]}"
   return 0
+}
+
+# Whether PROGRAM is a test program that uses the GPU: a binary or module named gpu or gpu_*.
+gpu_test_program() {
+  case "$1" in tests/gpu | tests/gpu_*) return 0 ;; esac
+  return 1
 }
 
 # bounded LIMIT NAME COMMAND [ARG ...]: COMMAND under `timeout -k 10 LIMIT` (a hang is one
@@ -617,7 +639,7 @@ sanitize() {
   # follows child processes), and their summaries count.
   local single=() whole=()
   for prog in "${test_programs[@]}" examples/*; do
-    case "$prog" in tests/gpu_*) ;; tests/*) continue ;; esac
+    case "$prog" in tests/*) gpu_test_program "$prog" || continue ;; esac
     [ -e "$prog" ] || [ -n "${binary_of[$prog]:-}" ] || continue
     case "$prog" in tests/gpu_faults) continue ;; esac
     # UM_SANITIZE_ONLY="tests/a examples/b": those programs only (a part run again for them).

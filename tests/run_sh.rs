@@ -25,7 +25,7 @@ case "$1" in
   --help) echo "  --kernel-name-exclude arg   key1=val1,..."; exit 0 ;;
   --version) echo "Version 0.0 (stand-in)"; exit 0 ;;
 esac
-tool="" prog="" exclude=no
+tool="" prog="" exclude=no args="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tool) tool=$2; shift ;;
@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 echo "$prog $tool visible=${CUDA_VISIBLE_DEVICES:-all} exclude=$exclude" >>"$FAKE_LOG"
+echo "$args" >>"$FAKE_LOG.args"
 sleep 0.3
 echo "========= COMPUTE-SANITIZER"
 case "$prog" in
@@ -220,6 +221,141 @@ fn a_binary_of_feature_modules_runs_as_one_program_per_module() {
         .filter(|l| l.starts_with("gpu memcheck "))
         .count();
     assert_eq!(memcheck_runs, 3, "{log}");
+}
+
+/// A test binary of feature modules that also holds a test outside them (`stray`, at its
+/// root): the binary honours its filter and `--skip`s, as the harness does, and logs each run.
+const MODULES_AND_A_STRAY_TEST: &str = r#"#!/usr/bin/env bash
+filter="" skips="" prev=""
+for a in "$@"; do
+  if [ "$prev" = --skip ]; then skips="$skips $a"
+  else case "$a" in gpu_*::) filter=$a ;; esac
+  fi
+  prev=$a
+done
+selected() {
+  for t in gpu_one::a stray; do
+    case "$t" in *"$filter"*) ;; *) continue ;; esac
+    keep=yes
+    for s in $skips; do case "$t" in *"$s"*) keep=no ;; esac; done
+    [ "$keep" = yes ] && echo "$t"
+  done
+}
+case " $* " in
+  *" --list "*) selected | sed 's/$/: test/'; exit 0 ;;
+esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. $(selected | wc -l) passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test the binary holds outside its feature modules still runs, in a program of its own
+/// named for the binary, which skips the modules (each runs once, in its own program); under
+/// the sanitizers too.
+#[test]
+fn a_test_outside_the_feature_modules_runs_once_in_a_program_of_its_own() {
+    let m = Machine::new("stray", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), MODULES_AND_A_STRAY_TEST);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu_one: 1 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu: 1 passed, 0 failed\n"),
+        "the stray test ran, and only it: {verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_one"),
+        "memcheck gpu_one: clean"
+    );
+}
+
+/// A test binary whose `--list` fails (exit 101, as a harness that panics) and that runs 3
+/// tests.
+const CANNOT_LIST: &str = r#"#!/usr/bin/env bash
+case " $* " in *" --list "*) exit 101 ;; esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test binary that cannot list its tests (it crashes, or its list outlasts the limit) is
+/// one program, run whole: its failure is seen in every part, and a GPU binary is never left
+/// out of the sanitizer parts unseen.
+#[test]
+fn a_binary_that_cannot_list_its_tests_runs_whole_in_every_part() {
+    let m = Machine::new("unlisted", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), CANNOT_LIST);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu: 3 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert!(log.contains("gpu memcheck "), "{log}");
+}
+
+/// `tests/gpu_devices` as built: the two-GPU modules, whose tests the sanitizer parts skip by
+/// name.
+const TWO_GPU_MODULES: &str = r#"#!/usr/bin/env bash
+case " $* " in
+  *" --list "*)
+    filter=""
+    for a in "$@"; do case "$a" in gpu_*::) filter=$a ;; esac; done
+    for t in gpu_nccl::a_rank_killed_mid_collective_is_an_error gpu_nccl::one_leaks_x \
+      gpu_nccl::meets gpu_two_devices::memory_handed_to_device_1_and_back gpu_two_devices::copies; do
+      case "$t" in "$filter"*) echo "$t: test" ;; esac
+    done
+    exit 0 ;;
+esac
+"#;
+
+/// A module keeps what the sanitizers ask of its feature: the binary runs with the module's
+/// filter and the module's skip list (gpu_nccl's killed-rank test, gpu_two_devices' reads
+/// across devices under memcheck), and memcheck's run of the `leaks_` tests names them, with
+/// their module, one by one.
+#[test]
+fn a_module_under_a_sanitizer_keeps_its_filter_and_its_skip_list() {
+    let m = Machine::new("module-skips", 2, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu_devices"), TWO_GPU_MODULES);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        line(&verdict, "memcheck", "gpu_nccl").starts_with("memcheck gpu_nccl: clean"),
+        "{verdict}"
+    );
+    let args = fs::read_to_string(m.dir.join("out.tool-log.args")).unwrap_or_default();
+    let runs: Vec<&str> = args
+        .lines()
+        .filter(|l| l.contains("./tests/gpu_devices"))
+        .collect();
+    let nccl = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_nccl:: --include-ignored --skip fault_"))
+        .unwrap_or_else(|| panic!("gpu_nccl's run: {args}"));
+    assert!(
+        nccl.contains("--skip a_rank_killed_mid_collective") && nccl.ends_with("--skip leaks_"),
+        "{nccl}"
+    );
+    let leaks = runs
+        .iter()
+        .find(|l| l.contains("--exact"))
+        .unwrap_or_else(|| panic!("the leaks_ run: {args}"));
+    assert!(
+        leaks.ends_with("--exact gpu_nccl::one_leaks_x"),
+        "only gpu_nccl's leaks_ test, by its full name: {leaks}"
+    );
+    let two = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_two_devices:: "))
+        .unwrap_or_else(|| panic!("gpu_two_devices' run: {args}"));
+    assert!(
+        two.contains("--skip memory_handed_to_device_1") && !two.contains("--skip a_rank_killed"),
+        "{two}"
+    );
+    assert_eq!(runs.len(), 3, "two modules and one leaks_ run: {args}");
 }
 
 #[test]

@@ -311,6 +311,24 @@ pub fn serial() -> Serial {
     }
 }
 
+/// um's waits go through the event thread (`um_core::use_event_thread_for_waits`, a switch of
+/// the whole process) until the returned guard is dropped, also where the test panics first:
+/// the binary's later tests, of every module, run with the default mechanism. Take it after
+/// [`serial`].
+pub fn event_thread_for_waits() -> EventThreadWaits {
+    um_core::use_event_thread_for_waits(true);
+    EventThreadWaits(())
+}
+
+/// The switch of [`event_thread_for_waits`], turned back off when dropped.
+pub struct EventThreadWaits(());
+
+impl Drop for EventThreadWaits {
+    fn drop(&mut self) {
+        um_core::use_event_thread_for_waits(false);
+    }
+}
+
 /// The binary's lock, held until dropped ([`serial`]).
 pub struct Serial {
     _guard: Option<std::sync::MutexGuard<'static, ()>>,

@@ -75,7 +75,7 @@ fn sync_async_returns_the_kernel_results() {
 fn the_event_thread_mechanism_gives_the_same_results() {
     let _serial = serial();
     let ctx = gpu();
-    um_core::use_event_thread_for_waits(true);
+    let event_thread = common::event_thread_for_waits();
     let data = Managed::from_fn(&ctx, 10_001, |i| i as f32).expect("alloc");
     let data = block_on(ctx.with_stream_async(StreamOptions::new(), async |s| {
         let mut d = data.attach(s)?;
@@ -85,7 +85,7 @@ fn the_event_thread_mechanism_gives_the_same_results() {
         add_one(s, &mut d)?;
         s.sync_all_async(vec![d]).await
     }));
-    um_core::use_event_thread_for_waits(false);
+    drop(event_thread);
     let data = data.expect("stream work");
     for (i, v) in data[0].iter().enumerate() {
         assert_eq!(*v, i as f32 + 2.0, "data[{i}]");

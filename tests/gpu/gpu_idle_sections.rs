@@ -724,7 +724,7 @@ fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits
     let Some(ctx) = device_for_captures() else {
         return;
     };
-    um_core::use_event_thread_for_waits(true);
+    let event_thread = common::event_thread_for_waits();
     let busy = Managed::<[f32]>::zeroed_slice(&ctx, 1).expect("alloc");
     let other = Managed::<[f32]>::zeroed_slice(&ctx, 256).expect("alloc");
     let waker = Arc::new(CapturingWaker {
@@ -753,7 +753,7 @@ fn a_waker_on_the_event_thread_cannot_begin_a_capture_that_an_idle_section_waits
             Ok((section, first))
         })
         .expect("the streams");
-    um_core::use_event_thread_for_waits(false);
+    drop(event_thread);
     assert!(matches!(section.0, Ok(Some(Ok(())))), "{:?}", section.0);
     assert_eq!(section.1, Ok(()));
     let captured = waker

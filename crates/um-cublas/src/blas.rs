@@ -215,9 +215,10 @@ impl Blas {
         let mut y = y.as_device_ptr_mut();
         let api = self.library.api();
         // SAFETY: as in `gemm`: a live handle of this context bound to this stream in host
-        // pointer mode, buffers owned by the stream, every extent checked by `resolve` (A
-        // within `ld * (cols - 1) + rows`, x and y within their lengths at stride 1), and y a
-        // different allocation from A and x.
+        // pointer mode, ordered after the handle's earlier calls on any other stream (`enter`),
+        // buffers owned by the stream, every extent checked by `resolve` (A within
+        // `ld * (cols - 1) + rows`, x and y within their lengths at stride 1), and y a different
+        // allocation from A and x.
         self.run(stream, || unsafe {
             result::gemv(
                 api,

@@ -1,7 +1,9 @@
 //! The checked layer: each cuBLAS entry point of [`Api`] as a function that returns a
 //! [`Result`], its status turned into [`Error::Status`]. The only file that calls an entry point
 //! (`library.rs` reads the version while loading); `blas.rs` builds on it. Each `unsafe fn`
-//! says what its caller guarantees; none checks `um`'s rules, which `blas.rs` does.
+//! says what its caller guarantees, and every one that takes a handle also needs that no other
+//! thread uses the handle during the call (cuBLAS's "Thread Safety"); none checks `um`'s rules,
+//! which `blas.rs` does.
 
 use std::ffi::{CStr, c_int};
 
@@ -60,10 +62,11 @@ pub(crate) unsafe fn destroy(api: &Api, handle: Handle) -> Result<()> {
 ///
 /// # Safety
 /// `handle` is live, its context current, bound to the stream the call is enqueued on, in host
-/// pointer mode. `first`, `second` and `c` are device addresses of `T`s that stay allocated,
-/// and that no other work touches, until the stream has run the call; cuBLAS reads `first`
-/// and `second` within `ld * (cols - 1) + rows` elements of `call`'s shapes and reads and writes
-/// `c` within its own, and `c` overlaps neither.
+/// pointer mode, and that stream is ordered after every earlier call of the handle on another
+/// stream (the handle's workspace serves them all). `first`, `second` and `c` are device
+/// addresses of `T`s that stay allocated, and that no other work touches, until the stream has
+/// run the call; cuBLAS reads `first` and `second` within `ld * (cols - 1) + rows` elements of
+/// `call`'s shapes and reads and writes `c` within its own, and `c` overlaps neither.
 pub(crate) unsafe fn gemm<T: Element>(
     api: &Api,
     handle: Handle,
@@ -104,10 +107,11 @@ pub(crate) unsafe fn gemm<T: Element>(
 /// `cublasSgemv_v2` or `cublasDgemv_v2` (by `T`): `y = alpha op(A) x + beta y`, unit strides.
 ///
 /// # Safety
-/// As [`gemm`]: a live, current, bound handle in host pointer mode; `a`, `x` and `y` device
-/// addresses of `T`s that stay allocated and untouched by other work until the call has run;
-/// `a` read within `lda * (cols - 1) + rows` elements, `x` and `y` within their lengths at stride
-/// 1 for `call`'s shape, and `y` overlapping neither.
+/// As [`gemm`]: a live, current, bound handle in host pointer mode, its stream ordered after the
+/// handle's earlier calls on other streams; `a`, `x` and `y` device addresses of `T`s that stay
+/// allocated and untouched by other work until the call has run; `a` read within
+/// `lda * (cols - 1) + rows` elements, `x` and `y` within their lengths at stride 1 for
+/// `call`'s shape, and `y` overlapping neither.
 pub(crate) unsafe fn gemv<T: Element>(
     api: &Api,
     handle: Handle,

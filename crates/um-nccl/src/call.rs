@@ -37,7 +37,8 @@ impl Call {
     /// # Safety
     /// The buffers and the stream this call was built from are still borrowed by the caller
     /// (alive, owned by the stream, not touched by anything else), and `comm` is the live
-    /// communicator it was built for.
+    /// communicator it was built for, which, if nonblocking, NCCL is done with (its last call
+    /// before this call's group no longer `ncclInProgress`).
     pub(crate) unsafe fn issue(
         &self,
         nccl: &Nccl,
@@ -53,8 +54,9 @@ impl Call {
         };
         // SAFETY: `send` and `recv` address buffers of at least the elements NCCL reads and
         // writes for this collective at `count` (the rules of `check`), owned by the stream of
-        // the communicator's device, alive and not otherwise used while the borrows last (the
-        // caller's guarantee); roots and peers are ranks of `comm`.
+        // the communicator's device, alive and not otherwise used while the borrows last, and a
+        // live communicator done with its last call (the caller's guarantee); roots and peers
+        // are ranks of `comm`.
         (self.kind.name(), unsafe {
             result::collective(nccl, &op, comm)
         })

@@ -327,15 +327,16 @@ impl Comm {
         let mut raws: Vec<RawComm> = vec![std::ptr::null_mut(); n];
         let mut configs: Vec<Config> = (0..n).map(|_| Config::new(options.blocking)).collect();
         let mut first_err = None;
-        // SAFETY: every group start below is matched by the group end.
+        // SAFETY: matched by the group end below, on this thread, on every path past it (a
+        // start that failed opened no group).
         unsafe { result::group_start(nccl) }?;
         for (rank, ctx) in contexts.iter().enumerate() {
             if let Err(e) = ctx.make_current() {
                 first_err.get_or_insert(e);
                 break;
             }
-            // SAFETY: the config stays alive until the group's end, and until the creation
-            // polled below is done; `rank < n`; the rank's device is current.
+            // SAFETY: the config stays alive until the group's end, and until the creation is
+            // polled to its end below or aborted; `rank < n`; the rank's device is current.
             let created = unsafe {
                 result::comm_init_rank_config(
                     nccl,
@@ -369,11 +370,15 @@ impl Comm {
         if first_err.is_none() && raws.iter().any(|r| r.is_null()) {
             first_err = Some(nccl.error("ncclCommInitRankConfig", sys::IN_PROGRESS, None));
         }
-        drop(configs);
         if let Some(e) = first_err {
+            // The configs outlive the aborts: a creation not polled to its end (the ranks after
+            // one that failed or ran out of time) may still be in progress until its abort.
             abort_raw(nccl, &raws);
+            drop(configs);
             return Err(e);
         }
+        // Every creation is done (blocking: at the group's end; nonblocking: polled above).
+        drop(configs);
         for m in &mut members {
             m.armed = false;
         }
@@ -637,7 +642,9 @@ impl Comm {
         )))?;
         self.remember(stream);
         // SAFETY: `call` was built by `crate::call` from buffers and a stream the caller of
-        // this method still borrows, for this communicator, which is live.
+        // this method still borrows, for this communicator, which is live and done with its
+        // last call (every call and group on it polled a nonblocking one to the end, or aborted
+        // it: `settle`, `Group::launch`).
         let (name, issued) = unsafe { call.issue(self.nccl, self.raw) };
         self.settle(name, issued)
     }
@@ -913,8 +920,8 @@ impl Drop for Comm {
         let flushed = if self.options.blocking {
             true
         } else {
-            // SAFETY: a live communicator, finalized once; finalize flushes its work
-            // (nonblocking: polled).
+            // SAFETY: a live communicator, finalized once, done with its last call (every call
+            // polled it to the end, or aborted it); finalize flushes its work (polled below).
             let finalized = unsafe { result::comm_finalize(self.nccl, self.raw) };
             finalized.is_ok()
                 && self
@@ -925,8 +932,9 @@ impl Drop for Comm {
                     .is_ok()
         };
         if flushed {
-            // SAFETY: a live communicator whose work is flushed; destroyed once, never used
-            // again.
+            // SAFETY: a live communicator with no call in progress: a nonblocking one's finalize
+            // was polled to its end; a blocking one's calls returned done, and NCCL finalizes
+            // it inside the destroy. Destroyed once, never used again.
             let _ = unsafe { result::comm_destroy(self.nccl, self.raw) };
             self.ledger.leave(self.rank);
         } else {

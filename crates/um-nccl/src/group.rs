@@ -285,14 +285,17 @@ impl<'b> Group<'b> {
             err
         };
         phases::lap(5);
-        // SAFETY: matched by the group end below on every path.
+        // SAFETY: matched by the group end below, on this thread, on every path past it (a
+        // start that failed opened no group).
         let started = unsafe { result::group_start(nccl) };
         phases::lap(6);
         started.map_err(&fail)?;
         let mut first_err = None;
         for e in self.calls.iter() {
             // SAFETY: each call was built by `crate::call` for its communicator (live, checked
-            // above) from a stream and buffers this group borrows for 'b.
+            // above, and done with its last call: every call and group on it polled a
+            // nonblocking one to the end, or aborted it) from a stream and buffers this group
+            // borrows for 'b.
             let (_, issued) = unsafe { e.call.issue(nccl, e.comm.raw()) };
             if let Err(err) = issued {
                 first_err.get_or_insert(err);

@@ -347,6 +347,20 @@ pub(crate) fn result_name(code: i32) -> &'static str {
     }
 }
 
+/// An `Nccl` whose entry points are `fns`, for the unit tests of the layers above: no file is
+/// opened (the process's own symbols stand in for the library's handle).
+#[cfg(test)]
+impl Nccl {
+    pub(crate) fn stand_in(fns: Fns) -> Nccl {
+        Nccl {
+            fns,
+            version: MIN_VERSION,
+            path: "stand-in".to_owned(),
+            _lib: std::mem::ManuallyDrop::new(libloading::os::unix::Library::this().into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
