@@ -219,21 +219,15 @@ fn a_convention_error_fails_the_users_build_naming_file_line_and_parameter() {
 }
 
 /// The fenced blocks of `text` whose first line is a comment naming a file (`// build.rs`,
-/// `# Cargo.toml: ...`), as (file, block without that line's hidden lines); `doc` strips the
-/// lines that rustdoc hides (`# ...`) from Rust blocks.
-fn named_blocks(text: &str, doc: bool) -> Vec<(String, String)> {
+/// `# Cargo.toml: ...`), as (file, block).
+fn named_blocks(text: &str) -> Vec<(String, String)> {
     let mut blocks = Vec::new();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        let Some(lang) = line.trim().strip_prefix("```") else {
+        if !line.trim().starts_with("```") {
             continue;
-        };
-        let rust = doc && matches!(lang, "" | "rust" | "no_run" | "rust,ignore" | "rust,no_run");
-        let body: Vec<&str> = lines
-            .by_ref()
-            .take_while(|l| l.trim() != "```")
-            .filter(|l| !(rust && (l.starts_with("# ") || *l == "#")))
-            .collect();
+        }
+        let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
         let first = body.first().copied().unwrap_or_default();
         let name = first
             .strip_prefix("// ")
@@ -255,7 +249,7 @@ fn readme_quick_start() -> Vec<(String, String)> {
         .expect("README has a Quick start");
     let rest = &readme[start + 1..];
     let end = rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3);
-    named_blocks(&rest[..end], false)
+    named_blocks(&rest[..end])
 }
 
 /// The nvcc this test's environment leads to, as a user names it in `NVCC`.
