@@ -796,9 +796,12 @@ fn check(ctx: &Context, row: &Row, mode: Mode, expect: Expect) -> Vec<String> {
         let came = run_once(ctx, row, mode);
         settle(ctx);
         let (watched, lost) = still_allocated();
+        // The free memory after each run too: a row that loses memory once (an allocation of
+        // the library's, made late) and one that loses it on every run read differently.
         println!(
-            "{} ({mode:?}), run {run}: {came:?}; {watched} allocations watched",
-            row.name
+            "{} ({mode:?}), run {run}: {came:?}; {watched} allocations watched; free {:.1} MiB",
+            row.name,
+            free_memory(ctx) as f64 / (1 << 20) as f64
         );
         if let Err(why) = judge(&came, expect) {
             note(format!("run {run}: {why}"));
