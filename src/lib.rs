@@ -12,12 +12,13 @@
 //!   [`kernels::run_task::transform`]).
 //! * Errors: [`Error`], [`Result`].
 //!
-//! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV) and [`nccl`] (collectives across
-//!   GPUs and processes), each loaded at run time, so that building needs neither.
+//! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV), [`curand`] (random numbers on the
+//!   owning stream) and [`nccl`] (collectives across GPUs and processes), each loaded at run
+//!   time, so that building needs none of them.
 //!
 //! This library re-exports the crates `um-core` (its API at the top level, listed in this
-//! file), `um-kernels` (as [`kernels`]), `um-cublas` (as [`cublas`]) and `um-nccl` (as
-//! [`nccl`]). [`prelude`] holds what most programs name: `use um::prelude::*;`.
+//! file), `um-kernels` (as [`kernels`]), `um-cublas` (as [`cublas`]), `um-curand` (as
+//! [`curand`]) and `um-nccl` (as [`nccl`]). [`prelude`] holds what most programs name: `use um::prelude::*;`.
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
@@ -52,6 +53,8 @@ pub mod prelude {
 }
 #[doc(inline)]
 pub use um_cublas as cublas;
+#[doc(inline)]
+pub use um_curand as curand;
 #[doc(inline)]
 pub use um_kernels as kernels;
 #[doc(inline)]

@@ -23,7 +23,7 @@ struct Layers {
     least: usize,
 }
 
-const CRATES: [Layers; 2] = [
+const CRATES: [Layers; 3] = [
     Layers {
         krate: "um-cublas",
         table: "pub struct Api {",
@@ -31,6 +31,14 @@ const CRATES: [Layers; 2] = [
         through: "api.",
         callers: &["sys.rs", "result.rs"],
         least: 9,
+    },
+    Layers {
+        krate: "um-curand",
+        table: "pub struct Api {",
+        field: "pub ",
+        through: "api.",
+        callers: &["sys.rs", "result.rs"],
+        least: 11,
     },
     Layers {
         krate: "um-nccl",

@@ -14,6 +14,7 @@ mod gpu_bad_input;
 mod gpu_capture_frees;
 mod gpu_coherent;
 mod gpu_cublas;
+mod gpu_curand;
 mod gpu_graphs;
 mod gpu_handoff;
 mod gpu_idle_sections;

@@ -1,0 +1,397 @@
+//! cuRAND on owned buffers (`crates/um-curand`): a generator belongs to one stream and writes
+//! only buffers that stream owns. Uniform numbers land in (0, 1] and normal numbers have the
+//! mean and deviation asked for, in f32 and f64, at odd lengths, on every storage; one seed
+//! gives one sequence; what cuRAND cannot do (an odd length of normal numbers, a deviation that
+//! is negative or not finite) and calls on another stream of a set are refused before cuRAND
+//! runs, the buffer untouched; a generator dropped inside a capture closure is destroyed once
+//! the capture has ended, and nothing it held is lost.
+//!
+//! Every test needs a GPU and cuRAND (the toolkit's `libcurand.so.10`, found as
+//! `docs/interop.md` says). The missing-library error needs neither: it is tested in
+//! `crates/um-curand/src/library.rs`, which runs everywhere.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use crate::common;
+
+use common::{device_for_captures, gpu, serial};
+use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um_curand::{Element, Error, Rng, RngKind};
+use um_test_kernels::testing::add_scalar;
+
+/// The test's element types, with conversions to and from f64.
+trait Num: Element + Into<f64> {
+    fn of(v: f64) -> Self;
+}
+impl Num for f32 {
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+}
+impl Num for f64 {
+    fn of(v: f64) -> Self {
+        v
+    }
+}
+
+/// What fills a buffer before a call: a value no uniform or normal draw of the tests yields
+/// (uniform numbers are in (0, 1]; the refused calls must leave it).
+const SENTINEL: f64 = -7.25;
+
+/// How one storage allocates a host-owned buffer from a slice.
+type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
+
+/// `n` uniform numbers from a fresh generator of `kind` and `seed`, on a stream of its own,
+/// into a buffer of storage `M` filled with [`SENTINEL`] first.
+fn uniform<T: Num, M: Storage>(
+    ctx: &Context,
+    alloc: Alloc<T, M>,
+    n: usize,
+    kind: RngKind,
+    seed: u64,
+) -> Vec<f64> {
+    let x = alloc(ctx, &vec![T::of(SENTINEL); n]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, kind, seed)?;
+            let mut x = x.attach(s)?;
+            rng.uniform(s, &mut x)?;
+            x.sync()
+        })
+        .expect("uniform numbers");
+    x.iter().map(|&v| v.into()).collect()
+}
+
+/// `n` normal numbers of `mean` and `stddev`, as [`uniform`].
+fn normal<T: Num, M: Storage>(
+    ctx: &Context,
+    alloc: Alloc<T, M>,
+    n: usize,
+    (mean, stddev): (f64, f64),
+    seed: u64,
+) -> Vec<f64> {
+    let x = alloc(ctx, &vec![T::of(SENTINEL); n]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, seed)?;
+            let mut x = x.attach(s)?;
+            rng.normal(s, &mut x, T::of(mean), T::of(stddev))?;
+            x.sync()
+        })
+        .expect("normal numbers");
+    x.iter().map(|&v| v.into()).collect()
+}
+
+/// The sample mean and standard deviation.
+fn moments(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// Every element drawn from (0, 1]; for long buffers, a mean within 10 standard errors of 1/2.
+fn check_uniform(what: &str, v: &[f64]) {
+    for (i, x) in v.iter().enumerate() {
+        assert!(
+            *x > 0.0 && *x <= 1.0,
+            "{what}: element {i} is {x}, not in (0, 1]"
+        );
+    }
+    if v.len() >= 1000 {
+        let (mean, _) = moments(v);
+        let se = (1.0 / 12.0f64).sqrt() / (v.len() as f64).sqrt();
+        assert!(
+            (mean - 0.5).abs() < 10.0 * se,
+            "{what}: mean {mean} of {} uniform numbers",
+            v.len()
+        );
+    }
+}
+
+fn every_storage_uniform<T: Num>(ctx: &Context) {
+    for n in [1, 7, 1_000_003] {
+        for kind in [RngKind::Philox, RngKind::Xorwow, RngKind::Mrg32k3a] {
+            let what = format!("{} {kind:?} n = {n}", std::any::type_name::<T>());
+            check_uniform(
+                &format!("{what} unified"),
+                &uniform::<T, _>(ctx, Managed::from_slice, n, kind, 11),
+            );
+            check_uniform(
+                &format!("{what} mirrored"),
+                &uniform::<T, _>(ctx, Managed::from_slice_mirrored, n, kind, 11),
+            );
+            if ctx.info().concurrent_managed_access {
+                check_uniform(
+                    &format!("{what} coherent"),
+                    &uniform::<T, _>(ctx, Managed::from_slice_coherent, n, kind, 11),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn uniform_numbers_fill_every_element_in_zero_to_one_at_odd_lengths_on_every_storage_f32() {
+    let _serial = serial();
+    every_storage_uniform::<f32>(&gpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn uniform_numbers_fill_every_element_in_zero_to_one_at_odd_lengths_on_every_storage_f64() {
+    let _serial = serial();
+    every_storage_uniform::<f64>(&gpu());
+}
+
+fn check_normal<T: Num>(ctx: &Context) {
+    let (mean, stddev) = (3.0, 2.0);
+    let n = 2_000_000;
+    for (label, v) in [
+        (
+            "unified",
+            normal::<T, _>(ctx, Managed::from_slice, n, (mean, stddev), 5),
+        ),
+        (
+            "mirrored",
+            normal::<T, _>(ctx, Managed::from_slice_mirrored, n, (mean, stddev), 5),
+        ),
+    ] {
+        assert!(
+            v.iter().all(|x| x.is_finite()),
+            "{label}: a value not finite"
+        );
+        let (m, d) = moments(&v);
+        // Standard errors: of the mean 2/sqrt(n) = 0.0014, of the deviation about
+        // 2/sqrt(2n) = 0.001; the bounds are 7 to 10 of them.
+        assert!(
+            (m - mean).abs() < 0.01,
+            "{label}: sample mean {m}, asked {mean}"
+        );
+        assert!(
+            (d - stddev).abs() < 0.01,
+            "{label}: sample deviation {d}, asked {stddev}"
+        );
+    }
+    // The shortest length cuRAND takes: a pair, both written.
+    let v = normal::<T, _>(ctx, Managed::from_slice, 2, (0.0, 1.0), 5);
+    assert!(v.iter().all(|x| *x != SENTINEL && x.is_finite()), "{v:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn normal_numbers_have_the_mean_and_deviation_asked_for_f32() {
+    let _serial = serial();
+    check_normal::<f32>(&gpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn normal_numbers_have_the_mean_and_deviation_asked_for_f64() {
+    let _serial = serial();
+    check_normal::<f64>(&gpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn one_seed_gives_one_sequence_and_another_seed_or_kind_another() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 1001;
+    let a = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 99);
+    let b = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 99);
+    assert_eq!(a, b, "one kind and seed, two generators: two sequences");
+    let c = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 100);
+    assert_ne!(a, c, "two seeds gave one sequence");
+    let d = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Xorwow, 99);
+    assert_ne!(a, d, "two kinds gave one sequence");
+    // A generator goes on where it stopped: two calls into one buffer give two draws.
+    let x = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let (x, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 99)?;
+            let (mut x, mut y) = (x.attach(s)?, y.attach(s)?);
+            rng.uniform(s, &mut x)?;
+            rng.uniform(s, &mut y)?;
+            s.sync_all((x, y))
+        })
+        .expect("two draws");
+    let x: Vec<f64> = x.iter().map(|&v| v.into()).collect();
+    assert_eq!(x, a, "the first draw of a seed is the sequence's start");
+    assert!(
+        y.iter().zip(x.iter()).any(|(p, q)| f64::from(*p) != *q),
+        "the second draw repeated the first"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn random_bits_fill_every_element_with_half_of_the_bits_set() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 100_003;
+    let x = Managed::from_slice(&ctx, &vec![0u32; n]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 3)?;
+            let mut x = x.attach(s)?;
+            rng.bits(s, &mut x)?;
+            x.sync()
+        })
+        .expect("bits");
+    let ones: u64 = x.iter().map(|v| u64::from(v.count_ones())).sum();
+    let share = ones as f64 / (32.0 * n as f64);
+    // 3.2 million bits: a standard error of 0.0003.
+    assert!((share - 0.5).abs() < 0.005, "{share} of the bits set");
+    let zeros = x.iter().filter(|v| **v == 0).count();
+    assert!(zeros < 5, "{zeros} elements left 0");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn what_curand_cannot_do_is_refused_before_it_runs_and_the_buffer_is_untouched() {
+    let _serial = serial();
+    let ctx = gpu();
+    let odd = Managed::from_slice(&ctx, &[SENTINEL; 7]).expect("alloc");
+    let even = Managed::from_slice(&ctx, &[SENTINEL as f32; 8]).expect("alloc");
+    let (odd, even) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 1)?;
+            let (mut odd, mut even) = (odd.attach(s)?, even.attach(s)?);
+            assert_eq!(
+                rng.normal(s, &mut odd, 0.0, 1.0),
+                Err(Error::OddLength { len: 7 })
+            );
+            for (mean, stddev) in [
+                (0.0, -1.0),
+                (f32::NAN, 1.0),
+                (0.0, f32::INFINITY),
+                (f32::NEG_INFINITY, 1.0),
+            ] {
+                let got = rng.normal(s, &mut even, mean, stddev);
+                assert!(
+                    matches!(got, Err(Error::Distribution { .. })),
+                    "mean {mean}, deviation {stddev}: {got:?}"
+                );
+            }
+            s.sync_all((odd, even))
+        })
+        .expect("refusals");
+    assert!(odd.iter().all(|v| *v == SENTINEL), "{:?}", &odd[..]);
+    assert!(
+        even.iter().all(|v| f64::from(*v) == SENTINEL),
+        "{:?}",
+        &even[..]
+    );
+    // A deviation of 0 is a distribution: every value is the mean.
+    let v = normal::<f64, _>(&ctx, Managed::from_slice, 4, (1.5, 0.0), 1);
+    assert_eq!(v, vec![1.5; 4]);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_generator_writes_only_on_its_own_stream_and_into_its_buffers() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[SENTINEL as f32; 16]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[SENTINEL as f32; 16]).expect("alloc");
+    let (x, y) = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            let mut rng = Rng::new(&s[0], RngKind::Philox, 1)?;
+            let (mut x, mut y) = (x.attach(&s[0])?, y.attach(&s[1])?);
+            // Another stream of the set: refused, whatever the buffer.
+            assert_eq!(rng.uniform(&s[1], &mut y), Err(Error::WrongStream));
+            // Its own stream, a buffer of the other: refused.
+            assert_eq!(rng.uniform(&s[0], &mut y), Err(Error::StreamMismatch));
+            rng.uniform(&s[0], &mut x)?;
+            Ok((x.sync()?, y.sync()?))
+        })
+        .expect("streams");
+    assert!(y.iter().all(|v| f64::from(*v) == SENTINEL), "{:?}", &y[..]);
+    check_uniform(
+        "its own buffer",
+        &x.iter().map(|&v| v.into()).collect::<Vec<_>>(),
+    );
+}
+
+/// Free device memory, in bytes.
+fn free_memory(ctx: &Context) -> usize {
+    ctx.mem_info().map_or(0, |(free, _)| free)
+}
+
+/// After a capture: the reaper drained, the device idle.
+fn settle(ctx: &Context) {
+    um::reap_pending();
+    ctx.wait_idle().expect("the context still works");
+    um::reap_pending();
+}
+
+/// Makes `count` generators of one stream, each used once (its state set up), drops them inside
+/// a capture closure, and replays the graph: the free memory before they were made, while they
+/// lived, and after.
+fn generators_dropped_in_a_capture(ctx: &Context, count: usize) -> (usize, usize, usize) {
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let y = Managed::from_slice(ctx, &[0.0f32; 2]).expect("alloc");
+    settle(ctx);
+    let before = free_memory(ctx);
+    let mut living = 0;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let (x, mut y) = (x.attach(s)?, y.attach(s)?);
+        let mut rngs = Vec::new();
+        for i in 0..count {
+            let mut rng = Rng::new(s, RngKind::Xorwow, i as u64)?;
+            rng.uniform(s, &mut y)?;
+            rngs.push(rng);
+        }
+        drop(y.sync()?);
+        living = free_memory(ctx);
+        let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+            add_scalar(cap, &mut x, 1.0)?;
+            drop(rngs); // each destroy waits for the device: kept until the capture has ended
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        assert!(x.iter().all(|v| *v == 1.0), "the graph replayed wrong");
+        Ok(())
+    })
+    .expect("generators dropped inside a capture");
+    settle(ctx);
+    let mut after = free_memory(ctx);
+    let t = std::time::Instant::now();
+    while after < before && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        after = free_memory(ctx);
+    }
+    (before, living, after)
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_dropped_inside_a_capture_closure_are_destroyed_after_it_and_nothing_is_lost() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    // Once unmeasured: what cuRAND and the driver set up once per process is not a leak.
+    let _ = generators_dropped_in_a_capture(&ctx, 4);
+    const MIB: usize = 1 << 20;
+    let (before, living, after) = generators_dropped_in_a_capture(&ctx, 64);
+    println!(
+        "free: {:.1} MiB before, {:.1} MiB with 64 generators, {:.1} MiB after",
+        before as f64 / MIB as f64,
+        living as f64 / MIB as f64,
+        after as f64 / MIB as f64
+    );
+    // The generators must hold enough for their loss to show; else this test sees nothing.
+    assert!(
+        living + 16 * MIB <= before,
+        "64 XORWOW generators hold less than 16 MiB: this check cannot see their destroy"
+    );
+    assert!(
+        after + 8 * MIB >= before,
+        "{} MiB lost by generators dropped inside a capture closure",
+        (before - after) / MIB
+    );
+}
