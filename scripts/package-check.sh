@@ -23,7 +23,7 @@ say() { echo "package-check: $*"; }
 die() { echo "package-check: FAILED: $*" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-packages=(um-build um-core um-kernels um-cublas um-curand um-nccl um-cuda)
+packages=(um-build um-core um-kernels um-cublas um-curand um-cusparse um-nccl um-cuda)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 # ---------------------------------------------------------------- 1. package and verify

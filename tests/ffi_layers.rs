@@ -23,7 +23,7 @@ struct Layers {
     least: usize,
 }
 
-const CRATES: [Layers; 3] = [
+const CRATES: [Layers; 4] = [
     Layers {
         krate: "um-cublas",
         table: "pub struct Api {",
@@ -39,6 +39,14 @@ const CRATES: [Layers; 3] = [
         through: "api.",
         callers: &["sys.rs", "result.rs"],
         least: 11,
+    },
+    Layers {
+        krate: "um-cusparse",
+        table: "pub struct Api {",
+        field: "pub ",
+        through: "api.",
+        callers: &["sys.rs", "result.rs"],
+        least: 16,
     },
     Layers {
         krate: "um-nccl",

@@ -1,0 +1,378 @@
+//! A cuSPARSE handle that belongs to one stream, with its workspace, and the products on
+//! `um`'s buffers.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use um_core::{Context, Managed, Storage, Stream, StreamOwned};
+
+use crate::stream::SparseStream;
+
+use crate::csr::Csr;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::library::Cusparse;
+use crate::result::{self, Descr};
+use crate::sys;
+
+/// Invariant in `'s`, as a stream's brand is.
+type Brand<'s> = fn(&'s ()) -> &'s ();
+
+/// `A` as stored, or its transpose, in [`Sparse::spmv`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    /// `A`.
+    #[default]
+    N,
+    /// `A^T`.
+    T,
+}
+
+/// A cuSPARSE handle (`cusparseHandle_t`) that belongs to one stream for its whole life, with a
+/// workspace owned by that stream.
+///
+/// **Why one stream.** Each product may need a workspace (`cusparseSpMV_bufferSize`), which the
+/// handle keeps and grows: a buffer owned by its stream, so the stream's order keeps one call's
+/// use of it before the next one's, and its drop frees it only after the stream's work. The
+/// handle is bound to that stream (`cusparseSetStream`) once; every call checks that its stream
+/// is that one ([`Error::WrongStream`]) and that the operands are owned by it
+/// ([`Error::StreamMismatch`] between the streams of a set). Neither `Send` nor `Sync`.
+///
+/// The stream kind is a [`SparseStream`] (a stream um created, a per-thread or a foreign stream):
+/// the operands are attached to it, and a graph's capture stream is not one, so no product is
+/// recorded into a graph (a replay would use the workspace, which the graph does not hold).
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use um_core::{Context, Managed, StreamOptions};
+/// use um_cusparse::{Csr, Op, Sparse};
+///
+/// let ctx = Context::new(0)?;
+/// // [[2, 0], [1, 3]]
+/// let a = Csr::new(&ctx, 2, 2, &[0, 1, 3], &[0, 0, 1], &[2.0f64, 1.0, 3.0])?;
+/// let x = Managed::from_slice(&ctx, &[1.0f64, 1.0])?;
+/// let y = Managed::<[f64]>::zeroed_slice(&ctx, 2)?;
+/// let y = ctx.with_stream(um_core::StreamOptions::new(), |s| {
+///     let mut sparse = Sparse::new(s)?;
+///     let (a, x, mut y) = (a.attach(s)?, x.attach(s)?, y.attach(s)?);
+///     sparse.spmv(s, Op::N, 1.0, &a, &x, 0.0, &mut y)?; // y = A x
+///     y.sync()
+/// })?;
+/// assert_eq!(&y[..], &[2.0, 4.0]);
+/// # Ok(()) }
+/// ```
+pub struct Sparse<'s, K: SparseStream> {
+    library: &'static Cusparse,
+    handle: sys::Handle,
+    ctx: Context,
+    /// The [`Stream::id`] of the stream the handle belongs to.
+    stream: u64,
+    /// The workspace, owned by that stream; grown when a call needs more.
+    workspace: Option<Managed<[u8], StreamOwned<'s, K>>>,
+    _brand: PhantomData<(Brand<'s>, K)>,
+}
+
+impl<'s, K: SparseStream> Sparse<'s, K> {
+    /// A handle belonging to `stream`, with the process's cuSPARSE ([`Cusparse::load`]).
+    pub fn new(stream: &Stream<'s, K>) -> Result<Self> {
+        Self::with_library(stream, Cusparse::load()?)
+    }
+
+    /// [`new`](Sparse::new) with the given library.
+    pub fn with_library(stream: &Stream<'s, K>, library: &'static Cusparse) -> Result<Self> {
+        um_core::refuse_inside_stream_callback("making a cuSPARSE handle")?;
+        let ctx = stream.context().clone();
+        ctx.make_current()?;
+        let api = library.api();
+        // Relaxed inside a capture closure: the handle's creation allocates.
+        let handle = um_core::relaxed_while_capturing(|| result::create(api))??;
+        let sparse = Sparse {
+            library,
+            handle,
+            ctx,
+            stream: stream.id(),
+            workspace: None,
+            _brand: PhantomData,
+        };
+        let raw = stream.as_raw();
+        // SAFETY: a live handle of this context (current, above) and a live stream of it; the
+        // handle is unbound again before it is destroyed (drop).
+        unsafe { result::set_stream(api, handle, raw) }?;
+        Ok(sparse)
+    }
+
+    /// The context the handle belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The library the handle was made by.
+    pub fn library(&self) -> &'static Cusparse {
+        self.library
+    }
+
+    /// The raw `cusparseHandle_t`, for calls `um-cusparse` does not wrap (through
+    /// [`Cusparse::api`]). Holding it is safe; every call with it is `unsafe`, and such a call
+    /// must keep what this type keeps: only on this handle's thread, with its context current,
+    /// never rebinding it to another stream, touching only memory its stream owns, and never
+    /// destroying it.
+    pub fn as_raw(&self) -> sys::Handle {
+        self.handle
+    }
+
+    /// `y = alpha op(A) x + beta y` (`cusparseSpMV`, `CUSPARSE_SPMV_ALG_DEFAULT`) on `stream`,
+    /// which must be the handle's own. `x` has `op(A)`'s column count and `y` its row count
+    /// ([`Error::Shape`] otherwise, before cuSPARSE runs); `y` is borrowed `&mut`, so it is
+    /// neither `x` nor a part of `A`. The call is asynchronous: `sync` `y` to read it.
+    #[allow(clippy::too_many_arguments)] // the BLAS argument list
+    pub fn spmv<T: Element, MX: Storage, MY: Storage>(
+        &mut self,
+        stream: &Stream<'s, K>,
+        op: Op,
+        alpha: T,
+        a: &Csr<T, StreamOwned<'s, K>>,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        beta: T,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        self.check(stream)?;
+        let (rows, cols) = match op {
+            Op::N => (a.rows(), a.cols()),
+            Op::T => (a.cols(), a.rows()),
+        };
+        if x.len() != cols || y.len() != rows {
+            return Err(Error::Shape(format!(
+                "op(A) is {rows}x{cols}: x must have {cols} elements (has {}), y {rows} (has {})",
+                x.len(),
+                y.len()
+            )));
+        }
+        owned(stream, a.is_owned_by(stream), "a")?;
+        owned(stream, stream.owns(x), "x")?;
+        owned(stream, stream.owns(y), "y")?;
+        let dt = T::DATA_TYPE;
+        let api = *self.library.api();
+        let (ptrs, xp) = (a.device_parts(), x.as_device_ptr().as_ptr());
+        let mut y = y.as_device_ptr_mut();
+        let yp = y.as_mut_ptr();
+        let shape = (to_i64(a.rows()), to_i64(a.cols()), to_i64(a.nnz()));
+        let op = match op {
+            Op::N => sys::OP_N,
+            Op::T => sys::OP_T,
+        };
+        let scalars: (*const c_void, *const c_void) =
+            ((&raw const alpha).cast(), (&raw const beta).cast());
+        let handle = self.handle;
+        um_core::relaxed_while_capturing(|| {
+            let descrs = Descrs::new(api);
+            // SAFETY: the three parts of `a`, owned by `stream` and alive for this borrow, hold
+            // a structure `Csr::new` proved (rows + 1 offsets, nnz in-range indices, nnz values
+            // of `T`); `x` and `y` hold `cols` and `rows` elements of `T` (checked above).
+            let am = descrs.keep(Descr::SpMat, unsafe {
+                result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
+            }?);
+            // SAFETY: as above.
+            let xv = descrs.keep(Descr::DnVec, unsafe {
+                result::create_dn_vec(&api, to_i64(cols), xp.cast_mut().cast(), dt)
+            }?);
+            // SAFETY: as above.
+            let yv = descrs.keep(Descr::DnVec, unsafe {
+                result::create_dn_vec(&api, to_i64(rows), yp.cast(), dt)
+            }?);
+            // SAFETY: a live handle bound to `stream` since it was made (`check`), its context
+            // current; the descriptors above; host scalars of `T` that live across the call.
+            let size =
+                unsafe { result::spmv_buffer_size(&api, handle, op, scalars, (am, xv, yv), dt) }?;
+            let buffer = self.workspace(stream, size)?;
+            // SAFETY: as above, with a workspace of at least `size` bytes owned by `stream`:
+            // only this stream's work uses it, in order, and it is freed after that work.
+            unsafe { result::spmv(&api, handle, op, scalars, (am, xv, yv), dt, buffer) }
+        })?
+    }
+
+    /// `C = alpha A B + beta C` (`cusparseSpMM`, `CUSPARSE_SPMM_ALG_DEFAULT`) on the handle's
+    /// stream, `B` and `C` dense, column-major and tightly packed: `B` is `A.cols()`×`n`, `C`
+    /// is `A.rows()`×`n` ([`Error::Shape`] if a buffer is shorter, or `n` is 0).
+    #[allow(clippy::too_many_arguments)] // the BLAS argument list
+    pub fn spmm<T: Element, MB: Storage, MC: Storage>(
+        &mut self,
+        stream: &Stream<'s, K>,
+        alpha: T,
+        a: &Csr<T, StreamOwned<'s, K>>,
+        b: &Managed<[T], StreamOwned<'s, K>, MB>,
+        n: usize,
+        beta: T,
+        c: &mut Managed<[T], StreamOwned<'s, K>, MC>,
+    ) -> Result<()> {
+        self.check(stream)?;
+        let (m, k) = (a.rows(), a.cols());
+        let need = |rows: usize| {
+            rows.checked_mul(n)
+                .filter(|_| n > 0 && n <= i32::MAX as usize)
+        };
+        match (need(k), need(m)) {
+            (Some(nb), Some(nc)) if b.len() >= nb && c.len() >= nc => {}
+            _ => {
+                return Err(Error::Shape(format!(
+                    "A is {m}x{k} and n = {n}: b must hold {k}x{n} and c {m}x{n} column-major elements (have {} and {}), n at least 1",
+                    b.len(),
+                    c.len()
+                )));
+            }
+        }
+        owned(stream, a.is_owned_by(stream), "a")?;
+        owned(stream, stream.owns(b), "b")?;
+        owned(stream, stream.owns(c), "c")?;
+        let dt = T::DATA_TYPE;
+        let api = *self.library.api();
+        let (ptrs, bp) = (a.device_parts(), b.as_device_ptr().as_ptr());
+        let mut c = c.as_device_ptr_mut();
+        let cp = c.as_mut_ptr();
+        let shape = (to_i64(m), to_i64(k), to_i64(a.nnz()));
+        let scalars: (*const c_void, *const c_void) =
+            ((&raw const alpha).cast(), (&raw const beta).cast());
+        let handle = self.handle;
+        um_core::relaxed_while_capturing(|| {
+            let descrs = Descrs::new(api);
+            // SAFETY: as in `spmv`: `a`'s proved parts; `b` holds `k * n` and `c` `m * n`
+            // elements of `T` (checked above), both owned by `stream`.
+            let am = descrs.keep(Descr::SpMat, unsafe {
+                result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
+            }?);
+            // SAFETY: as above; leading dimension `k`, tightly packed.
+            let bm = descrs.keep(Descr::DnMat, unsafe {
+                result::create_dn_mat(
+                    &api,
+                    (to_i64(k), to_i64(n), to_i64(k)),
+                    bp.cast_mut().cast(),
+                    dt,
+                )
+            }?);
+            // SAFETY: as above; leading dimension `m`.
+            let cm = descrs.keep(Descr::DnMat, unsafe {
+                result::create_dn_mat(&api, (to_i64(m), to_i64(n), to_i64(m)), cp.cast(), dt)
+            }?);
+            // SAFETY: as in `spmv`.
+            let size =
+                unsafe { result::spmm_buffer_size(&api, handle, scalars, (am, bm, cm), dt) }?;
+            let buffer = self.workspace(stream, size)?;
+            // SAFETY: as in `spmv`.
+            unsafe { result::spmm(&api, handle, scalars, (am, bm, cm), dt, buffer) }
+        })?
+    }
+
+    /// Refuses a call inside um's stream callback or on another stream than the handle's; makes
+    /// the context current.
+    fn check(&self, stream: &Stream<'s, K>) -> Result<()> {
+        um_core::refuse_inside_stream_callback("a cuSPARSE call")?;
+        if stream.id() != self.stream {
+            return Err(Error::WrongStream);
+        }
+        Ok(self.ctx.make_current()?)
+    }
+
+    /// A workspace of at least `size` bytes owned by `stream` (the handle's), grown as needed:
+    /// the old one is dropped as the stream's (freed after the stream's work). Null for 0.
+    fn workspace(&mut self, stream: &Stream<'s, K>, size: usize) -> Result<*mut c_void> {
+        if size == 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        if self.workspace.as_ref().is_none_or(|w| w.len() < size) {
+            // The new one first: if it cannot be made, the old one stays.
+            let fresh = Managed::<[u8]>::zeroed_slice(&self.ctx, size)?.attach(stream)?;
+            self.workspace = Some(fresh);
+        }
+        match self.workspace.as_mut() {
+            Some(w) => Ok(w.as_device_ptr_mut().as_mut_ptr().cast()),
+            None => Ok(std::ptr::null_mut()),
+        }
+    }
+}
+
+/// `Error::StreamMismatch` unless `owned`.
+fn owned<K: SparseStream>(_: &Stream<'_, K>, owned: bool, buffer: &'static str) -> Result<()> {
+    if owned {
+        Ok(())
+    } else {
+        Err(Error::StreamMismatch { buffer })
+    }
+}
+
+/// A length as cuSPARSE's `int64_t`: every length here is a buffer's, far below `i64::MAX`.
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The descriptors of one call, destroyed when it returns (also on an error).
+struct Descrs {
+    api: sys::Api,
+    made: std::cell::RefCell<Vec<(Descr, *mut c_void)>>,
+}
+
+impl Descrs {
+    fn new(api: sys::Api) -> Self {
+        Descrs {
+            api,
+            made: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Keeps `descr` for the destroy, and gives it back.
+    fn keep(&self, kind: Descr, descr: *mut c_void) -> *mut c_void {
+        self.made.borrow_mut().push((kind, descr));
+        descr
+    }
+}
+
+impl Drop for Descrs {
+    fn drop(&mut self) {
+        for (kind, descr) in self.made.borrow_mut().drain(..) {
+            // SAFETY: each was made by the function of its kind, and the call that used it has
+            // returned (a descriptor is host memory; the enqueued work does not read it).
+            unsafe { result::destroy_descr(&self.api, kind, descr) };
+        }
+    }
+}
+
+impl<K: SparseStream> Drop for Sparse<'_, K> {
+    fn drop(&mut self) {
+        // The workspace goes first, as its stream's buffer (freed after the stream's work, or
+        // kept past a capture by um-core).
+        drop(self.workspace.take());
+        if self.ctx.make_current().is_err() {
+            return;
+        }
+        // As `um-cublas`'s handles: destroyed after a device wait, inside an idle section, or
+        // once the captures of um in its way have ended.
+        let api = *self.library.api();
+        let handle = Raw(self.handle);
+        let destroy = move || {
+            let handle = handle;
+            // SAFETY: the handle is live and destroyed only here, once; unbound first from its
+            // stream, which may be gone by then (null is the legacy stream). Every call has
+            // completed (the wait before this closure runs), and the context is current.
+            let _ = unsafe { result::set_stream(&api, handle.0, std::ptr::null_mut()) };
+            // SAFETY: as above.
+            let _ = unsafe { result::destroy(&api, handle.0) };
+        };
+        let _ = self.ctx.with_idle_after_captures(destroy);
+    }
+}
+
+/// The handle, moved into the destroy that drop may leave to another thread.
+struct Raw(sys::Handle);
+
+// SAFETY: a cuSPARSE handle may be used from any thread, one at a time; the only use of this
+// one is its destroy, once, by whichever thread runs it.
+unsafe impl Send for Raw {}
+
+impl<K: SparseStream> std::fmt::Debug for Sparse<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sparse")
+            .field("device", &self.ctx.info().ordinal)
+            .field("stream", &self.stream)
+            .field("library", &self.library.path())
+            .field("version", &self.library.version())
+            .finish()
+    }
+}

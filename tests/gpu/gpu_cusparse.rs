@@ -1,0 +1,299 @@
+//! cuSPARSE on owned buffers (`crates/um-cusparse`): SpMV and SpMM on a proved CSR matrix
+//! against a CPU reference, f32 and f64, both operations of SpMV, at odd shapes with empty
+//! rows, on every storage of the dense operands; one handle's workspace serves products of
+//! every size in turn; a product on another stream of a set, with an operand of another stream
+//! or with a vector of the wrong length is refused before cuSPARSE runs, nothing written; a
+//! handle dropped inside a capture closure leaves the capture valid.
+//!
+//! Every test needs a GPU and cuSPARSE (the toolkit's `libcusparse.so.12`, found as
+//! `docs/interop.md` says). The structure proof and the missing-library error need neither:
+//! `crates/um-cusparse`'s unit tests run on CI.
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use crate::common;
+
+use common::{device_for_captures, gpu, serial};
+use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um_cusparse::{Csr, Element, Error, Op, Sparse};
+use um_test_kernels::testing::add_scalar;
+
+/// The test's value types, with conversions to f64 and a tolerance relative to the terms.
+trait Num: Element + Into<f64> {
+    fn of(v: f64) -> Self;
+    const TOL: f64;
+}
+impl Num for f32 {
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+    const TOL: f64 = 1e-5;
+}
+impl Num for f64 {
+    fn of(v: f64) -> Self {
+        v
+    }
+    const TOL: f64 = 1e-12;
+}
+
+/// What fills an output before a refused call: it must still be there after.
+const SENTINEL: f64 = 0.375;
+
+/// A `rows`×`cols` CSR structure with 0 to 6 entries per row (every fifth row empty), small
+/// integer values (exact in f32): (row offsets, column indices, values).
+fn matrix(rows: usize, cols: usize) -> (Vec<i32>, Vec<i32>, Vec<f64>) {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut offsets, mut indices, mut values) = (vec![0i32], Vec::new(), Vec::new());
+    for r in 0..rows {
+        if r % 5 != 4 {
+            let mut cs: Vec<usize> = (0..(next() % 7) as usize)
+                .map(|_| (next() as usize) % cols)
+                .collect();
+            cs.sort_unstable();
+            cs.dedup();
+            for c in cs {
+                indices.push(c as i32);
+                values.push(((next() % 9) as f64) - 4.0);
+            }
+        }
+        offsets.push(indices.len() as i32);
+    }
+    if indices.is_empty() {
+        // One explicit zero: um allocates no empty buffer.
+        indices.push(0);
+        values.push(0.0);
+        *offsets.last_mut().expect("rows + 1 offsets") = 1;
+        for o in offsets.iter_mut().skip(1) {
+            *o = 1;
+        }
+    }
+    (offsets, indices, values)
+}
+
+/// `y = alpha op(A) x + beta y` on the CPU, in f64.
+fn spmv_reference(
+    (offsets, indices, values): &(Vec<i32>, Vec<i32>, Vec<f64>),
+    op: Op,
+    (rows, cols): (usize, usize),
+    alpha: f64,
+    x: &[f64],
+    beta: f64,
+    y: &[f64],
+) -> Vec<f64> {
+    let mut out: Vec<f64> = y.iter().map(|v| beta * v).collect();
+    for r in 0..rows {
+        for k in offsets[r] as usize..offsets[r + 1] as usize {
+            let c = indices[k] as usize;
+            match op {
+                Op::N => out[r] += alpha * values[k] * x[c],
+                Op::T => out[c] += alpha * values[k] * x[r],
+            }
+        }
+    }
+    let _ = cols;
+    out
+}
+
+/// How one storage allocates a host-owned buffer from a slice.
+type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
+
+fn check_spmv<T: Num, MX: Storage, MY: Storage>(
+    ctx: &Context,
+    (rows, cols): (usize, usize),
+    op: Op,
+    (ax, ay): (Alloc<T, MX>, Alloc<T, MY>),
+) {
+    let csr = matrix(rows, cols);
+    let (xn, yn) = match op {
+        Op::N => (cols, rows),
+        Op::T => (rows, cols),
+    };
+    let x: Vec<f64> = (0..xn).map(|i| ((i * 3 + 1) % 7) as f64 - 3.0).collect();
+    let y0: Vec<f64> = (0..yn).map(|i| ((i * 5 + 2) % 5) as f64 - 2.0).collect();
+    let (alpha, beta) = (2.0, -1.0);
+    let want = spmv_reference(&csr, op, (rows, cols), alpha, &x, beta, &y0);
+    let values: Vec<T> = csr.2.iter().map(|v| T::of(*v)).collect();
+    let a = Csr::new(ctx, rows, cols, &csr.0, &csr.1, &values).expect("a proved CSR matrix");
+    let xs: Vec<T> = x.iter().map(|v| T::of(*v)).collect();
+    let ys: Vec<T> = y0.iter().map(|v| T::of(*v)).collect();
+    let (xb, yb) = (ax(ctx, &xs).expect("alloc"), ay(ctx, &ys).expect("alloc"));
+    let y = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let (a, x, mut y) = (a.attach(s)?, xb.attach(s)?, yb.attach(s)?);
+            sparse.spmv(s, op, T::of(alpha), &a, &x, T::of(beta), &mut y)?;
+            let (_a, _x) = (a.sync()?, x.sync()?);
+            y.sync()
+        })
+        .expect("spmv");
+    for (i, (g, w)) in y.iter().zip(&want).enumerate() {
+        let g: f64 = (*g).into();
+        assert!(
+            (g - w).abs() <= T::TOL * (1.0 + w.abs()),
+            "{rows}x{cols} {op:?} {}/{}: y[{i}] = {g}, expected {w}",
+            MX::NAME,
+            MY::NAME
+        );
+    }
+}
+
+fn every_shape_spmv<T: Num>(ctx: &Context) {
+    for shape in [(1, 1), (7, 13), (1000, 777), (4099, 4099)] {
+        for op in [Op::N, Op::T] {
+            check_spmv::<T, _, _>(ctx, shape, op, (Managed::from_slice, Managed::from_slice));
+            check_spmv::<T, _, _>(
+                ctx,
+                shape,
+                op,
+                (Managed::from_slice_mirrored, Managed::from_slice_mirrored),
+            );
+            if ctx.info().concurrent_managed_access {
+                check_spmv::<T, _, _>(
+                    ctx,
+                    shape,
+                    op,
+                    (Managed::from_slice_coherent, Managed::from_slice),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn spmv_matches_the_cpu_at_odd_shapes_with_empty_rows_on_every_storage_f32() {
+    let _serial = serial();
+    every_shape_spmv::<f32>(&gpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn spmv_matches_the_cpu_at_odd_shapes_with_empty_rows_on_every_storage_f64() {
+    let _serial = serial();
+    every_shape_spmv::<f64>(&gpu());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn spmm_and_spmv_on_one_handle_match_the_cpu_as_its_workspace_grows() {
+    let _serial = serial();
+    let ctx = gpu();
+    let (m, k, n) = (301, 257, 5);
+    let csr = matrix(m, k);
+    let a = Csr::new(&ctx, m, k, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let b: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 7 + 3) % 11) as f64 - 5.0)
+        .collect();
+    let small = matrix(3, 3);
+    let s3 = Csr::new(&ctx, 3, 3, &small.0, &small.1, &small.2).expect("a proved CSR matrix");
+    let bb = Managed::from_slice(&ctx, &b).expect("alloc");
+    let cb = Managed::from_slice(&ctx, &vec![1.0f64; m * n]).expect("alloc");
+    let xb = Managed::from_slice(&ctx, &[1.0f64; 3]).expect("alloc");
+    let yb = Managed::from_slice(&ctx, &[0.0f64; 3]).expect("alloc");
+    let (c, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let (a, s3) = (a.attach(s)?, s3.attach(s)?);
+            let (b, mut c, x, mut y) = (bb.attach(s)?, cb.attach(s)?, xb.attach(s)?, yb.attach(s)?);
+            // Small, then large, then small again: the workspace grows and is reused.
+            sparse.spmv(s, Op::N, 1.0, &s3, &x, 0.0, &mut y)?;
+            sparse.spmm(s, 1.0, &a, &b, n, 0.5, &mut c)?;
+            sparse.spmv(s, Op::N, 1.0, &s3, &x, 1.0, &mut y)?;
+            let _ = (a.sync()?, s3.sync()?, b.sync()?, x.sync()?);
+            Ok((c.sync()?, y.sync()?))
+        })
+        .expect("products");
+    for j in 0..n {
+        let col = &b[j * k..(j + 1) * k];
+        let want = spmv_reference(&csr, Op::N, (m, k), 1.0, col, 0.5, &vec![1.0; m]);
+        for i in 0..m {
+            assert!(
+                (c[j * m + i] - want[i]).abs() <= 1e-12 * (1.0 + want[i].abs()),
+                "C[{i}, {j}] = {}, expected {}",
+                c[j * m + i],
+                want[i]
+            );
+        }
+    }
+    let once = spmv_reference(&small, Op::N, (3, 3), 1.0, &[1.0; 3], 0.0, &[0.0; 3]);
+    let twice: Vec<f64> = once.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(&y[..], &twice[..]);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_product_on_another_stream_of_another_streams_operand_or_a_wrong_length_is_refused_and_writes_nothing()
+ {
+    let _serial = serial();
+    let ctx = gpu();
+    let csr = matrix(4, 3);
+    let a = Csr::new(&ctx, 4, 3, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let x = Managed::from_slice(&ctx, &[1.0f64; 3]).expect("alloc");
+    let short = Managed::from_slice(&ctx, &[1.0f64; 2]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[SENTINEL; 4]).expect("alloc");
+    let y1 = Managed::from_slice(&ctx, &[SENTINEL; 4]).expect("alloc");
+    let (y, y1) = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(&s[0])?;
+            let a = a.attach(&s[0])?;
+            let (x, short, mut y) = (x.attach(&s[0])?, short.attach(&s[0])?, y.attach(&s[0])?);
+            let mut y1 = y1.attach(&s[1])?;
+            assert_eq!(
+                sparse.spmv(&s[1], Op::N, 1.0, &a, &x, 0.0, &mut y1),
+                Err(Error::WrongStream)
+            );
+            assert_eq!(
+                sparse.spmv(&s[0], Op::N, 1.0, &a, &x, 0.0, &mut y1),
+                Err(Error::StreamMismatch { buffer: "y" })
+            );
+            let got = sparse.spmv(&s[0], Op::N, 1.0, &a, &short, 0.0, &mut y);
+            assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            let got = sparse.spmv(&s[0], Op::T, 1.0, &a, &x, 0.0, &mut y);
+            assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            let got = sparse.spmm(&s[0], 1.0, &a, &x, 0, 0.0, &mut y);
+            assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            let _ = (a.sync()?, x.sync()?, short.sync()?);
+            Ok((y.sync()?, y1.sync()?))
+        })
+        .expect("refusals");
+    assert!(y.iter().chain(y1.iter()).all(|v| *v == SENTINEL));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_handle_dropped_inside_a_capture_closure_leaves_the_capture_valid() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let csr = matrix(64, 64);
+    let a = Csr::new(&ctx, 64, 64, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let x = Managed::from_slice(&ctx, &[1.0f64; 64]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[0.0f64; 64]).expect("alloc");
+    let z = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let y = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let (a, x, mut y, z) = (a.attach(s)?, x.attach(s)?, y.attach(s)?, z.attach(s)?);
+            sparse.spmv(s, Op::N, 1.0, &a, &x, 0.0, &mut y)?; // its workspace in use
+            let (graph, ()) = s.capture((z,), move |cap, (mut z,)| {
+                add_scalar(cap, &mut z, 1.0)?;
+                drop(sparse); // the handle and its workspace: kept until the capture has ended
+                Ok(((z,), ()))
+            })?;
+            graph.launch(s)?;
+            let (z,) = graph.sync()?;
+            assert!(z.iter().all(|v| *v == 1.0), "the graph replayed wrong");
+            let _ = (a.sync()?, x.sync()?);
+            y.sync()
+        })
+        .expect("a handle dropped in a capture");
+    let want = spmv_reference(&csr, Op::N, (64, 64), 1.0, &[1.0; 64], 0.0, &[0.0; 64]);
+    assert_eq!(&y[..], &want[..]);
+    common::assert_context_usable(&ctx);
+}
