@@ -97,6 +97,7 @@ mod reclaim;
 mod driver;
 
 mod error;
+mod library_search;
 mod sealed;
 
 // Counters and switches for um's own tests, examples and benchmarks (feature `test-hooks`).
@@ -127,6 +128,7 @@ pub use graph::node::{Node, Scalars};
 pub use launch::codegen;
 pub use launch::geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
+pub use library_search::LibrarySearch;
 pub use memory::managed::Managed;
 pub use memory::raw::{DevicePtr, DevicePtrMut};
 pub use memory::{state, storage};
