@@ -825,6 +825,65 @@ fn a_blas_move_orders_the_new_stream_after_all_earlier_work_of_the_old_stream() 
     .expect("stream work");
 }
 
+/// The handle's last calls ran on a created stream whose scope then ended with a 3 s spin still
+/// queued before them (the buffers handed off to an outer stream, so nothing waited at the
+/// scope's end): no call records anything after itself on a created stream, so the move finds
+/// the stream ended and waits for the record of its last work (made at its end; the hand-offs
+/// record the same stream event, so this shows the wait, not which record it saw). Expected:
+/// the next stream's GEMM and its `sync` come after the spin, and the results are right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_move_after_the_old_stream_ended_waits_for_its_last_call() {
+    let _serial = serial();
+    let _dog = watchdog("a Blas move after its old stream ended");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+    let (busy, a, c, a2, c2) = (m(0.0), m(1.0), m(0.0), m(1.0), m(0.0));
+    let opts = StreamOptions::new().non_blocking();
+    let (waited, c2, c) = ctx
+        .with_stream(opts, |outer| {
+            let t = Instant::now();
+            let (busy, a, c) = ctx.with_stream(opts, |inner| {
+                let (mut busy, a, mut c) =
+                    (busy.attach(inner)?, a.attach(inner)?, c.attach(inner)?);
+                spin_then_add(inner, &mut busy, 1.0, spin_ns())?;
+                blas.gemm(inner, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                blas.gemm(inner, &Gemm::new(2, 2, 2).beta(1.0), &a, &a, &mut c)?;
+                Ok((
+                    busy.hand_off(outer)?,
+                    a.hand_off(outer)?,
+                    c.hand_off(outer)?,
+                ))
+            })?;
+            let inner = t.elapsed();
+            if inner >= Duration::from_nanos(spin_ns() / 2) {
+                assert!(
+                    common::under_sanitizer(),
+                    "the inner scope waited ({inner:?})"
+                );
+                eprintln!("inconclusive under the tool: the inner scope waited {inner:?}");
+            }
+            let c2 = ctx.with_stream(opts, |next| {
+                let (a2, mut c2) = (a2.attach(next)?, c2.attach(next)?);
+                blas.gemm(next, &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?; // the move
+                let (_, c2) = next.sync_all((a2, c2))?;
+                Ok(c2)
+            })?;
+            let waited = t.elapsed();
+            let (busy, _, c) = outer.sync_all((busy, a, c))?;
+            assert_eq!(busy[0], 1.0, "the spin ran");
+            Ok((waited, c2, c))
+        })
+        .expect("streams");
+    assert!(c.iter().all(|v| *v == 4.0), "{:?}", &c[..]);
+    assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
+    assert!(
+        waited >= Duration::from_nanos(spin_ns()) - Duration::from_millis(200),
+        "the move did not wait for the ended stream's last call ({waited:?})"
+    );
+}
+
 /// A `Blas` whose last call ran on thread X's per-thread stream, behind a 3 s spin there, sent to
 /// thread Y and used on Y's per-thread stream: the handle is bound by the special handle
 /// `CU_STREAM_PER_THREAD` both times, so only the ids (per thread) tell the move. Expected: Y's

@@ -1,4 +1,24 @@
 //! The cuBLAS handle of one context, and the calls on `um`'s buffers.
+//!
+//! What one call costs on the host, on the common path (the handle bound to the call's stream
+//! already, no capture open on the thread), besides cuBLAS's own routine:
+//!
+//! * thread-local reads only: not inside um's stream callback, no capture of um open on this
+//!   thread (so no `cuThreadExchangeStreamCaptureMode`), the stream's id against the bound one;
+//! * `cuCtxGetCurrent` (`Context::make_current`; `cuCtxSetCurrent` only where another context
+//!   is current: another library, or another device's handle, may have changed it);
+//! * on a created or the legacy stream nothing more: the handle's order
+//!   (`StreamOrder::follow`) records the handle's last work on a stream when the handle
+//!   leaves it (`cuEventRecord` there, `cuStreamWaitEvent` on the new stream), or `um`
+//!   records it when the created stream's scope ends (one `cuEventRecord` per stream, before
+//!   its `cuStreamDestroy`). On a per-thread or foreign stream, one `cuEventRecord` after
+//!   each call (a move cannot record there: another thread's per-thread stream has no handle
+//!   here, and a foreign stream may be gone once its scope ended).
+//!
+//! Before, every call recorded an event after itself (`cuEventRecord` plus a second
+//! `cuCtxGetCurrent`), on every stream. A move costs `cuEventRecord` and `cuStreamWaitEvent`
+//! (a created stream already ended: the wait only), `cublasSetStream_v2`, and, on the first
+//! call on a created stream, one `cuEventCreate` (the stream's own event).
 
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
@@ -30,14 +50,16 @@ use crate::sys;
 /// first (skipped when the handle is already bound to it: a stream's
 /// [`id`](Stream::id) is never reused), so the handle serves every stream of its context, one
 /// call after another. A handle that moves from one stream to another orders the new stream
-/// after its own last call on the old one, on the device ([`StreamOrder`]: an event recorded
-/// after each call, waited for by the new stream before the first call there): its workspace
-/// may still serve the old stream's calls, and cuBLAS does not promise a workspace per stream.
-/// The calling thread does not wait, so a move neither waits for the device nor disturbs a graph
-/// capture on another thread. The cost is order: the new stream waits for everything queued on
-/// the old one before the handle's last call there (a long kernel, or a collective, included),
-/// and the two streams' cuBLAS calls run one after the other. For streams that should run at
-/// once, make one `Blas` per stream.
+/// after its own last call on the old one, on the device ([`StreamOrder::follow`]: an event
+/// recorded on the old stream at the move, or at that stream's end if it ended first, waited
+/// for by the new stream before the first call there): its workspace may still serve the old
+/// stream's calls, and cuBLAS does not promise a workspace per stream. The calling thread does
+/// not wait, so a move neither waits for the device nor disturbs a graph capture on another
+/// thread. The cost is order: the new stream waits for everything queued on the old one before
+/// the move (a long kernel, or a collective, included, also one queued after the handle's last
+/// call there), and the two streams' cuBLAS calls run one after the other. For streams that
+/// should run at once, make one `Blas` per stream. While the handle stays on one created or
+/// legacy stream, a call makes no driver call but `cuCtxGetCurrent` and cuBLAS's own.
 ///
 /// **Inside a capture closure**, a `Blas` on an eager stream works as anywhere else: its calls
 /// run with the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]), because
@@ -70,8 +92,9 @@ pub struct Blas {
     /// [`UNKNOWN_STREAM`] after a bind that failed; [`UNORDERED`] after a record that failed.
     /// A `Cell`: this is also what makes `Blas` `!Sync`.
     bound: Cell<u64>,
-    /// The handle's last call, recorded after each call on the stream it ran on: the next
-    /// stream waits for it. Leaked with the handle where drop cannot destroy the handle.
+    /// The order of the handle's work across streams ([`StreamOrder::follow`] at each bind,
+    /// [`StreamOrder::after_work`] after each call): the next stream waits for the work on the
+    /// old one. Leaked with the handle where drop cannot destroy the handle.
     order: ManuallyDrop<StreamOrder>,
 }
 
@@ -233,7 +256,7 @@ impl Blas {
     }
 
     /// Binds the handle to `stream` ([`enter`](Blas::enter)), makes the call `routine`, and
-    /// records it in the handle's order, all with the thread's capture mode relaxed inside a
+    /// tells the handle's order about it, all with the thread's capture mode relaxed inside a
     /// capture closure ([`um_core::relaxed_while_capturing`]: cuBLAS's first use of a kernel
     /// loads its module). `routine` must be a call with this handle (the caller's `unsafe`).
     fn run<K: BlasStream>(
@@ -246,13 +269,15 @@ impl Blas {
         um_core::refuse_inside_stream_callback("a cuBLAS call")?;
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
-            // Until the call is recorded, a later move cannot order itself after it, and must
-            // wait for the whole context instead (`UNORDERED`): so also if anything between
-            // here and the record unwound (nothing can today).
+            // Until the order knows of the call, a later move cannot order itself after it,
+            // and must wait for the whole context instead (`UNORDERED`): so also if anything
+            // between here and `after_work` unwound (nothing can today).
             self.bound.set(UNORDERED);
             let called = routine();
-            // Recorded whatever the status: a failed call may have enqueued part of its work.
-            if self.order.record(stream).is_ok() {
+            // Whatever the status: a failed call may have enqueued part of its work. On a
+            // created or the legacy stream no driver call: the move records (`enter`); on a
+            // per-thread or foreign stream, one `cuEventRecord`.
+            if self.order.after_work(stream).is_ok() {
                 self.bound.set(stream.id());
             }
             called
@@ -260,13 +285,15 @@ impl Blas {
     }
 
     /// Checks the stream's context, makes it current, and binds the handle to the stream
-    /// unless it already is.
+    /// unless it already is, ordered after the handle's last work on any other stream.
     fn enter<K: BlasStream>(&self, stream: &Stream<'_, K>) -> Result<()> {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
         let id = stream.id();
         if self.bound.get() == id {
+            // The common path: `cuCtxGetCurrent` (and `cuCtxSetCurrent` only where another
+            // context is current), nothing else.
             return Ok(self.ctx.make_current()?);
         }
         let api = self.library.api();
@@ -281,42 +308,49 @@ impl Blas {
             // destroyed stream's successor), and drop unbinds before it destroys the handle.
             unsafe { result::set_stream(api, handle, raw) }
         };
-        let previous = self.bound.get();
-        let bound = if previous == 0 {
-            // Never bound: no work of the handle can be in flight. A first bind must also go
-            // through while another thread captures (one `Blas` per stream, made beside
-            // captures), so um relies here on `cublasSetStream_v2` neither waiting for the
-            // device nor freeing memory in use (docs/interop.md, "What the types cannot see").
+        // A move (or a first bind, or a bind after one that failed): the handle's workspace
+        // may still serve its calls on the stream it was bound to, and cuBLAS does not promise
+        // that its default workspace pool is per stream. So the new stream waits, on the
+        // device, for all the work queued on that stream before now (`StreamOrder::follow`:
+        // recorded now while that stream lives, else at its end, which `um` records for a
+        // created stream the order follows; after each call on a per-thread or foreign one),
+        // even if that stream is gone now: every cuBLAS call enqueued here after the wait runs
+        // after every earlier one of the handle. The calling thread does not wait, so no
+        // capture can be disturbed, and none needs to wait for this move. A first bind waits
+        // for nothing; it must also go through while another thread captures (one `Blas` per
+        // stream, made beside captures), so um relies here on `cublasSetStream_v2` neither
+        // waiting for the device nor freeing memory in use (docs/interop.md, "What the types
+        // cannot see").
+        let ordered = self.bound.get() != UNORDERED && self.order.follow(stream)?;
+        let bound = if ordered {
             self.ctx.make_current()?;
             bind()
-        } else if previous == UNORDERED {
-            // The handle's last call was not recorded: its workspace may still be in use on a
-            // stream that may be gone (its handle reused), so the barrier is the whole context,
-            // as before `StreamOrder`. Not while a capture of um is in progress on the device or
-            // this thread, or waits to begin: the wait would fail it (refused there, before any
-            // CUDA call). The bind is made inside the section, so that no capture can begin
-            // between the wait and it.
+        } else {
+            // The handle's last work could not be recorded: its workspace may still be in use
+            // on a stream that may be gone (its handle reused), so the barrier is the whole
+            // context, as before `StreamOrder`. Not while a capture of um is in progress on the
+            // device or this thread, or waits to begin: the wait would fail it (refused there,
+            // before any CUDA call). The bind is made inside the section, so that no capture
+            // can begin between the wait and it.
             match self.ctx.with_idle_unless_capturing(bind)? {
                 Some(bound) => bound,
                 None => return Err(Error::CaptureInProgress),
             }
-        } else {
-            // A move (or a bind after one that failed): the handle's workspace may still serve
-            // its calls on the stream it was bound to, and cuBLAS does not promise that its
-            // default workspace pool is per stream. So the new stream waits, on the device, for
-            // the handle's last call, recorded after it on that stream (`run`), even if that
-            // stream is gone now: every cuBLAS call enqueued here after the wait runs after
-            // every earlier one of the handle. The calling thread does not wait, so no capture
-            // can be disturbed, and none needs to wait for this move.
-            self.order.wait(stream)?;
-            self.ctx.make_current()?;
-            bind()
         };
         // Until the bind is known to have succeeded, the handle's stream is unknown: a failed
-        // bind may have switched it (or its workspace) anyway, so the next call waits and
-        // binds again, whatever its stream.
+        // bind may have switched it (or its workspace) anyway, so the next call orders itself
+        // and binds again, whatever its stream.
         self.bound.set(UNKNOWN_STREAM);
         bound?;
+        if !ordered {
+            // Ordered by the wait for the context: the order follows this stream from now on.
+            // If it cannot (the stream's event could not be made), the next call waits for the
+            // context again.
+            if let Err(e) = self.order.restart(stream) {
+                self.bound.set(UNORDERED);
+                return Err(e.into());
+            }
+        }
         self.bound.set(id);
         Ok(())
     }
@@ -326,8 +360,8 @@ impl Blas {
 /// reused), and not 0 (never bound, which skips the order).
 const UNKNOWN_STREAM: u64 = u64::MAX;
 
-/// [`Blas::bound`] after a call whose record failed: no stream's id either; the next call waits
-/// for the whole context before it binds.
+/// [`Blas::bound`] after a call the order may not know of (its record failed): no stream's id
+/// either; the next call waits for the whole context before it binds.
 const UNORDERED: u64 = u64::MAX - 1;
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
