@@ -21,6 +21,7 @@
 //! call on a created stream, one `cuEventCreate` (the stream's own event).
 
 use std::cell::Cell;
+use std::ffi::c_int;
 use std::mem::ManuallyDrop;
 
 use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, StreamOwned};
@@ -29,7 +30,8 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::library::Cublas;
 use crate::result;
-use crate::shape::{Gemm, Gemv};
+use crate::shape::{Gemm, Gemv, Level1, StridedBatched};
+use crate::result::Reduce;
 use crate::stream::BlasStream;
 use crate::sys;
 
@@ -96,6 +98,10 @@ pub struct Blas {
     /// [`StreamOrder::after_work`] after each call): the next stream waits for the work on the
     /// old one. Leaked with the handle where drop cannot destroy the handle.
     order: ManuallyDrop<StreamOrder>,
+    /// Set where restoring host pointer mode after a device-result call failed: the next call
+    /// sets host mode again first (and fails while it cannot), so no host scalar is ever read as
+    /// a device address.
+    mode_unknown: Cell<bool>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
@@ -133,6 +139,7 @@ impl Blas {
             ctx: ctx.clone(),
             bound: Cell::new(0),
             order: ManuallyDrop::new(order),
+            mode_unknown: Cell::new(false),
         };
         um_core::relaxed_while_capturing(|| {
             // SAFETY: a live handle; host pointer mode is what every call below relies on (its
@@ -255,6 +262,376 @@ impl Blas {
         })
     }
 
+    /// `batch` GEMMs of one shape at fixed strides on `stream` (`cublasSgemmStridedBatched`
+    /// for `f32`, `cublasDgemmStridedBatched` for `f64`): the `i`-th on the matrices starting
+    /// `i * stride` elements into `a`, `b` and `c` ([`StridedBatched`], from
+    /// [`Gemm::strided_batched`]). The rules of [`gemm`](Blas::gemm), and every stride, the
+    /// batch and each buffer's length checked first ([`StridedBatched::check`]: the last
+    /// matrix ends within its buffer, the outputs do not overlap).
+    pub fn gemm_strided_batched<'s, T, K, MA, MB, MC>(
+        &self,
+        stream: &Stream<'s, K>,
+        batched: &StridedBatched<T>,
+        a: &Managed<[T], StreamOwned<'s, K>, MA>,
+        b: &Managed<[T], StreamOwned<'s, K>, MB>,
+        c: &mut Managed<[T], StreamOwned<'s, K>, MC>,
+    ) -> Result<()>
+    where
+        T: Element,
+        K: BlasStream,
+        MA: Storage,
+        MB: Storage,
+        MC: Storage,
+    {
+        let call = batched.resolve(a.len(), b.len(), c.len())?;
+        owned_by(stream, a, "a")?;
+        owned_by(stream, b, "b")?;
+        owned_by(stream, c, "c")?;
+        let (alpha, beta) = batched.scalars();
+        let (a, b) = (a.as_device_ptr(), b.as_device_ptr());
+        let mut c = c.as_device_ptr_mut();
+        let (first, second) = if call.gemm.swap {
+            (b.as_ptr(), a.as_ptr())
+        } else {
+            (a.as_ptr(), b.as_ptr())
+        };
+        let api = self.library.api();
+        // SAFETY: as in `gemm`, for each GEMM of the batch: `resolve` checked that the last
+        // matrix of each buffer (`stride * (batch - 1) + extent`) ends within it, and that the C
+        // matrices overlap one another nowhere (`stride_c >= extent` when `batch > 1`); C is a
+        // different allocation from A and B (`&mut` against `&`).
+        self.run(stream, || unsafe {
+            result::gemm_strided_batched(
+                api,
+                self.handle,
+                &call,
+                (alpha, beta),
+                first,
+                second,
+                c.as_mut_ptr(),
+            )
+        })
+    }
+
+    /// The dot product of `x` and `y` (`cublasSdot_v2`, `cublasDdot_v2`) over `v.n()`
+    /// elements at their increments, returned to the host.
+    ///
+    /// **Blocking**: cuBLAS returns a host result only once the stream has run the call, so
+    /// this waits for everything queued on `stream` before it. Not on a thread that captures
+    /// (inside a capture closure, where the wait would fail the capture): there it is
+    /// `um_core::Error::InsideCapture` (as [`Error::Um`]) before any call. To keep the result
+    /// on the device, without a wait, use [`dot_into`](Blas::dot_into).
+    ///
+    /// `x` and `y` are owned by `stream` and may be the same buffer (both are read).
+    /// [`Error::Shape`] before cuBLAS runs where a length, an increment or a buffer does not fit
+    /// ([`Level1::check`]).
+    pub fn dot<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<T> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
+        let api = self.library.api();
+        let mut out = T::ZERO;
+        // SAFETY: as in `gemm` (a live, bound, ordered handle in host pointer mode; buffers
+        // owned by the stream); `resolve_xy` checked that `x` and `y` hold `(n - 1) * inc + 1`
+        // elements; `out` is a host local cuBLAS writes before it returns.
+        self.run(stream, || unsafe {
+            result::dot(api, self.handle, &call, x.as_ptr(), y.as_ptr(), &raw mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// The dot product of `x` and `y`, written on the device into `result[0]`, a buffer of
+    /// the same stream: no host wait (`CUBLAS_POINTER_MODE_DEVICE` for this call, host mode
+    /// again after it). `sync` `result` to read it. The rules of [`dot`](Blas::dot); `result`
+    /// must hold at least one element.
+    pub fn dot_into<'s, T, K, MX, MY, MR>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &Managed<[T], StreamOwned<'s, K>, MY>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()>
+    where
+        T: Element,
+        K: BlasStream,
+        MX: Storage,
+        MY: Storage,
+        MR: Storage,
+    {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        owned_by(stream, result, "result")?;
+        let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`; `r` is the device address of a buffer of at least one element
+        // owned by the stream, a different allocation from `x` and `y` (`&mut` against `&`),
+        // written by the stream's work; the call runs in device pointer mode (`device_result`).
+        self.run(stream, || {
+            self.device_result(|| unsafe {
+                result::dot(api, self.handle, &call, x.as_ptr(), y.as_ptr(), r.as_mut_ptr())
+            })
+        })
+    }
+
+    /// The Euclidean norm of `x` (`cublasSnrm2_v2`, `cublasDnrm2_v2`) over `v.n()` elements
+    /// at `incx`, returned to the host: blocking, refused inside a capture, as
+    /// [`dot`](Blas::dot).
+    pub fn nrm2<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        self.reduce_to_host(stream, Reduce::Nrm2, v, x)
+    }
+
+    /// The Euclidean norm of `x`, written on the device into `result[0]`: no host wait, as
+    /// [`dot_into`](Blas::dot_into).
+    pub fn nrm2_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        self.reduce_on_device(stream, Reduce::Nrm2, v, x, result)
+    }
+
+    /// The sum of the magnitudes of `x`'s elements (`cublasSasum_v2`, `cublasDasum_v2`),
+    /// returned to the host: blocking, refused inside a capture, as [`dot`](Blas::dot).
+    pub fn asum<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        self.reduce_to_host(stream, Reduce::Asum, v, x)
+    }
+
+    /// The sum of the magnitudes of `x`'s elements, written on the device into `result[0]`:
+    /// no host wait, as [`dot_into`](Blas::dot_into).
+    pub fn asum_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        self.reduce_on_device(stream, Reduce::Asum, v, x, result)
+    }
+
+    /// The position of the first element of largest magnitude of `x` (`cublasIsamax_v2`,
+    /// `cublasIdamax_v2`), returned to the host: `Some(i)` for the element `x[i * incx]`
+    /// (0-based), `None` for `n = 0`. Blocking, refused inside a capture, as [`dot`](Blas::dot).
+    pub fn iamax<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<Option<usize>> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let x = x.as_device_ptr();
+        let api = self.library.api();
+        let mut out: c_int = 0;
+        // SAFETY: as in `dot`, for `x` alone; `out` is a host `int` written before the call
+        // returns.
+        self.run(stream, || unsafe {
+            result::iamax(api, self.handle, &call, x.as_ptr(), &raw mut out)
+        })?;
+        // cuBLAS's index is 1-based; 0 only for n = 0.
+        Ok(usize::try_from(out).ok().and_then(|i| i.checked_sub(1)))
+    }
+
+    /// The position of the first element of largest magnitude of `x`, written on the device
+    /// into `result[0]` as cuBLAS gives it: 1-based (`x[(result[0] - 1) * incx]`), 0 for
+    /// `n = 0`. No host wait, as [`dot_into`](Blas::dot_into).
+    pub fn iamax_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[i32], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, result, "result")?;
+        let x = x.as_device_ptr();
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot_into`, for `x` alone; `r` holds at least one `int` (`i32`).
+        self.run(stream, || {
+            self.device_result(|| unsafe {
+                result::iamax(api, self.handle, &call, x.as_ptr(), r.as_mut_ptr())
+            })
+        })
+    }
+
+    /// `y = alpha x + y` (`cublasSaxpy_v2`, `cublasDaxpy_v2`) over `v.n()` elements at their
+    /// increments, `alpha` read on the host at the call; asynchronous. `y` is written (`&mut`),
+    /// so it cannot be `x`.
+    pub fn axpy<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        alpha: T,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let x = x.as_device_ptr();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`; `y` is written, a different allocation from `x` (`&mut` against
+        // `&`), checked to hold its strided extent.
+        self.run(stream, || unsafe {
+            result::axpy(api, self.handle, &call, alpha, x.as_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `x = alpha x` (`cublasSscal_v2`, `cublasDscal_v2`) over `v.n()` elements at `incx`,
+    /// `alpha` read on the host at the call; asynchronous.
+    pub fn scal<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        alpha: T,
+        x: &mut Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let mut x = x.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`, for `x` alone, written within its checked extent.
+        self.run(stream, || unsafe {
+            result::scal(api, self.handle, &call, alpha, x.as_mut_ptr())
+        })
+    }
+
+    /// `y = x` (`cublasScopy_v2`, `cublasDcopy_v2`) over `v.n()` elements at their
+    /// increments; asynchronous.
+    pub fn copy<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let x = x.as_device_ptr();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `axpy`.
+        self.run(stream, || unsafe {
+            result::copy(api, self.handle, &call, x.as_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `x` and `y` exchanged (`cublasSswap_v2`, `cublasDswap_v2`) over `v.n()` elements at
+    /// their increments; asynchronous. Both are `&mut`, so they are two buffers.
+    pub fn swap<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &mut Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let mut x = x.as_device_ptr_mut();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`; both written within their checked extents, two allocations
+        // (two `&mut`).
+        self.run(stream, || unsafe {
+            result::swap(api, self.handle, &call, x.as_mut_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `nrm2` and `asum` to the host.
+    fn reduce_to_host<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        which: Reduce,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let x = x.as_device_ptr();
+        let api = self.library.api();
+        let mut out = T::ZERO;
+        // SAFETY: as in `dot`, for `x` alone.
+        self.run(stream, || unsafe {
+            result::reduce(api, self.handle, which, &call, x.as_ptr(), &raw mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// `nrm2` and `asum` into a device buffer.
+    fn reduce_on_device<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        which: Reduce,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, result, "result")?;
+        let x = x.as_device_ptr();
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot_into`, for `x` alone.
+        self.run(stream, || {
+            self.device_result(|| unsafe {
+                result::reduce(api, self.handle, which, &call, x.as_ptr(), r.as_mut_ptr())
+            })
+        })
+    }
+
+    /// Runs `routine` (a call that takes its result as a device pointer) with the handle in
+    /// device pointer mode, and sets host mode again after it, whatever its status. Where that
+    /// fails, the handle is marked (`mode_unknown`) and the next call sets host mode first.
+    /// Called inside `run`, with the context current.
+    fn device_result(&self, routine: impl FnOnce() -> Result<()>) -> Result<()> {
+        let api = self.library.api();
+        // Marked first: if anything below fails or unwinds, host mode is set again before the
+        // next call.
+        self.mode_unknown.set(true);
+        // SAFETY: a live handle, its context current; the only call made in device mode is
+        // `routine`, whose result pointer is a device address (the caller's `unsafe`).
+        unsafe { result::set_pointer_mode_device(api, self.handle) }?;
+        let called = routine();
+        // SAFETY: a live handle, its context current.
+        if unsafe { result::set_pointer_mode_host(api, self.handle) }.is_ok() {
+            self.mode_unknown.set(false);
+        }
+        called
+    }
+
     /// Binds the handle to `stream` ([`enter`](Blas::enter)), makes the call `routine`, and
     /// tells the handle's order about it, all with the thread's capture mode relaxed inside a
     /// capture closure ([`um_core::relaxed_while_capturing`]: cuBLAS's first use of a kernel
@@ -269,6 +646,11 @@ impl Blas {
         um_core::refuse_inside_stream_callback("a cuBLAS call")?;
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
+            if self.mode_unknown.get() {
+                // SAFETY: a live handle, its context current (`enter`).
+                unsafe { result::set_pointer_mode_host(self.library.api(), self.handle) }?;
+                self.mode_unknown.set(false);
+            }
             // Until the order knows of the call, a later move cannot order itself after it,
             // and must wait for the whole context instead (`UNORDERED`): so also if anything
             // between here and `after_work` unwound (nothing can today).
@@ -363,6 +745,20 @@ const UNKNOWN_STREAM: u64 = u64::MAX;
 /// [`Blas::bound`] after a call the order may not know of (its record failed): no stream's id
 /// either; the next call waits for the whole context before it binds.
 const UNORDERED: u64 = u64::MAX - 1;
+
+/// A device result needs one element.
+fn one_element(len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(crate::ShapeError::BufferTooShort {
+            buffer: "result",
+            len,
+            needed: 1,
+            what: "one result".to_owned(),
+        }
+        .into());
+    }
+    Ok(())
+}
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
 /// except between the streams of one stream set).

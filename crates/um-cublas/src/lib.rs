@@ -67,7 +67,7 @@ pub use blas::Blas;
 pub use element::{Element, Kind};
 pub use error::{Error, Result, ShapeError};
 pub use library::{Cublas, ENV_VAR, INSTALL_HELP, SEARCH};
-pub use shape::{Gemm, Gemv, Layout, Op};
+pub use shape::{Gemm, Gemv, Layout, Level1, Op, StridedBatched};
 pub use stream::BlasStream;
 
 // The thread facts the design relies on, checked at compile time.
