@@ -30,8 +30,8 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::library::Cublas;
 use crate::result;
-use crate::shape::{Gemm, Gemv, Level1, StridedBatched};
 use crate::result::Reduce;
+use crate::shape::{Gemm, Gemv, Level1, StridedBatched};
 use crate::stream::BlasStream;
 use crate::sys;
 
@@ -102,6 +102,10 @@ pub struct Blas {
     /// sets host mode again first (and fails while it cannot), so no host scalar is ever read as
     /// a device address.
     mode_unknown: Cell<bool>,
+    /// Set by [`Blas::raw_handle_on`] on a per-thread or foreign stream, whose work a move
+    /// cannot record: until a call of `Blas` there records after itself, a move waits for the
+    /// whole context.
+    raw_pending: Cell<bool>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
@@ -140,6 +144,7 @@ impl Blas {
             bound: Cell::new(0),
             order: ManuallyDrop::new(order),
             mode_unknown: Cell::new(false),
+            raw_pending: Cell::new(false),
         };
         um_core::relaxed_while_capturing(|| {
             // SAFETY: a live handle; host pointer mode is what every call below relies on (its
@@ -262,6 +267,76 @@ impl Blas {
         })
     }
 
+    /// The raw `cublasHandle_t`, bound to `stream`, for a cuBLAS routine `um-cublas` does not
+    /// wrap (find it with [`Cublas::symbol`]). The handle is made ready as for a call of
+    /// `Blas`: its context current on this thread, bound to `stream`, in host pointer mode, and
+    /// ordered after the handle's work on any other stream; later calls of `Blas` on other
+    /// streams are ordered after the work the caller enqueues with it on `stream` (on a
+    /// per-thread or foreign stream, where only a call records, by a wait for the whole context
+    /// unless a call of `Blas` on `stream` comes first).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::ffi::{c_int, c_void};
+    /// use um_core::{Context, Managed, StreamOptions};
+    /// use um_cublas::Blas;
+    ///
+    /// // cublasSgeam: C = alpha op(A) + beta op(B), here the transpose of a 2x3 A.
+    /// type Sgeam = unsafe extern "C" fn(
+    ///     *mut c_void, c_int, c_int, c_int, c_int, *const f32, *const f32, c_int,
+    ///     *const f32, *const f32, c_int, *mut f32, c_int,
+    /// ) -> i32;
+    /// let ctx = Context::new(0)?;
+    /// let blas = Blas::new(&ctx)?;
+    /// // SAFETY: cublasSgeam has this prototype (cublas_api.h).
+    /// let geam: Sgeam = unsafe { std::mem::transmute(blas.library().symbol(c"cublasSgeam")?) };
+    /// let a = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?; // 2x3
+    /// let c = Managed::<[f32]>::zeroed_slice(&ctx, 6)?; // 3x2
+    /// let c = ctx.with_stream(StreamOptions::new(), |s| {
+    ///     let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+    ///     let (alpha, beta) = (1.0f32, 0.0f32);
+    ///     let (pa, pc) = (a.as_device_ptr().as_ptr(), c.as_device_ptr_mut().as_mut_ptr());
+    ///     // SAFETY: the handle is used here only, on `s`, left bound and in host pointer
+    ///     // mode; A (2x3, lda 2) and C (3x2, ldc 3) lie within buffers `s` owns, and C
+    ///     // overlaps neither input (B is A, unused with beta = 0).
+    ///     let status = unsafe {
+    ///         let h = blas.raw_handle_on(s)?;
+    ///         geam(h, 1, 1, 3, 2, &alpha, pa, 2, &beta, pa, 2, pc, 3)
+    ///     };
+    ///     assert_eq!(status, 0);
+    ///     c.sync()
+    /// })?;
+    /// assert_eq!(&c[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// Until the next use of this `Blas` (any call, or its drop), the caller:
+    /// * calls cuBLAS with the handle on this thread only, with this `Blas`'s context current,
+    ///   and enqueues work with it on `stream` only: it does not rebind it
+    ///   (`cublasSetStream_v2`), destroy it, or capture its calls into a graph;
+    /// * leaves the handle as it found it: host pointer mode, cuBLAS's default workspace, and
+    ///   no other setting um-cublas relies on (a setting it changes, it sets back before that
+    ///   next use);
+    /// * passes only device memory that work on `stream` may touch: buffers `stream` owns
+    ///   (through `as_device_ptr`, `as_device_ptr_mut` for what the routine writes, within
+    ///   their lengths, an output overlapping no input unless the routine allows it) or memory
+    ///   of its own that stays allocated until `stream` has run the work, as
+    ///   [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) says;
+    /// * never uses the handle after that next use, nor after `stream`'s scope has ended.
+    pub unsafe fn raw_handle_on<K: BlasStream>(
+        &self,
+        stream: &Stream<'_, K>,
+    ) -> Result<sys::Handle> {
+        self.run(stream, || Ok(()))?;
+        if !(K::CREATED || stream.as_raw().is_null()) {
+            // A move cannot record a per-thread or foreign stream: until a call of `Blas` there
+            // records after the caller's work, a move waits for the whole context.
+            self.raw_pending.set(true);
+        }
+        Ok(self.handle)
+    }
+
     /// `batch` GEMMs of one shape at fixed strides on `stream` (`cublasSgemmStridedBatched`
     /// for `f32`, `cublasDgemmStridedBatched` for `f64`): the `i`-th on the matrices starting
     /// `i * stride` elements into `a`, `b` and `c` ([`StridedBatched`], from
@@ -343,7 +418,14 @@ impl Blas {
         // owned by the stream); `resolve_xy` checked that `x` and `y` hold `(n - 1) * inc + 1`
         // elements; `out` is a host local cuBLAS writes before it returns.
         self.run(stream, || unsafe {
-            result::dot(api, self.handle, &call, x.as_ptr(), y.as_ptr(), &raw mut out)
+            result::dot(
+                api,
+                self.handle,
+                &call,
+                x.as_ptr(),
+                y.as_ptr(),
+                &raw mut out,
+            )
         })?;
         Ok(out)
     }
@@ -375,12 +457,19 @@ impl Blas {
         let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
         let mut r = result.as_device_ptr_mut();
         let api = self.library.api();
-        // SAFETY: as in `dot`; `r` is the device address of a buffer of at least one element
-        // owned by the stream, a different allocation from `x` and `y` (`&mut` against `&`),
-        // written by the stream's work; the call runs in device pointer mode (`device_result`).
         self.run(stream, || {
+            // SAFETY: as in `dot`; `r` is the device address of a buffer of at least one element
+            // owned by the stream, a different allocation from `x` and `y` (`&mut` against `&`),
+            // written by the stream's work; the call runs in device pointer mode (`device_result`).
             self.device_result(|| unsafe {
-                result::dot(api, self.handle, &call, x.as_ptr(), y.as_ptr(), r.as_mut_ptr())
+                result::dot(
+                    api,
+                    self.handle,
+                    &call,
+                    x.as_ptr(),
+                    y.as_ptr(),
+                    r.as_mut_ptr(),
+                )
             })
         })
     }
@@ -473,8 +562,8 @@ impl Blas {
         let x = x.as_device_ptr();
         let mut r = result.as_device_ptr_mut();
         let api = self.library.api();
-        // SAFETY: as in `dot_into`, for `x` alone; `r` holds at least one `int` (`i32`).
         self.run(stream, || {
+            // SAFETY: as in `dot_into`, for `x` alone; `r` holds at least one `int` (`i32`).
             self.device_result(|| unsafe {
                 result::iamax(api, self.handle, &call, x.as_ptr(), r.as_mut_ptr())
             })
@@ -604,8 +693,8 @@ impl Blas {
         let x = x.as_device_ptr();
         let mut r = result.as_device_ptr_mut();
         let api = self.library.api();
-        // SAFETY: as in `dot_into`, for `x` alone.
         self.run(stream, || {
+            // SAFETY: as in `dot_into`, for `x` alone.
             self.device_result(|| unsafe {
                 result::reduce(api, self.handle, which, &call, x.as_ptr(), r.as_mut_ptr())
             })
@@ -661,6 +750,9 @@ impl Blas {
             // per-thread or foreign stream, one `cuEventRecord`.
             if self.order.after_work(stream).is_ok() {
                 self.bound.set(stream.id());
+                // The record (or the move's, on a created or the legacy stream) covers the raw
+                // calls made before this one.
+                self.raw_pending.set(false);
             }
             called
         })?
@@ -703,7 +795,9 @@ impl Blas {
         // stream, made beside captures), so um relies here on `cublasSetStream_v2` neither
         // waiting for the device nor freeing memory in use (docs/interop.md, "What the types
         // cannot see").
-        let ordered = self.bound.get() != UNORDERED && self.order.follow(stream)?;
+        let ordered = self.bound.get() != UNORDERED
+            && !self.raw_pending.get()
+            && self.order.follow(stream)?;
         let bound = if ordered {
             self.ctx.make_current()?;
             bind()
@@ -732,6 +826,7 @@ impl Blas {
                 self.bound.set(UNORDERED);
                 return Err(e.into());
             }
+            self.raw_pending.set(false);
         }
         self.bound.set(id);
         Ok(())

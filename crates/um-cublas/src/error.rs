@@ -10,7 +10,9 @@ pub enum ShapeError {
     /// A dimension, leading dimension, increment or count is larger than cuBLAS's `int`
     /// (2^31 - 1), or a batch stride larger than its `long long` or so large that the batch's
     /// extent overflows.
-    #[error("{what} = {value} does not fit cuBLAS's int (at most 2147483647), or a stride's extent overflows")]
+    #[error(
+        "{what} = {value} does not fit cuBLAS's int (at most 2147483647), or a stride's extent overflows"
+    )]
     TooLarge {
         /// `m`, `n`, `k`, `lda`, `ldb`, `ldc`, `incx`, `incy`, `batch` or a stride.
         what: &'static str,
@@ -47,7 +49,9 @@ pub enum ShapeError {
     },
     /// The C matrices of a strided batch would overlap (`stride_c` less than C's extent, with
     /// more than one GEMM), and the GEMMs of a batch may run at once.
-    #[error("stride_c = {stride} is less than C's extent ({extent} elements): the outputs of the batch would overlap")]
+    #[error(
+        "stride_c = {stride} is less than C's extent ({extent} elements): the outputs of the batch would overlap"
+    )]
     OutputsOverlap {
         /// `stride_c`.
         stride: usize,
@@ -80,6 +84,14 @@ pub enum Error {
     NotFound {
         /// `name: reason`, for every candidate, in the order tried.
         tried: Vec<String>,
+    },
+    /// The library has no entry point of this name ([`Cublas::symbol`](crate::Cublas::symbol)).
+    #[error("cuBLAS has no entry point {name}: {reason}")]
+    NoSymbol {
+        /// The name asked for.
+        name: String,
+        /// The dynamic loader's reason.
+        reason: String,
     },
     /// A matrix or vector does not fit the call (checked before cuBLAS runs).
     #[error(transparent)]

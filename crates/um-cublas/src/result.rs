@@ -343,7 +343,15 @@ pub(crate) unsafe fn scal<T: Element>(
         Kind::F64 => (api.dscal, "cublasDscal_v2"),
     };
     // SAFETY: the caller's guarantees; `alpha` is a local read before the call returns.
-    let status = unsafe { f(handle, call.n, (&raw const alpha).cast(), x.cast(), call.incx) };
+    let status = unsafe {
+        f(
+            handle,
+            call.n,
+            (&raw const alpha).cast(),
+            x.cast(),
+            call.incx,
+        )
+    };
     Error::status(api, name, status)
 }
 

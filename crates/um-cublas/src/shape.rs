@@ -616,8 +616,10 @@ impl<T: Element> StridedBatched<T> {
             });
         }
         let batched = |buffer, what, stride: usize, extent: u64, len: usize| {
-            let stride_int = i64::try_from(stride)
-                .map_err(|_| ShapeError::TooLarge { what, value: stride })?;
+            let stride_int = i64::try_from(stride).map_err(|_| ShapeError::TooLarge {
+                what,
+                value: stride,
+            })?;
             let needed = if self.batch == 0 || extent == 0 {
                 Some(0)
             } else {
@@ -633,13 +635,20 @@ impl<T: Element> StridedBatched<T> {
                     needed,
                     what: format!("{} matrices {stride} apart, each of {extent}", self.batch),
                 }),
-                None => Err(ShapeError::TooLarge { what, value: stride }),
+                None => Err(ShapeError::TooLarge {
+                    what,
+                    value: stride,
+                }),
             }
         };
         let sa = batched("a", "stride_a", stride_a, ea, a_len)?;
         let sb = batched("b", "stride_b", stride_b, eb, b_len)?;
         let sc = batched("c", "stride_c", stride_c, ec, c_len)?;
-        let strides = if gemm.swap { [sb, sa, sc] } else { [sa, sb, sc] };
+        let strides = if gemm.swap {
+            [sb, sa, sc]
+        } else {
+            [sa, sb, sc]
+        };
         Ok(StridedBatchedCall {
             gemm,
             strides,
@@ -888,5 +897,178 @@ mod tests {
     fn longer_buffers_are_fine() {
         assert!(Gemm::<f32>::new(2, 2, 2).check(100, 100, 100).is_ok());
         assert!(Gemv::<f32>::new(2, 2).check(100, 100, 100).is_ok());
+    }
+
+    #[test]
+    fn level1_checks_lengths_and_increments() {
+        // 7 elements at increment 3 span 19.
+        let v = Level1::new(7).incx(3);
+        assert_eq!(
+            v.resolve_xy(19, 7),
+            Ok(Level1Call {
+                n: 7,
+                incx: 3,
+                incy: 1
+            })
+        );
+        assert_eq!(
+            v.check(18, Some(7)),
+            Err(ShapeError::BufferTooShort {
+                buffer: "x",
+                len: 18,
+                needed: 19,
+                what: "7 elements with incx = 3".into()
+            })
+        );
+        assert!(matches!(
+            v.incy(3).check(19, Some(18)),
+            Err(ShapeError::BufferTooShort {
+                buffer: "y",
+                needed: 19,
+                ..
+            })
+        ));
+        // One element needs one, whatever the increment; none need none.
+        assert!(Level1::new(1).incx(1000).check(1, None).is_ok());
+        assert!(Level1::new(0).check(1, Some(1)).is_ok());
+        // An increment of 0 is refused, even for n = 0 or 1.
+        for n in [0, 1, 5] {
+            assert_eq!(
+                Level1::new(n).incx(0).check(100, None),
+                Err(ShapeError::ZeroIncrement { what: "incx" })
+            );
+            assert_eq!(
+                Level1::new(n).incy(0).check(100, Some(100)),
+                Err(ShapeError::ZeroIncrement { what: "incy" })
+            );
+        }
+        // The one-vector calls ignore incy.
+        assert!(Level1::new(3).incy(0).check(3, None).is_ok());
+    }
+
+    #[test]
+    fn level1_numbers_beyond_an_int_are_refused_and_extents_do_not_overflow() {
+        assert_eq!(
+            Level1::new(BIG).check(usize::MAX, None),
+            Err(ShapeError::TooLarge {
+                what: "n",
+                value: BIG
+            })
+        );
+        assert_eq!(
+            Level1::new(2).incx(BIG).check(usize::MAX, None),
+            Err(ShapeError::TooLarge {
+                what: "incx",
+                value: BIG
+            })
+        );
+        // The largest int both ways: (2^31 - 2) * (2^31 - 1) + 1 elements, computed in u64.
+        let max = i32::MAX as usize;
+        assert!(matches!(
+            Level1::new(max).incx(max).check(usize::MAX >> 8, None),
+            Err(ShapeError::BufferTooShort { needed, .. })
+                if needed == (max as u64 - 1) * max as u64 + 1
+        ));
+    }
+
+    #[test]
+    fn strided_batches_check_every_matrix_of_the_batch() {
+        // 3 GEMMs of 7x13x5, packed: A 35 each, B 65, C 91.
+        let g = Gemm::<f32>::new(7, 13, 5).strided_batched(3);
+        let call = g.resolve(105, 195, 273);
+        assert_eq!(call.map(|c| (c.strides, c.batch)), Ok(([35, 65, 91], 3)));
+        assert!(matches!(
+            g.check(104, 195, 273),
+            Err(ShapeError::BufferTooShort {
+                buffer: "a",
+                needed: 105,
+                ..
+            })
+        ));
+        assert!(matches!(
+            g.check(105, 195, 272),
+            Err(ShapeError::BufferTooShort {
+                buffer: "c",
+                needed: 273,
+                ..
+            })
+        ));
+        // A stride of 0 shares one A; a longer stride needs stride * (batch - 1) + extent.
+        assert!(g.stride_a(0).check(35, 195, 273).is_ok());
+        assert!(g.stride_b(100).check(105, 265, 273).is_ok());
+        assert!(g.stride_b(100).check(105, 264, 273).is_err());
+        // Outputs may not overlap, but one GEMM may have any stride_c.
+        assert_eq!(
+            g.stride_c(90).check(105, 195, 1000),
+            Err(ShapeError::OutputsOverlap {
+                stride: 90,
+                extent: 91
+            })
+        );
+        let one = Gemm::<f32>::new(7, 13, 5).strided_batched(1).stride_c(0);
+        assert!(one.check(35, 65, 91).is_ok());
+        // A batch of none touches nothing.
+        assert!(
+            Gemm::<f32>::new(7, 13, 5)
+                .strided_batched(0)
+                .check(1, 1, 1)
+                .is_ok()
+        );
+        // One GEMM's own checks still apply.
+        assert!(matches!(
+            Gemm::<f32>::new(7, 13, 5)
+                .lda(4)
+                .strided_batched(3)
+                .check(1000, 1000, 1000),
+            Err(ShapeError::LeadingDimension { what: "lda", .. })
+        ));
+    }
+
+    #[test]
+    fn strided_batches_refuse_overflowing_strides_and_batches() {
+        let g = Gemm::<f64>::new(2, 2, 2);
+        assert_eq!(
+            g.strided_batched(BIG)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "batch",
+                value: BIG
+            })
+        );
+        // stride * (batch - 1) overflows a u64.
+        let huge = usize::MAX / 2;
+        assert_eq!(
+            g.strided_batched(4)
+                .stride_a(huge)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "stride_a",
+                value: huge
+            })
+        );
+        // Beyond cuBLAS's long long.
+        let beyond = i64::MAX as usize + 1;
+        assert!(matches!(
+            g.strided_batched(1)
+                .stride_b(beyond)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "stride_b",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn row_major_strided_batches_swap_the_strides_with_the_operands() {
+        let g = Gemm::<f32>::row_major(7, 13, 5)
+            .strided_batched(2)
+            .stride_a(40)
+            .stride_b(70);
+        let call = g.resolve(75, 135, 182);
+        assert_eq!(
+            call.map(|c| (c.gemm.swap, c.strides)),
+            Ok((true, [70, 40, 91]))
+        );
     }
 }
