@@ -5,8 +5,7 @@
 //! another whatever the order between them (`driver/event.rs` says why `um`'s own events stay
 //! private).
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::driver::context::Context;
 use crate::driver::event::{Event, StreamEvent};
@@ -43,7 +42,9 @@ pub struct StreamOrder {
     /// which is what an order without a record means, so this only saves a call.
     recorded: std::cell::Cell<bool>,
     /// The stream [`follow`](StreamOrder::follow) went to last, and how its work is found.
-    on: RefCell<On>,
+    /// Only the owner uses it (`StreamOrder` is not `Sync`); a `Mutex` rather than a
+    /// `RefCell` only so that the one thing that makes the order `!Sync` stays `recorded`.
+    on: Mutex<On>,
 }
 
 /// Where the work a [`StreamOrder`] follows is, and how a move finds its end.
@@ -55,7 +56,7 @@ enum On {
     /// the same lock), else by the stream's end (asked for by `want_end_record`).
     Created {
         id: u64,
-        handle: sys::CUstream,
+        handle: StreamHandle,
         events: Arc<StreamEvent>,
     },
     /// The legacy stream (its id): alive as long as the context, recorded by the move.
@@ -67,6 +68,14 @@ enum On {
     Eager { id: u64 },
 }
 
+/// A created stream's driver handle, kept beside its `StreamEvent` (used only under the lock
+/// `StreamEvent::record_now_or_at_end` takes).
+struct StreamHandle(sys::CUstream);
+
+// SAFETY: a stream handle is an opaque token the driver accepts from any thread; it is used only
+// while the stream is known to live (`StreamEvent::record_now_or_at_end`).
+unsafe impl Send for StreamHandle {}
+
 impl On {
     fn id(&self) -> u64 {
         match self {
@@ -76,10 +85,9 @@ impl On {
     }
 }
 
-// SAFETY: `Event` is `Send`; `StreamEvent` is `Send` and `Sync` (a context, a `OnceLock` of
-// an event, atomics and a mutex) and the raw stream handle beside it is an opaque token the
-// driver accepts from any thread; the `Cell` and `RefCell` are only used by the owner, and
-// `StreamOrder` is not `Sync` (the `Cell`), so no two threads use it at once.
+// SAFETY: `Event` is `Send`, and so is `On` (an `Arc` of a `StreamEvent`, which is `Send` and
+// `Sync`, and a `StreamHandle`); the `Cell` is only used by the owner, and `StreamOrder` is not
+// `Sync` (the `Cell`), so no two threads use it at once.
 unsafe impl Send for StreamOrder {}
 
 impl StreamOrder {
@@ -89,7 +97,7 @@ impl StreamOrder {
             event: Event::new(ctx)?,
             ctx: ctx.clone(),
             recorded: std::cell::Cell::new(false),
-            on: RefCell::new(On::Nowhere),
+            on: Mutex::new(On::Nowhere),
         })
     }
 
@@ -126,6 +134,10 @@ impl StreamOrder {
 }
 
 impl StreamOrder {
+    fn on(&self) -> MutexGuard<'_, On> {
+        self.on.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Follows the owner's work onto `stream`: where its last work was on another stream, makes
     /// the work queued on `stream` from now on wait, on the device, for every piece of work
     /// queued on that stream before now (before its end, if it has ended); then notes `stream`
@@ -147,13 +159,13 @@ impl StreamOrder {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
-        let ordered = match &*self.on.borrow() {
+        let ordered = match &*self.on() {
             on if on.id() == stream.id() => return Ok(true),
             On::Nowhere => true,
             On::Created { handle, events, .. } => {
                 // SAFETY: `handle` is the stream `events` belongs to, a created stream, whose
                 // drop calls `StreamEvent::end` before it destroys the handle.
-                if unsafe { events.record_now_or_at_end(*handle) } {
+                if unsafe { events.record_now_or_at_end(handle.0) } {
                     // Made by `want_end_record` before the stream was noted.
                     let event = events.get()?;
                     // SAFETY: `stream` is borrowed, so alive, and of the event's context
@@ -202,7 +214,7 @@ impl StreamOrder {
             events.want_end_record()?;
             On::Created {
                 id,
-                handle,
+                handle: StreamHandle(handle),
                 events: Arc::clone(events),
             }
         } else if handle.is_null() {
@@ -210,7 +222,7 @@ impl StreamOrder {
         } else {
             On::Eager { id }
         };
-        *self.on.borrow_mut() = on;
+        *self.on() = on;
         Ok(())
     }
 
