@@ -12,7 +12,7 @@
 //!   [`kernels::run_task::transform`]).
 //! * Errors: [`Error`], [`Result`].
 //!
-//! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV) and [`nccl`] (collectives across
+//! * Libraries on owned buffers: [`cublas`] (GEMM, GEMV, level 1) and [`nccl`] (collectives across
 //!   GPUs and processes), each loaded at run time, so that building needs neither.
 //!
 //! This library re-exports the crates `um-core` (its API at the top level, listed in this

@@ -1,6 +1,6 @@
-//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM and GEMV against a CPU reference at odd
-//! shapes, leading dimensions and transposes, f32 and f64, on every storage; shape errors
-//! refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
+//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM, GEMV, strided batched GEMM and level 1
+//! against a CPU reference at odd shapes, leading dimensions, increments and transposes, f32 and
+//! f64, on every storage; shape errors refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
 //! captures: its drop never fails a capture of um (leaked where it cannot wait), its moves
 //! between streams are ordered on the device after all earlier work of the old stream (also
 //! between threads' per-thread streams) with no host wait, so they go through during a capture,
