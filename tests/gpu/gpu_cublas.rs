@@ -825,36 +825,49 @@ fn a_blas_move_orders_the_new_stream_after_all_earlier_work_of_the_old_stream() 
     .expect("stream work");
 }
 
-/// The handle's last calls ran on a created stream whose scope then ended with a 3 s spin still
-/// queued before them (the buffers handed off to an outer stream, so nothing waited at the
-/// scope's end): no call records anything after itself on a created stream, so the move finds
-/// the stream ended and waits for the record of its last work (made at its end; the hand-offs
-/// record the same stream event, so this shows the wait, not which record it saw). Expected:
-/// the next stream's GEMM and its `sync` come after the spin, and the results are right.
+/// Sleeps for the nanoseconds its argument carries: enqueued on a stream (`cuLaunchHostFunc`), it
+/// holds the stream that long without a buffer of um's (it makes no CUDA call).
+unsafe extern "C" fn sleep_on_the_stream(ns: *mut std::ffi::c_void) {
+    std::thread::sleep(Duration::from_nanos(ns as usize as u64));
+}
+
+/// The handle's last calls ran on a created stream whose scope then ended with work still
+/// queued there: the calls' buffers handed off to an outer stream (whose hand-offs record the
+/// stream's event after the calls), then a 3 s host function enqueued after them, so nothing
+/// waited at the scope's end. No call records anything after itself on a created stream, so the
+/// move finds the stream ended and waits for the record made at its end, which covers the host
+/// function; a record from before it (the hand-offs') would not. Expected: the next stream's
+/// GEMM and its `sync` come after the 3 s, and the results are right.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_blas_move_after_the_old_stream_ended_waits_for_its_last_call() {
+    use cust::sys as cs;
     let _serial = serial();
     let _dog = watchdog("a Blas move after its old stream ended");
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
-    let (busy, a, c, a2, c2) = (m(0.0), m(1.0), m(0.0), m(1.0), m(0.0));
+    let (a, c, a2, c2) = (m(1.0), m(0.0), m(1.0), m(0.0));
     let opts = StreamOptions::new().non_blocking();
     let (waited, c2, c) = ctx
         .with_stream(opts, |outer| {
             let t = Instant::now();
-            let (busy, a, c) = ctx.with_stream(opts, |inner| {
-                let (mut busy, a, mut c) =
-                    (busy.attach(inner)?, a.attach(inner)?, c.attach(inner)?);
-                spin_then_add(inner, &mut busy, 1.0, spin_ns())?;
+            let (a, c) = ctx.with_stream(opts, |inner| {
+                let (a, mut c) = (a.attach(inner)?, c.attach(inner)?);
                 blas.gemm(inner, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
                 blas.gemm(inner, &Gemm::new(2, 2, 2).beta(1.0), &a, &a, &mut c)?;
-                Ok((
-                    busy.hand_off(outer)?,
-                    a.hand_off(outer)?,
-                    c.hand_off(outer)?,
-                ))
+                let handed = (a.hand_off(outer)?, c.hand_off(outer)?);
+                // SAFETY: a live stream of the current context (the hand-offs made it
+                // current); the function makes no CUDA call and reads only its argument.
+                let status = unsafe {
+                    cs::cuLaunchHostFunc(
+                        inner.as_raw().cast(),
+                        Some(sleep_on_the_stream),
+                        spin_ns() as usize as *mut std::ffi::c_void,
+                    )
+                };
+                assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuLaunchHostFunc");
+                Ok(handed)
             })?;
             let inner = t.elapsed();
             if inner >= Duration::from_nanos(spin_ns() / 2) {
@@ -871,8 +884,7 @@ fn a_blas_move_after_the_old_stream_ended_waits_for_its_last_call() {
                 Ok(c2)
             })?;
             let waited = t.elapsed();
-            let (busy, _, c) = outer.sync_all((busy, a, c))?;
-            assert_eq!(busy[0], 1.0, "the spin ran");
+            let (_, c) = outer.sync_all((a, c))?;
             Ok((waited, c2, c))
         })
         .expect("streams");
@@ -880,7 +892,7 @@ fn a_blas_move_after_the_old_stream_ended_waits_for_its_last_call() {
     assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
     assert!(
         waited >= Duration::from_nanos(spin_ns()) - Duration::from_millis(200),
-        "the move did not wait for the ended stream's last call ({waited:?})"
+        "the move did not wait for the ended stream's last work ({waited:?})"
     );
 }
 
