@@ -1689,9 +1689,11 @@ fn level1_and_batch_refusals_write_nothing() {
 }
 
 /// A routine um-cublas does not wrap (`cublasSgeam`, the transpose of a 2x3 matrix), found with
-/// `Cublas::symbol` and called with `Blas::raw_handle_on` on a stream: the result is right,
-/// and a GEMM through `Blas` on another stream afterwards is ordered after it and right. A name
-/// the library lacks is `NoSymbol`.
+/// `Cublas::symbol` and called with `Blas::raw_handle_on` on a created stream and on the
+/// per-thread stream: the results are right, and a GEMM through `Blas` on another stream
+/// afterwards (a move after the raw call: recorded on the created stream, a wait for the
+/// context after the per-thread one) runs and is right. A name the library lacks is
+/// `NoSymbol`.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_routine_through_the_raw_handle_runs_on_its_stream_in_order() {
@@ -1753,4 +1755,41 @@ fn a_routine_through_the_raw_handle_runs_on_its_stream_in_order() {
         .expect("streams");
     assert_eq!(&t[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
     assert_eq!(c[0], 1.0);
+    // On the per-thread stream, which a move cannot record: the raw call, then a move to a
+    // created stream (ordered by a wait for the context), then back with a call of `Blas`.
+    let a = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("a");
+    let t = Managed::<[f32]>::zeroed_slice(&ctx, 6).expect("t");
+    let t = ctx
+        .with_per_thread_stream(|p| {
+            let (a, mut t) = (a.attach(p)?, t.attach(p)?);
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let (pa, pt) = (
+                a.as_device_ptr().as_ptr(),
+                t.as_device_ptr_mut().as_mut_ptr(),
+            );
+            // SAFETY: as above, on the per-thread stream `p`.
+            let status = unsafe {
+                let h = blas.raw_handle_on(p)?;
+                geam(h, 1, 1, 3, 2, &alpha, pa, 2, &beta, pa, 2, pt, 3)
+            };
+            assert_eq!(status, 0, "cublasSgeam on the per-thread stream");
+            let (one, c) = (
+                Managed::from_slice(&ctx, &[3.0f32])?,
+                Managed::from_slice(&ctx, &[0.0f32])?,
+            );
+            let c = ctx.with_stream(StreamOptions::new(), |s| {
+                let (one, mut c) = (one.attach(s)?, c.attach(s)?);
+                blas.gemm(s, &Gemm::new(1, 1, 1), &one, &one, &mut c)?;
+                let (_, c) = s.sync_all((one, c))?;
+                Ok(c)
+            })?;
+            assert_eq!(
+                c[0], 9.0,
+                "the move after a raw call on the per-thread stream"
+            );
+            let (_, t) = p.sync_all((a, t))?;
+            Ok(t)
+        })
+        .expect("the per-thread stream");
+    assert_eq!(&t[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
 }
