@@ -22,16 +22,16 @@ use crate::error::{Error, Result};
 /// call there. Work queued on that stream after the wait begins only once the work recorded
 /// last has completed, even where the first stream has been destroyed meanwhile.
 ///
-/// Only eager streams: an order recorded inside a graph capture cannot be waited for outside
-/// it, and one recorded outside cannot be waited for inside it (the driver would fail the
-/// capture); the types say so. Both streams belong to the order's context
-/// ([`Error::ContextMismatch`] otherwise).
-///
 /// Or, cheaper, [`follow`](StreamOrder::follow) before each call and
 /// [`after_work`](StreamOrder::after_work) after it: the order then records the last work on a
 /// stream only when the handle leaves it (on a created or the legacy stream: no driver call
 /// while the handle stays on one stream), or at the created stream's end, whichever comes
 /// first.
+///
+/// Only eager streams: an order recorded inside a graph capture cannot be waited for outside
+/// it, and one recorded outside cannot be waited for inside it (the driver would fail the
+/// capture); the types say so. Both streams belong to the order's context
+/// ([`Error::ContextMismatch`] otherwise).
 ///
 /// `Send`, not `Sync`: one owner records and waits. Before any record, a wait waits for
 /// nothing.
