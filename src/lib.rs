@@ -12,13 +12,15 @@
 //!   [`kernels::run_task::transform`]).
 //! * Errors: [`Error`], [`Result`].
 //!
-//! * Libraries on owned buffers: [`cublas`] (GEMM and GEMV), [`cusparse`] (SpMV and SpMM on a
-//!   proved CSR matrix), [`curand`] (random numbers on the owning stream) and [`nccl`] (collectives across GPUs and processes), each loaded at run
-//!   time, so that building needs none of them.
+//! * Libraries on owned buffers: [`cublas`] (GEMM, GEMV, level 1), [`cusparse`] (SpMV and SpMM
+//!   on a proved CSR matrix), [`curand`] (random numbers on the owning stream) and [`nccl`]
+//!   (collectives across GPUs and processes), each loaded at run time, so that building needs
+//!   none of them.
 //!
 //! This library re-exports the crates `um-core` (its API at the top level, listed in this
 //! file), `um-kernels` (as [`kernels`]), `um-cublas` (as [`cublas`]), `um-cusparse` (as
-//! [`cusparse`]), `um-curand` (as [`curand`]) and `um-nccl` (as [`nccl`]). [`prelude`] holds what most programs name: `use um::prelude::*;`.
+//! [`cusparse`]), `um-curand` (as [`curand`]) and `um-nccl` (as [`nccl`]). [`prelude`] holds
+//! what most programs name: `use um::prelude::*;`.
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,

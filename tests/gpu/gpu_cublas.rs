@@ -1,6 +1,6 @@
-//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM and GEMV against a CPU reference at odd
-//! shapes, leading dimensions and transposes, f32 and f64, on every storage; shape errors
-//! refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
+//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM, GEMV, strided batched GEMM and level 1
+//! against a CPU reference at odd shapes, leading dimensions, increments and transposes, f32 and
+//! f64, on every storage; shape errors refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
 //! captures: its drop never fails a capture of um (leaked where it cannot wait), its moves
 //! between streams are ordered on the device after all earlier work of the old stream (also
 //! between threads' per-thread streams) with no host wait, so they go through during a capture,
@@ -23,7 +23,7 @@ use common::{capture_once, device_for_captures, gpu, serial, watchdog};
 use um::{
     Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions, relaxed_while_capturing,
 };
-use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Op, ShapeError};
+use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Level1, Op, ShapeError};
 use um_test_kernels::testing::{self, add_scalar, spin_then_add};
 
 /// The test's element types, with conversions to f64 (the reference computes in f64) and a
@@ -825,6 +825,77 @@ fn a_blas_move_orders_the_new_stream_after_all_earlier_work_of_the_old_stream() 
     .expect("stream work");
 }
 
+/// Sleeps for the nanoseconds its argument carries: enqueued on a stream (`cuLaunchHostFunc`), it
+/// holds the stream that long without a buffer of um's (it makes no CUDA call).
+unsafe extern "C" fn sleep_on_the_stream(ns: *mut std::ffi::c_void) {
+    std::thread::sleep(Duration::from_nanos(ns as usize as u64));
+}
+
+/// The handle's last calls ran on a created stream whose scope then ended with work still
+/// queued there: the calls' buffers handed off to an outer stream (whose hand-offs record the
+/// stream's event after the calls), then a 3 s host function enqueued after them, so nothing
+/// waited at the scope's end. No call records anything after itself on a created stream, so the
+/// move finds the stream ended and waits for the record made at its end, which covers the host
+/// function; a record from before it (the hand-offs') would not. Expected: the next stream's
+/// GEMM and its `sync` come after the 3 s, and the results are right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_move_after_the_old_stream_ended_waits_for_its_last_call() {
+    use cust::sys as cs;
+    let _serial = serial();
+    let _dog = watchdog("a Blas move after its old stream ended");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+    let (a, c, a2, c2) = (m(1.0), m(0.0), m(1.0), m(0.0));
+    let opts = StreamOptions::new().non_blocking();
+    let (waited, c2, c) = ctx
+        .with_stream(opts, |outer| {
+            let t = Instant::now();
+            let (a, c) = ctx.with_stream(opts, |inner| {
+                let (a, mut c) = (a.attach(inner)?, c.attach(inner)?);
+                blas.gemm(inner, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                blas.gemm(inner, &Gemm::new(2, 2, 2).beta(1.0), &a, &a, &mut c)?;
+                let handed = (a.hand_off(outer)?, c.hand_off(outer)?);
+                // SAFETY: a live stream of the current context (the hand-offs made it
+                // current); the function makes no CUDA call and reads only its argument.
+                let status = unsafe {
+                    cs::cuLaunchHostFunc(
+                        inner.as_raw().cast(),
+                        Some(sleep_on_the_stream),
+                        spin_ns() as usize as *mut std::ffi::c_void,
+                    )
+                };
+                assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuLaunchHostFunc");
+                Ok(handed)
+            })?;
+            let inner = t.elapsed();
+            if inner >= Duration::from_nanos(spin_ns() / 2) {
+                assert!(
+                    common::under_sanitizer(),
+                    "the inner scope waited ({inner:?})"
+                );
+                eprintln!("inconclusive under the tool: the inner scope waited {inner:?}");
+            }
+            let c2 = ctx.with_stream(opts, |next| {
+                let (a2, mut c2) = (a2.attach(next)?, c2.attach(next)?);
+                blas.gemm(next, &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?; // the move
+                let (_, c2) = next.sync_all((a2, c2))?;
+                Ok(c2)
+            })?;
+            let waited = t.elapsed();
+            let (_, c) = outer.sync_all((a, c))?;
+            Ok((waited, c2, c))
+        })
+        .expect("streams");
+    assert!(c.iter().all(|v| *v == 4.0), "{:?}", &c[..]);
+    assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
+    assert!(
+        waited >= Duration::from_nanos(spin_ns()) - Duration::from_millis(200),
+        "the move did not wait for the ended stream's last work ({waited:?})"
+    );
+}
+
 /// A `Blas` whose last call ran on thread X's per-thread stream, behind a 3 s spin there, sent to
 /// thread Y and used on Y's per-thread stream: the handle is bound by the special handle
 /// `CU_STREAM_PER_THREAD` both times, so only the ids (per thread) tell the move. Expected: Y's
@@ -1197,4 +1268,528 @@ fn blas_made_inside_a_capture_closure_works_and_is_destroyed_after_the_capture_w
         );
         assert_eq!(r.ok(), Some((1.0, 2.0)), "relaxed = {relaxed}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Level 1, strided batches, and the raw handle.
+
+/// The lengths and increments the level-1 tests run: one element, an odd few, and a million
+/// and three; increments 1 and 3 (the elements between are never read or written).
+const LEVEL1: [(usize, usize); 6] = [
+    (1, 1),
+    (1, 3),
+    (7, 1),
+    (7, 3),
+    (1_000_003, 1),
+    (1_000_003, 3),
+];
+
+/// A buffer of `(n - 1) * inc + 1` elements and 2 more, filled by `value(_, salt)`.
+fn strided_data<T: Num>(n: usize, inc: usize, salt: usize) -> Vec<T> {
+    (0..(n - 1) * inc + 3)
+        .map(|i| T::of(value(i, salt)))
+        .collect()
+}
+
+/// Within `tol` of `want`, relative to `scale` (the sum of the magnitudes of the terms).
+fn close(got: f64, want: f64, scale: f64, tol: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= tol * (1.0 + scale),
+        "{what}: got {got}, expected {want}"
+    );
+}
+
+/// The relative tolerance of a sum of a million terms: f32 sums in f32.
+fn sum_tol<T: Num>() -> f64 {
+    if T::TOL > 1e-9 { 1e-4 } else { 1e-12 }
+}
+
+fn check_reductions<T: Num>(ctx: &Context, blas: &Blas, n: usize, inc: usize) {
+    let x: Vec<T> = strided_data(n, inc, 5);
+    let y: Vec<T> = strided_data(n, 1, 6);
+    let xs = |i: usize| -> f64 { x[i * inc].into() };
+    let ys = |i: usize| -> f64 { y[i].into() };
+    let dot: f64 = (0..n).map(|i| xs(i) * ys(i)).sum();
+    let dot_scale: f64 = (0..n).map(|i| (xs(i) * ys(i)).abs()).sum();
+    let asum: f64 = (0..n).map(|i| xs(i).abs()).sum();
+    let nrm2 = (0..n).map(|i| xs(i) * xs(i)).sum::<f64>().sqrt();
+    let iamax = (0..n)
+        .fold((0, -1.0), |(k, m), i| {
+            if xs(i).abs() > m {
+                (i, xs(i).abs())
+            } else {
+                (k, m)
+            }
+        })
+        .0;
+    let what = format!("{} n = {n}, inc = {inc}", std::any::type_name::<T>());
+    let v = Level1::new(n).incx(inc);
+    let (dx, dy) = (
+        Managed::from_slice(ctx, &x).expect("x"),
+        Managed::from_slice(ctx, &y).expect("y"),
+    );
+    let index = Managed::from_slice(ctx, &[-7i32]).expect("index");
+    let (host, device, index) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (dx, dy) = (dx.attach(s)?, dy.attach(s)?);
+            let host = (
+                blas.dot(s, &v, &dx, &dy)?,
+                blas.nrm2(s, &v, &dx)?,
+                blas.asum(s, &v, &dx)?,
+                blas.iamax(s, &v, &dx)?,
+            );
+            // Into device buffers, one element each, read after the sync.
+            let mut r: Vec<_> = Vec::new();
+            let (mut r0, mut r1, mut r2) = (
+                Managed::from_slice(ctx, &[T::of(SENTINEL)])?.attach(s)?,
+                Managed::from_slice(ctx, &[T::of(SENTINEL)])?.attach(s)?,
+                Managed::from_slice(ctx, &[T::of(SENTINEL)])?.attach(s)?,
+            );
+            let mut index = index.attach(s)?;
+            blas.dot_into(s, &v, &dx, &dy, &mut r0)?;
+            blas.nrm2_into(s, &v, &dx, &mut r1)?;
+            blas.asum_into(s, &v, &dx, &mut r2)?;
+            blas.iamax_into(s, &v, &dx, &mut index)?;
+            // The handle is back in host pointer mode: a host-result call after them works.
+            let again = blas.dot(s, &v, &dx, &dy)?;
+            let (_, _, r0, r1, r2, index) = s.sync_all((dx, dy, r0, r1, r2, index))?;
+            for b in [r0, r1, r2] {
+                r.push(b[0].into());
+            }
+            r.push(again.into());
+            Ok((host, r, index[0]))
+        })
+        .expect("level-1 reductions");
+    close(
+        host.0.into(),
+        dot,
+        dot_scale,
+        sum_tol::<T>(),
+        &format!("dot, {what}"),
+    );
+    close(
+        host.1.into(),
+        nrm2,
+        nrm2,
+        sum_tol::<T>(),
+        &format!("nrm2, {what}"),
+    );
+    close(
+        host.2.into(),
+        asum,
+        asum,
+        sum_tol::<T>(),
+        &format!("asum, {what}"),
+    );
+    assert_eq!(host.3, Some(iamax), "iamax, {what}");
+    close(
+        device[0],
+        dot,
+        dot_scale,
+        sum_tol::<T>(),
+        &format!("dot_into, {what}"),
+    );
+    close(
+        device[1],
+        nrm2,
+        nrm2,
+        sum_tol::<T>(),
+        &format!("nrm2_into, {what}"),
+    );
+    close(
+        device[2],
+        asum,
+        asum,
+        sum_tol::<T>(),
+        &format!("asum_into, {what}"),
+    );
+    close(
+        device[3],
+        dot,
+        dot_scale,
+        sum_tol::<T>(),
+        &format!("dot after *_into, {what}"),
+    );
+    assert_eq!(index, iamax as i32 + 1, "iamax_into (1-based), {what}");
+}
+
+/// dot, nrm2, asum and iamax against the CPU at n = 1, 7 and 1000003 with increments 1 and 3,
+/// f32 and f64: returned to the host, and written into one-element buffers of the stream
+/// (device pointer mode for that call only) read after the sync; a host-result call after them
+/// shows the handle back in host pointer mode.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn level1_reductions_match_the_cpu_to_the_host_and_into_device_buffers() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    for (n, inc) in LEVEL1 {
+        check_reductions::<f32>(&ctx, &blas, n, inc);
+        check_reductions::<f64>(&ctx, &blas, n, inc);
+    }
+}
+
+fn check_updates<T: Num, M: Storage>(
+    ctx: &Context,
+    blas: &Blas,
+    alloc: Alloc<T, M>,
+    n: usize,
+    inc: usize,
+) {
+    // x at `inc`, y at 1 for axpy and copy; both at `inc` for swap and scal.
+    let x: Vec<T> = strided_data(n, inc, 7);
+    let y: Vec<T> = strided_data(n, 1, 8);
+    let z: Vec<T> = strided_data(n, inc, 9);
+    let alpha = -2.5;
+    let f = |v: &[T], i: usize| -> f64 { v[i].into() };
+    let mut want_axpy: Vec<f64> = (0..y.len()).map(|i| f(&y, i)).collect();
+    let mut want_copy = want_axpy.clone();
+    let mut want_scal: Vec<f64> = (0..x.len()).map(|i| f(&x, i)).collect();
+    let mut want_sx = want_scal.clone();
+    let mut want_sz: Vec<f64> = (0..z.len()).map(|i| f(&z, i)).collect();
+    for i in 0..n {
+        want_axpy[i] += alpha * f(&x, i * inc);
+        want_copy[i] = f(&x, i * inc);
+        want_scal[i * inc] *= alpha;
+        want_sx[i * inc] = f(&z, i * inc);
+        want_sz[i * inc] = f(&x, i * inc);
+    }
+    let what = format!(
+        "{} {} n = {n}, inc = {inc}",
+        std::any::type_name::<T>(),
+        M::NAME
+    );
+    let buf = |v: &[T]| alloc(ctx, v).expect("alloc");
+    let (dx, dy, dc, ds, dsx, dsz) = (buf(&x), buf(&y), buf(&y), buf(&x), buf(&x), buf(&z));
+    let got = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let dx = dx.attach(s)?;
+            let (mut dy, mut dc, mut ds) = (dy.attach(s)?, dc.attach(s)?, ds.attach(s)?);
+            let (mut dsx, mut dsz) = (dsx.attach(s)?, dsz.attach(s)?);
+            let v = Level1::new(n).incx(inc);
+            blas.axpy(s, &v, T::of(alpha), &dx, &mut dy)?;
+            blas.copy(s, &v, &dx, &mut dc)?;
+            blas.scal(s, &v, T::of(alpha), &mut ds)?;
+            blas.swap(s, &v.incy(inc), &mut dsx, &mut dsz)?;
+            s.sync_all((dx, dy, dc, ds, dsx, dsz))
+        })
+        .expect("level-1 updates");
+    let (_, gy, gc, gs, gsx, gsz) = got;
+    for (name, got, want) in [
+        ("axpy", &gy[..], &want_axpy),
+        ("copy", &gc[..], &want_copy),
+        ("scal", &gs[..], &want_scal),
+        ("swap x", &gsx[..], &want_sx),
+        ("swap y", &gsz[..], &want_sz),
+    ] {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+            let g: f64 = (*g).into();
+            assert!(
+                (g - w).abs() <= T::TOL * (1.0 + w.abs()),
+                "{name}, {what}: element {i} is {g}, expected {w}"
+            );
+        }
+    }
+}
+
+/// axpy, copy, scal and swap against the CPU at n = 1, 7 and 1000003 with increments 1 and 3,
+/// f32 and f64, on unified and mirrored memory: every element of every buffer checked, so an
+/// element between the strides, or past the last, that a call wrote shows.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn level1_updates_match_the_cpu_and_leave_the_elements_between_strides_alone() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    for (n, inc) in LEVEL1 {
+        check_updates::<f32, _>(&ctx, &blas, Managed::from_slice, n, inc);
+        check_updates::<f64, _>(&ctx, &blas, Managed::from_slice_mirrored, n, inc);
+    }
+}
+
+fn check_batched<T: Num>(ctx: &Context, blas: &Blas, layout: Layout, shared_a: bool) {
+    let (m, n, k, batch) = (7, 13, 5, 3);
+    let (lda, ea) = extent(layout, m, k, 1, 0);
+    let (ldb, eb) = extent(layout, k, n, 0, 0);
+    let (ldc, ec) = extent(layout, m, n, 2, 0);
+    // Strides longer than the extents (a gap between matrices), or 0 for one shared A.
+    let (sa, sb, sc) = (if shared_a { 0 } else { ea + 3 }, eb + 1, ec + 5);
+    let la = sa * (batch - 1) + ea + 2;
+    let lb = sb * (batch - 1) + eb + 2;
+    let lc = sc * (batch - 1) + ec + 2;
+    let a: Vec<T> = (0..la).map(|i| T::of(value(i, 1))).collect();
+    let b: Vec<T> = (0..lb).map(|i| T::of(value(i, 2))).collect();
+    let c0: Vec<T> = (0..lc).map(|i| T::of(SENTINEL + value(i, 3))).collect();
+    let (alpha, beta) = (2.0, -1.0);
+    let f = |v: &[T], i: usize| -> f64 { v[i].into() };
+    let mut want: Vec<f64> = (0..lc).map(|i| f(&c0, i)).collect();
+    for q in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let sum: f64 = (0..k)
+                    .map(|p| {
+                        f(&a, q * sa + index(layout, lda, i, p))
+                            * f(&b, q * sb + index(layout, ldb, p, j))
+                    })
+                    .sum();
+                let ci = q * sc + index(layout, ldc, i, j);
+                want[ci] = alpha * sum + beta * want[ci];
+            }
+        }
+    }
+    let g = match layout {
+        Layout::ColMajor => Gemm::<T>::new(m, n, k),
+        Layout::RowMajor => Gemm::<T>::row_major(m, n, k),
+    }
+    .lda(lda)
+    .ldb(ldb)
+    .ldc(ldc)
+    .alpha(T::of(alpha))
+    .beta(T::of(beta))
+    .strided_batched(batch)
+    .stride_a(sa)
+    .stride_b(sb)
+    .stride_c(sc);
+    let (da, db, dc) = (
+        Managed::from_slice(ctx, &a).expect("a"),
+        Managed::from_slice(ctx, &b).expect("b"),
+        Managed::from_slice(ctx, &c0).expect("c"),
+    );
+    let (_, _, got) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (da, db, mut dc) = (da.attach(s)?, db.attach(s)?, dc.attach(s)?);
+            blas.gemm_strided_batched(s, &g, &da, &db, &mut dc)?;
+            s.sync_all((da, db, dc))
+        })
+        .expect("strided batched gemm");
+    for (i, (g_, w)) in got.iter().zip(&want).enumerate() {
+        let g_: f64 = (*g_).into();
+        assert!(
+            (g_ - w).abs() <= T::TOL * (1.0 + w.abs() + 25.0 * k as f64 * alpha),
+            "{layout:?} shared A {shared_a}: element {i} of C is {g_}, expected {w}"
+        );
+    }
+}
+
+/// Three 7x13x5 GEMMs at strides longer than the matrices (gaps between them, padded leading
+/// dimensions), column- and row-major, f32 and f64, and with one A shared (stride 0): every
+/// element of C's buffer against the CPU, the gaps and the tail untouched.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn strided_batched_gemm_matches_the_cpu_and_leaves_the_gaps_alone() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    for layout in [Layout::ColMajor, Layout::RowMajor] {
+        for shared_a in [false, true] {
+            check_batched::<f32>(&ctx, &blas, layout, shared_a);
+            check_batched::<f64>(&ctx, &blas, layout, shared_a);
+        }
+    }
+}
+
+/// Lengths, increments and strides that do not fit are refused before cuBLAS runs, with nothing
+/// written (the outputs keep their sentinels); a host result inside a capture closure is
+/// `InsideCapture` and leaves the capture valid.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn level1_and_batch_refusals_write_nothing() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let buf = |n: usize| Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let (x, y, a, c, r, z) = (buf(7), buf(19), buf(35), buf(90), buf(1), buf(4));
+    let shape = |e: Error| match e {
+        Error::Shape(s) => s,
+        other => panic!("not a shape error: {other}"),
+    };
+    let (y, c, r, captured) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, a, z) = (x.attach(s)?, a.attach(s)?, z.attach(s)?);
+            let (mut y, mut c, mut r) = (y.attach(s)?, c.attach(s)?, r.attach(s)?);
+            // 7 elements at increment 3 need 19; x has 7.
+            let v = Level1::new(7).incx(3);
+            let e = blas.axpy(s, &v, 1.0, &x, &mut y).expect_err("x too short");
+            assert!(matches!(
+                shape(e),
+                ShapeError::BufferTooShort {
+                    buffer: "x",
+                    needed: 19,
+                    ..
+                }
+            ));
+            let e = blas
+                .copy(s, &Level1::new(7).incy(3), &x, &mut r)
+                .expect_err("y too short");
+            assert!(matches!(
+                shape(e),
+                ShapeError::BufferTooShort { buffer: "y", .. }
+            ));
+            let e = blas
+                .scal(s, &Level1::new(7).incx(0), 2.0, &mut y)
+                .expect_err("inc 0");
+            assert_eq!(shape(e), ShapeError::ZeroIncrement { what: "incx" });
+            let e = blas
+                .dot_into(s, &Level1::new(8), &x, &x, &mut r)
+                .expect_err("n > len");
+            assert!(matches!(
+                shape(e),
+                ShapeError::BufferTooShort { buffer: "x", .. }
+            ));
+            let e = blas.nrm2(s, &Level1::new(8), &x).expect_err("n > len");
+            assert!(matches!(shape(e), ShapeError::BufferTooShort { .. }));
+            // Two 7x13x5 GEMMs need 182 elements of C; c has 90; overlapping outputs.
+            let g = Gemm::<f32>::new(7, 13, 5).strided_batched(2);
+            let e = blas
+                .gemm_strided_batched(s, &g, &a, &a, &mut c)
+                .expect_err("c");
+            assert!(matches!(shape(e), ShapeError::BufferTooShort { .. }));
+            let g = Gemm::<f32>::new(1, 1, 1).strided_batched(2).stride_c(0);
+            let e = blas
+                .gemm_strided_batched(s, &g, &z, &z, &mut c)
+                .expect_err("overlap");
+            assert_eq!(
+                shape(e),
+                ShapeError::OutputsOverlap {
+                    stride: 0,
+                    extent: 1
+                }
+            );
+            // A host result on the capturing thread: refused before any call.
+            let captured = s.capture((z,), |cap, (mut z,)| {
+                testing::add_scalar(cap, &mut z, 1.0)?;
+                match blas.dot(s, &Level1::new(7), &x, &x) {
+                    Err(Error::Um(um::Error::InsideCapture { .. })) => {}
+                    other => panic!("a host result inside a capture: {other:?}"),
+                }
+                Ok(((z,), ()))
+            });
+            let captured = match captured {
+                Ok((graph, ())) => {
+                    graph.launch(s)?;
+                    let (z,) = graph.sync()?;
+                    Ok(z.iter().all(|e| *e == SENTINEL as f32 + 1.0))
+                }
+                Err(e) => Err(e),
+            };
+            let (_, _, y, c, r) = s.sync_all((x, a, y, c, r))?;
+            Ok((y, c, r, captured))
+        })
+        .expect("the stream");
+    assert_eq!(captured, Ok(true), "the capture");
+    for (name, b) in [("y", &y[..]), ("c", &c[..]), ("r", &r[..])] {
+        assert!(
+            b.iter().all(|v| *v == SENTINEL as f32),
+            "{name} was written"
+        );
+    }
+}
+
+/// A routine um-cublas does not wrap (`cublasSgeam`, the transpose of a 2x3 matrix), found with
+/// `Cublas::symbol` and called with `Blas::raw_handle_on` on a created stream and on the
+/// per-thread stream: the results are right, and a GEMM through `Blas` on another stream
+/// afterwards (a move after the raw call: recorded on the created stream, a wait for the
+/// context after the per-thread one) runs and is right. A name the library lacks is
+/// `NoSymbol`.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_routine_through_the_raw_handle_runs_on_its_stream_in_order() {
+    use std::ffi::{c_int, c_void};
+    type Sgeam = unsafe extern "C" fn(
+        *mut c_void,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        *const f32,
+        *const f32,
+        c_int,
+        *const f32,
+        *const f32,
+        c_int,
+        *mut f32,
+        c_int,
+    ) -> i32;
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    assert!(matches!(
+        blas.library().symbol(c"cublasNoSuchRoutine"),
+        Err(Error::NoSymbol { .. })
+    ));
+    let address = blas.library().symbol(c"cublasSgeam").expect("cublasSgeam");
+    // SAFETY: cublasSgeam has this prototype (cublas_api.h).
+    let geam: Sgeam = unsafe { std::mem::transmute::<*const c_void, Sgeam>(address) };
+    let a = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("a");
+    let t = Managed::<[f32]>::zeroed_slice(&ctx, 6).expect("t");
+    let (one, c) = (
+        Managed::from_slice(&ctx, &[1.0f32]).expect("one"),
+        Managed::from_slice(&ctx, &[0.0f32]).expect("c"),
+    );
+    let (t, c) = ctx
+        .with_stream_set(2, StreamOptions::new().non_blocking(), |s| {
+            let (a, mut t) = (a.attach(&s[0])?, t.attach(&s[0])?);
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let (pa, pt) = (
+                a.as_device_ptr().as_ptr(),
+                t.as_device_ptr_mut().as_mut_ptr(),
+            );
+            // SAFETY: the handle is used here only, on s[0], left bound and in host pointer
+            // mode; A (2x3, lda 2) and T (3x2, ldc 3) lie within buffers s[0] owns, and T
+            // overlaps neither input (B is A, unread with beta = 0).
+            let status = unsafe {
+                let h = blas.raw_handle_on(&s[0])?;
+                geam(h, 1, 1, 3, 2, &alpha, pa, 2, &beta, pa, 2, pt, 3)
+            };
+            assert_eq!(status, 0, "cublasSgeam");
+            // A move to s[1]: ordered after the raw call.
+            let (one, mut c) = (one.attach(&s[1])?, c.attach(&s[1])?);
+            blas.gemm(&s[1], &Gemm::new(1, 1, 1), &one, &one, &mut c)?;
+            let (_, t) = s[0].sync_all((a, t))?;
+            let (_, c) = s[1].sync_all((one, c))?;
+            Ok((t, c))
+        })
+        .expect("streams");
+    assert_eq!(&t[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+    assert_eq!(c[0], 1.0);
+    // On the per-thread stream, which a move cannot record: the raw call, then a move to a
+    // created stream (ordered by a wait for the context), then back with a call of `Blas`.
+    let a = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("a");
+    let t = Managed::<[f32]>::zeroed_slice(&ctx, 6).expect("t");
+    let t = ctx
+        .with_per_thread_stream(|p| {
+            let (a, mut t) = (a.attach(p)?, t.attach(p)?);
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let (pa, pt) = (
+                a.as_device_ptr().as_ptr(),
+                t.as_device_ptr_mut().as_mut_ptr(),
+            );
+            // SAFETY: as above, on the per-thread stream `p`.
+            let status = unsafe {
+                let h = blas.raw_handle_on(p)?;
+                geam(h, 1, 1, 3, 2, &alpha, pa, 2, &beta, pa, 2, pt, 3)
+            };
+            assert_eq!(status, 0, "cublasSgeam on the per-thread stream");
+            let (one, c) = (
+                Managed::from_slice(&ctx, &[3.0f32])?,
+                Managed::from_slice(&ctx, &[0.0f32])?,
+            );
+            let c = ctx.with_stream(StreamOptions::new(), |s| {
+                let (one, mut c) = (one.attach(s)?, c.attach(s)?);
+                blas.gemm(s, &Gemm::new(1, 1, 1), &one, &one, &mut c)?;
+                let (_, c) = s.sync_all((one, c))?;
+                Ok(c)
+            })?;
+            assert_eq!(
+                c[0], 9.0,
+                "the move after a raw call on the per-thread stream"
+            );
+            let (_, t) = p.sync_all((a, t))?;
+            Ok(t)
+        })
+        .expect("the per-thread stream");
+    assert_eq!(&t[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
 }

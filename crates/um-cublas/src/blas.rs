@@ -1,6 +1,27 @@
 //! The cuBLAS handle of one context, and the calls on `um`'s buffers.
+//!
+//! What one call costs on the host, on the common path (the handle bound to the call's stream
+//! already, no capture open on the thread), besides cuBLAS's own routine:
+//!
+//! * thread-local reads only: not inside um's stream callback, no capture of um open on this
+//!   thread (so no `cuThreadExchangeStreamCaptureMode`), the stream's id against the bound one;
+//! * `cuCtxGetCurrent` (`Context::make_current`; `cuCtxSetCurrent` only where another context
+//!   is current: another library, or another device's handle, may have changed it);
+//! * on a created or the legacy stream nothing more: the handle's order
+//!   (`StreamOrder::follow`) records the handle's last work on a stream when the handle
+//!   leaves it (`cuEventRecord` there, `cuStreamWaitEvent` on the new stream), or `um`
+//!   records it when the created stream's scope ends (one `cuEventRecord` per stream, before
+//!   its `cuStreamDestroy`). On a per-thread or foreign stream, one `cuEventRecord` after
+//!   each call (a move cannot record there: another thread's per-thread stream has no handle
+//!   here, and a foreign stream may be gone once its scope ended).
+//!
+//! Before, every call recorded an event after itself (`cuEventRecord` plus a second
+//! `cuCtxGetCurrent`), on every stream. A move costs `cuEventRecord` and `cuStreamWaitEvent`
+//! (a created stream already ended: the wait only), `cublasSetStream_v2`, and, on the first
+//! call on a created stream, one `cuEventCreate` (the stream's own event).
 
 use std::cell::Cell;
+use std::ffi::c_int;
 use std::mem::ManuallyDrop;
 
 use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, StreamOwned};
@@ -9,7 +30,8 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::library::Cublas;
 use crate::result;
-use crate::shape::{Gemm, Gemv};
+use crate::result::Reduce;
+use crate::shape::{Gemm, Gemv, Level1, StridedBatched};
 use crate::stream::BlasStream;
 use crate::sys;
 
@@ -30,14 +52,16 @@ use crate::sys;
 /// first (skipped when the handle is already bound to it: a stream's
 /// [`id`](Stream::id) is never reused), so the handle serves every stream of its context, one
 /// call after another. A handle that moves from one stream to another orders the new stream
-/// after its own last call on the old one, on the device ([`StreamOrder`]: an event recorded
-/// after each call, waited for by the new stream before the first call there): its workspace
-/// may still serve the old stream's calls, and cuBLAS does not promise a workspace per stream.
-/// The calling thread does not wait, so a move neither waits for the device nor disturbs a graph
-/// capture on another thread. The cost is order: the new stream waits for everything queued on
-/// the old one before the handle's last call there (a long kernel, or a collective, included),
-/// and the two streams' cuBLAS calls run one after the other. For streams that should run at
-/// once, make one `Blas` per stream.
+/// after its own last call on the old one, on the device ([`StreamOrder::follow`]: an event
+/// recorded on the old stream at the move, or at that stream's end if it ended first, waited
+/// for by the new stream before the first call there): its workspace may still serve the old
+/// stream's calls, and cuBLAS does not promise a workspace per stream. The calling thread does
+/// not wait, so a move neither waits for the device nor disturbs a graph capture on another
+/// thread. The cost is order: the new stream waits for everything queued on the old one before
+/// the move (a long kernel, or a collective, included, also one queued after the handle's last
+/// call there), and the two streams' cuBLAS calls run one after the other. For streams that
+/// should run at once, make one `Blas` per stream. While the handle stays on one created or
+/// legacy stream, a call makes no driver call but `cuCtxGetCurrent` and cuBLAS's own.
 ///
 /// **Inside a capture closure**, a `Blas` on an eager stream works as anywhere else: its calls
 /// run with the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]), because
@@ -70,9 +94,18 @@ pub struct Blas {
     /// [`UNKNOWN_STREAM`] after a bind that failed; [`UNORDERED`] after a record that failed.
     /// A `Cell`: this is also what makes `Blas` `!Sync`.
     bound: Cell<u64>,
-    /// The handle's last call, recorded after each call on the stream it ran on: the next
-    /// stream waits for it. Leaked with the handle where drop cannot destroy the handle.
+    /// The order of the handle's work across streams ([`StreamOrder::follow`] at each bind,
+    /// [`StreamOrder::after_work`] after each call): the next stream waits for the work on the
+    /// old one. Leaked with the handle where drop cannot destroy the handle.
     order: ManuallyDrop<StreamOrder>,
+    /// Set where restoring host pointer mode after a device-result call failed: the next call
+    /// sets host mode again first (and fails while it cannot), so no host scalar is ever read as
+    /// a device address.
+    mode_unknown: Cell<bool>,
+    /// Set by [`Blas::raw_handle_on`] on a per-thread or foreign stream, whose work a move
+    /// cannot record: until a call of `Blas` there records after itself, a move waits for the
+    /// whole context.
+    raw_pending: Cell<bool>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
@@ -110,6 +143,8 @@ impl Blas {
             ctx: ctx.clone(),
             bound: Cell::new(0),
             order: ManuallyDrop::new(order),
+            mode_unknown: Cell::new(false),
+            raw_pending: Cell::new(false),
         };
         um_core::relaxed_while_capturing(|| {
             // SAFETY: a live handle; host pointer mode is what every call below relies on (its
@@ -232,8 +267,462 @@ impl Blas {
         })
     }
 
+    /// The raw `cublasHandle_t`, bound to `stream`, for a cuBLAS routine `um-cublas` does not
+    /// wrap (find it with [`Cublas::symbol`]). The handle is made ready as for a call of
+    /// `Blas`: its context current on this thread, bound to `stream`, in host pointer mode, and
+    /// ordered after the handle's work on any other stream; later calls of `Blas` on other
+    /// streams are ordered after the work the caller enqueues with it on `stream` (on a
+    /// per-thread or foreign stream, where only a call records, by a wait for the whole context
+    /// unless a call of `Blas` on `stream` comes first).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::ffi::{c_int, c_void};
+    /// use um_core::{Context, Managed, StreamOptions};
+    /// use um_cublas::Blas;
+    ///
+    /// // cublasSgeam: C = alpha op(A) + beta op(B), here the transpose of a 2x3 A.
+    /// type Sgeam = unsafe extern "C" fn(
+    ///     *mut c_void, c_int, c_int, c_int, c_int, *const f32, *const f32, c_int,
+    ///     *const f32, *const f32, c_int, *mut f32, c_int,
+    /// ) -> i32;
+    /// let ctx = Context::new(0)?;
+    /// let blas = Blas::new(&ctx)?;
+    /// // SAFETY: cublasSgeam has this prototype (cublas_api.h).
+    /// let geam: Sgeam = unsafe { std::mem::transmute(blas.library().symbol(c"cublasSgeam")?) };
+    /// let a = Managed::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?; // 2x3
+    /// let c = Managed::<[f32]>::zeroed_slice(&ctx, 6)?; // 3x2
+    /// let c = ctx.with_stream(StreamOptions::new(), |s| {
+    ///     let (a, mut c) = (a.attach(s)?, c.attach(s)?);
+    ///     let (alpha, beta) = (1.0f32, 0.0f32);
+    ///     let (pa, pc) = (a.as_device_ptr().as_ptr(), c.as_device_ptr_mut().as_mut_ptr());
+    ///     // SAFETY: the handle is used here only, on `s`, left bound and in host pointer
+    ///     // mode; A (2x3, lda 2) and C (3x2, ldc 3) lie within buffers `s` owns, and C
+    ///     // overlaps neither input (B is A, unused with beta = 0).
+    ///     let status = unsafe {
+    ///         let h = blas.raw_handle_on(s)?;
+    ///         geam(h, 1, 1, 3, 2, &alpha, pa, 2, &beta, pa, 2, pc, 3)
+    ///     };
+    ///     assert_eq!(status, 0);
+    ///     c.sync()
+    /// })?;
+    /// assert_eq!(&c[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// Until the next use of this `Blas` (any call, or its drop), the caller:
+    /// * calls cuBLAS with the handle on this thread only, with this `Blas`'s context current,
+    ///   and enqueues work with it on `stream` only: it does not rebind it
+    ///   (`cublasSetStream_v2`), destroy it, or capture its calls into a graph;
+    /// * leaves the handle as it found it: host pointer mode, cuBLAS's default workspace, and
+    ///   no other setting um-cublas relies on (a setting it changes, it sets back before that
+    ///   next use);
+    /// * passes only device memory that work on `stream` may touch: buffers `stream` owns
+    ///   (through `as_device_ptr`, `as_device_ptr_mut` for what the routine writes, within
+    ///   their lengths, an output overlapping no input unless the routine allows it) or memory
+    ///   of its own that stays allocated until `stream` has run the work, as
+    ///   [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) says;
+    /// * never uses the handle after that next use, nor after `stream`'s scope has ended.
+    pub unsafe fn raw_handle_on<K: BlasStream>(
+        &self,
+        stream: &Stream<'_, K>,
+    ) -> Result<sys::Handle> {
+        self.run(stream, || Ok(()))?;
+        if !(K::CREATED || stream.as_raw().is_null()) {
+            // A move cannot record a per-thread or foreign stream: until a call of `Blas` there
+            // records after the caller's work, a move waits for the whole context.
+            self.raw_pending.set(true);
+        }
+        Ok(self.handle)
+    }
+
+    /// `batch` GEMMs of one shape at fixed strides on `stream` (`cublasSgemmStridedBatched`
+    /// for `f32`, `cublasDgemmStridedBatched` for `f64`): the `i`-th on the matrices starting
+    /// `i * stride` elements into `a`, `b` and `c` ([`StridedBatched`], from
+    /// [`Gemm::strided_batched`]). The rules of [`gemm`](Blas::gemm), and every stride, the
+    /// batch and each buffer's length checked first ([`StridedBatched::check`]: the last
+    /// matrix ends within its buffer, the outputs do not overlap).
+    pub fn gemm_strided_batched<'s, T, K, MA, MB, MC>(
+        &self,
+        stream: &Stream<'s, K>,
+        batched: &StridedBatched<T>,
+        a: &Managed<[T], StreamOwned<'s, K>, MA>,
+        b: &Managed<[T], StreamOwned<'s, K>, MB>,
+        c: &mut Managed<[T], StreamOwned<'s, K>, MC>,
+    ) -> Result<()>
+    where
+        T: Element,
+        K: BlasStream,
+        MA: Storage,
+        MB: Storage,
+        MC: Storage,
+    {
+        let call = batched.resolve(a.len(), b.len(), c.len())?;
+        owned_by(stream, a, "a")?;
+        owned_by(stream, b, "b")?;
+        owned_by(stream, c, "c")?;
+        let (alpha, beta) = batched.scalars();
+        let (a, b) = (a.as_device_ptr(), b.as_device_ptr());
+        let mut c = c.as_device_ptr_mut();
+        let (first, second) = if call.gemm.swap {
+            (b.as_ptr(), a.as_ptr())
+        } else {
+            (a.as_ptr(), b.as_ptr())
+        };
+        let api = self.library.api();
+        // SAFETY: as in `gemm`, for each GEMM of the batch: `resolve` checked that the last
+        // matrix of each buffer (`stride * (batch - 1) + extent`) ends within it, and that the C
+        // matrices overlap one another nowhere (`stride_c >= extent` when `batch > 1`); C is a
+        // different allocation from A and B (`&mut` against `&`).
+        self.run(stream, || unsafe {
+            result::gemm_strided_batched(
+                api,
+                self.handle,
+                &call,
+                (alpha, beta),
+                first,
+                second,
+                c.as_mut_ptr(),
+            )
+        })
+    }
+
+    /// The dot product of `x` and `y` (`cublasSdot_v2`, `cublasDdot_v2`) over `v.n()`
+    /// elements at their increments, returned to the host.
+    ///
+    /// **Blocking**: cuBLAS returns a host result only once the stream has run the call, so
+    /// this waits for everything queued on `stream` before it. Not on a thread that captures
+    /// (inside a capture closure, where the wait would fail the capture): there it is
+    /// `um_core::Error::InsideCapture` (as [`Error::Um`]) before any call. To keep the result
+    /// on the device, without a wait, use [`dot_into`](Blas::dot_into).
+    ///
+    /// `x` and `y` are owned by `stream` and may be the same buffer (both are read).
+    /// [`Error::Shape`] before cuBLAS runs where a length, an increment or a buffer does not fit
+    /// ([`Level1::check`]).
+    pub fn dot<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<T> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
+        let api = self.library.api();
+        let mut out = T::ZERO;
+        // SAFETY: as in `gemm` (a live, bound, ordered handle in host pointer mode; buffers
+        // owned by the stream); `resolve_xy` checked that `x` and `y` hold `(n - 1) * inc + 1`
+        // elements; `out` is a host local cuBLAS writes before it returns.
+        self.run(stream, || unsafe {
+            result::dot(
+                api,
+                self.handle,
+                &call,
+                x.as_ptr(),
+                y.as_ptr(),
+                &raw mut out,
+            )
+        })?;
+        Ok(out)
+    }
+
+    /// The dot product of `x` and `y`, written on the device into `result[0]`, a buffer of
+    /// the same stream: no host wait (`CUBLAS_POINTER_MODE_DEVICE` for this call, host mode
+    /// again after it). `sync` `result` to read it. The rules of [`dot`](Blas::dot); `result`
+    /// must hold at least one element.
+    pub fn dot_into<'s, T, K, MX, MY, MR>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &Managed<[T], StreamOwned<'s, K>, MY>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()>
+    where
+        T: Element,
+        K: BlasStream,
+        MX: Storage,
+        MY: Storage,
+        MR: Storage,
+    {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        owned_by(stream, result, "result")?;
+        let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        self.run(stream, || {
+            // SAFETY: as in `dot`; `r` is the device address of a buffer of at least one element
+            // owned by the stream, a different allocation from `x` and `y` (`&mut` against `&`),
+            // written by the stream's work; the call runs in device pointer mode (`device_result`).
+            self.device_result(|| unsafe {
+                result::dot(
+                    api,
+                    self.handle,
+                    &call,
+                    x.as_ptr(),
+                    y.as_ptr(),
+                    r.as_mut_ptr(),
+                )
+            })
+        })
+    }
+
+    /// The Euclidean norm of `x` (`cublasSnrm2_v2`, `cublasDnrm2_v2`) over `v.n()` elements
+    /// at `incx`, returned to the host: blocking, refused inside a capture, as
+    /// [`dot`](Blas::dot).
+    pub fn nrm2<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        self.reduce_to_host(stream, Reduce::Nrm2, v, x)
+    }
+
+    /// The Euclidean norm of `x`, written on the device into `result[0]`: no host wait, as
+    /// [`dot_into`](Blas::dot_into).
+    pub fn nrm2_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        self.reduce_on_device(stream, Reduce::Nrm2, v, x, result)
+    }
+
+    /// The sum of the magnitudes of `x`'s elements (`cublasSasum_v2`, `cublasDasum_v2`),
+    /// returned to the host: blocking, refused inside a capture, as [`dot`](Blas::dot).
+    pub fn asum<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        self.reduce_to_host(stream, Reduce::Asum, v, x)
+    }
+
+    /// The sum of the magnitudes of `x`'s elements, written on the device into `result[0]`:
+    /// no host wait, as [`dot_into`](Blas::dot_into).
+    pub fn asum_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        self.reduce_on_device(stream, Reduce::Asum, v, x, result)
+    }
+
+    /// The position of the first element of largest magnitude of `x` (`cublasIsamax_v2`,
+    /// `cublasIdamax_v2`), returned to the host: `Some(i)` for the element `x[i * incx]`
+    /// (0-based), `None` for `n = 0`. Blocking, refused inside a capture, as [`dot`](Blas::dot).
+    pub fn iamax<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<Option<usize>> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let x = x.as_device_ptr();
+        let api = self.library.api();
+        let mut out: c_int = 0;
+        // SAFETY: as in `dot`, for `x` alone; `out` is a host `int` written before the call
+        // returns.
+        self.run(stream, || unsafe {
+            result::iamax(api, self.handle, &call, x.as_ptr(), &raw mut out)
+        })?;
+        // cuBLAS's index is 1-based; 0 only for n = 0.
+        Ok(usize::try_from(out).ok().and_then(|i| i.checked_sub(1)))
+    }
+
+    /// The position of the first element of largest magnitude of `x`, written on the device
+    /// into `result[0]` as cuBLAS gives it: 1-based (`x[(result[0] - 1) * incx]`), 0 for
+    /// `n = 0`. No host wait, as [`dot_into`](Blas::dot_into).
+    pub fn iamax_into<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[i32], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, result, "result")?;
+        let x = x.as_device_ptr();
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        self.run(stream, || {
+            // SAFETY: as in `dot_into`, for `x` alone; `r` holds at least one `int` (`i32`).
+            self.device_result(|| unsafe {
+                result::iamax(api, self.handle, &call, x.as_ptr(), r.as_mut_ptr())
+            })
+        })
+    }
+
+    /// `y = alpha x + y` (`cublasSaxpy_v2`, `cublasDaxpy_v2`) over `v.n()` elements at their
+    /// increments, `alpha` read on the host at the call; asynchronous. `y` is written (`&mut`),
+    /// so it cannot be `x`.
+    pub fn axpy<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        alpha: T,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let x = x.as_device_ptr();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`; `y` is written, a different allocation from `x` (`&mut` against
+        // `&`), checked to hold its strided extent.
+        self.run(stream, || unsafe {
+            result::axpy(api, self.handle, &call, alpha, x.as_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `x = alpha x` (`cublasSscal_v2`, `cublasDscal_v2`) over `v.n()` elements at `incx`,
+    /// `alpha` read on the host at the call; asynchronous.
+    pub fn scal<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        alpha: T,
+        x: &mut Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let mut x = x.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`, for `x` alone, written within its checked extent.
+        self.run(stream, || unsafe {
+            result::scal(api, self.handle, &call, alpha, x.as_mut_ptr())
+        })
+    }
+
+    /// `y = x` (`cublasScopy_v2`, `cublasDcopy_v2`) over `v.n()` elements at their
+    /// increments; asynchronous.
+    pub fn copy<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let x = x.as_device_ptr();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `axpy`.
+        self.run(stream, || unsafe {
+            result::copy(api, self.handle, &call, x.as_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `x` and `y` exchanged (`cublasSswap_v2`, `cublasDswap_v2`) over `v.n()` elements at
+    /// their increments; asynchronous. Both are `&mut`, so they are two buffers.
+    pub fn swap<'s, T: Element, K: BlasStream, MX: Storage, MY: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        v: &Level1,
+        x: &mut Managed<[T], StreamOwned<'s, K>, MX>,
+        y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
+    ) -> Result<()> {
+        let call = v.resolve_xy(x.len(), y.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, y, "y")?;
+        let mut x = x.as_device_ptr_mut();
+        let mut y = y.as_device_ptr_mut();
+        let api = self.library.api();
+        // SAFETY: as in `dot`; both written within their checked extents, two allocations
+        // (two `&mut`).
+        self.run(stream, || unsafe {
+            result::swap(api, self.handle, &call, x.as_mut_ptr(), y.as_mut_ptr())
+        })
+    }
+
+    /// `nrm2` and `asum` to the host.
+    fn reduce_to_host<'s, T: Element, K: BlasStream, MX: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        which: Reduce,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+    ) -> Result<T> {
+        um_core::refuse_inside_capture("a cuBLAS result returned to the host")?;
+        let call = v.resolve_x(x.len())?;
+        owned_by(stream, x, "x")?;
+        let x = x.as_device_ptr();
+        let api = self.library.api();
+        let mut out = T::ZERO;
+        // SAFETY: as in `dot`, for `x` alone.
+        self.run(stream, || unsafe {
+            result::reduce(api, self.handle, which, &call, x.as_ptr(), &raw mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// `nrm2` and `asum` into a device buffer.
+    fn reduce_on_device<'s, T: Element, K: BlasStream, MX: Storage, MR: Storage>(
+        &self,
+        stream: &Stream<'s, K>,
+        which: Reduce,
+        v: &Level1,
+        x: &Managed<[T], StreamOwned<'s, K>, MX>,
+        result: &mut Managed<[T], StreamOwned<'s, K>, MR>,
+    ) -> Result<()> {
+        let call = v.resolve_x(x.len())?;
+        one_element(result.len())?;
+        owned_by(stream, x, "x")?;
+        owned_by(stream, result, "result")?;
+        let x = x.as_device_ptr();
+        let mut r = result.as_device_ptr_mut();
+        let api = self.library.api();
+        self.run(stream, || {
+            // SAFETY: as in `dot_into`, for `x` alone.
+            self.device_result(|| unsafe {
+                result::reduce(api, self.handle, which, &call, x.as_ptr(), r.as_mut_ptr())
+            })
+        })
+    }
+
+    /// Runs `routine` (a call that takes its result as a device pointer) with the handle in
+    /// device pointer mode, and sets host mode again after it, whatever its status. Where that
+    /// fails, the handle is marked (`mode_unknown`) and the next call sets host mode first.
+    /// Called inside `run`, with the context current.
+    fn device_result(&self, routine: impl FnOnce() -> Result<()>) -> Result<()> {
+        let api = self.library.api();
+        // Marked first: if anything below fails or unwinds, host mode is set again before the
+        // next call.
+        self.mode_unknown.set(true);
+        // SAFETY: a live handle, its context current; the only call made in device mode is
+        // `routine`, whose result pointer is a device address (the caller's `unsafe`).
+        unsafe { result::set_pointer_mode_device(api, self.handle) }?;
+        let called = routine();
+        // SAFETY: a live handle, its context current.
+        if unsafe { result::set_pointer_mode_host(api, self.handle) }.is_ok() {
+            self.mode_unknown.set(false);
+        }
+        called
+    }
+
     /// Binds the handle to `stream` ([`enter`](Blas::enter)), makes the call `routine`, and
-    /// records it in the handle's order, all with the thread's capture mode relaxed inside a
+    /// tells the handle's order about it, all with the thread's capture mode relaxed inside a
     /// capture closure ([`um_core::relaxed_while_capturing`]: cuBLAS's first use of a kernel
     /// loads its module). `routine` must be a call with this handle (the caller's `unsafe`).
     fn run<K: BlasStream>(
@@ -246,27 +735,39 @@ impl Blas {
         um_core::refuse_inside_stream_callback("a cuBLAS call")?;
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
-            // Until the call is recorded, a later move cannot order itself after it, and must
-            // wait for the whole context instead (`UNORDERED`): so also if anything between
-            // here and the record unwound (nothing can today).
+            if self.mode_unknown.get() {
+                // SAFETY: a live handle, its context current (`enter`).
+                unsafe { result::set_pointer_mode_host(self.library.api(), self.handle) }?;
+                self.mode_unknown.set(false);
+            }
+            // Until the order knows of the call, a later move cannot order itself after it,
+            // and must wait for the whole context instead (`UNORDERED`): so also if anything
+            // between here and `after_work` unwound (nothing can today).
             self.bound.set(UNORDERED);
             let called = routine();
-            // Recorded whatever the status: a failed call may have enqueued part of its work.
-            if self.order.record(stream).is_ok() {
+            // Whatever the status: a failed call may have enqueued part of its work. On a
+            // created or the legacy stream no driver call: the move records (`enter`); on a
+            // per-thread or foreign stream, one `cuEventRecord`.
+            if self.order.after_work(stream).is_ok() {
                 self.bound.set(stream.id());
+                // The record (or the move's, on a created or the legacy stream) covers the raw
+                // calls made before this one.
+                self.raw_pending.set(false);
             }
             called
         })?
     }
 
     /// Checks the stream's context, makes it current, and binds the handle to the stream
-    /// unless it already is.
+    /// unless it already is, ordered after the handle's last work on any other stream.
     fn enter<K: BlasStream>(&self, stream: &Stream<'_, K>) -> Result<()> {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
         let id = stream.id();
         if self.bound.get() == id {
+            // The common path: `cuCtxGetCurrent` (and `cuCtxSetCurrent` only where another
+            // context is current), nothing else.
             return Ok(self.ctx.make_current()?);
         }
         let api = self.library.api();
@@ -281,42 +782,52 @@ impl Blas {
             // destroyed stream's successor), and drop unbinds before it destroys the handle.
             unsafe { result::set_stream(api, handle, raw) }
         };
-        let previous = self.bound.get();
-        let bound = if previous == 0 {
-            // Never bound: no work of the handle can be in flight. A first bind must also go
-            // through while another thread captures (one `Blas` per stream, made beside
-            // captures), so um relies here on `cublasSetStream_v2` neither waiting for the
-            // device nor freeing memory in use (docs/interop.md, "What the types cannot see").
+        // A move (or a first bind, or a bind after one that failed): the handle's workspace
+        // may still serve its calls on the stream it was bound to, and cuBLAS does not promise
+        // that its default workspace pool is per stream. So the new stream waits, on the
+        // device, for all the work queued on that stream before now (`StreamOrder::follow`:
+        // recorded now while that stream lives, else at its end, which `um` records for a
+        // created stream the order follows; after each call on a per-thread or foreign one),
+        // even if that stream is gone now: every cuBLAS call enqueued here after the wait runs
+        // after every earlier one of the handle. The calling thread does not wait, so no
+        // capture can be disturbed, and none needs to wait for this move. A first bind waits
+        // for nothing; it must also go through while another thread captures (one `Blas` per
+        // stream, made beside captures), so um relies here on `cublasSetStream_v2` neither
+        // waiting for the device nor freeing memory in use (docs/interop.md, "What the types
+        // cannot see").
+        let ordered = self.bound.get() != UNORDERED
+            && !self.raw_pending.get()
+            && self.order.follow(stream)?;
+        let bound = if ordered {
             self.ctx.make_current()?;
             bind()
-        } else if previous == UNORDERED {
-            // The handle's last call was not recorded: its workspace may still be in use on a
-            // stream that may be gone (its handle reused), so the barrier is the whole context,
-            // as before `StreamOrder`. Not while a capture of um is in progress on the device or
-            // this thread, or waits to begin: the wait would fail it (refused there, before any
-            // CUDA call). The bind is made inside the section, so that no capture can begin
-            // between the wait and it.
+        } else {
+            // The handle's last work could not be recorded: its workspace may still be in use
+            // on a stream that may be gone (its handle reused), so the barrier is the whole
+            // context, as before `StreamOrder`. Not while a capture of um is in progress on the
+            // device or this thread, or waits to begin: the wait would fail it (refused there,
+            // before any CUDA call). The bind is made inside the section, so that no capture
+            // can begin between the wait and it.
             match self.ctx.with_idle_unless_capturing(bind)? {
                 Some(bound) => bound,
                 None => return Err(Error::CaptureInProgress),
             }
-        } else {
-            // A move (or a bind after one that failed): the handle's workspace may still serve
-            // its calls on the stream it was bound to, and cuBLAS does not promise that its
-            // default workspace pool is per stream. So the new stream waits, on the device, for
-            // the handle's last call, recorded after it on that stream (`run`), even if that
-            // stream is gone now: every cuBLAS call enqueued here after the wait runs after
-            // every earlier one of the handle. The calling thread does not wait, so no capture
-            // can be disturbed, and none needs to wait for this move.
-            self.order.wait(stream)?;
-            self.ctx.make_current()?;
-            bind()
         };
         // Until the bind is known to have succeeded, the handle's stream is unknown: a failed
-        // bind may have switched it (or its workspace) anyway, so the next call waits and
-        // binds again, whatever its stream.
+        // bind may have switched it (or its workspace) anyway, so the next call orders itself
+        // and binds again, whatever its stream.
         self.bound.set(UNKNOWN_STREAM);
         bound?;
+        if !ordered {
+            // Ordered by the wait for the context: the order follows this stream from now on.
+            // If it cannot (the stream's event could not be made), the next call waits for the
+            // context again.
+            if let Err(e) = self.order.restart(stream) {
+                self.bound.set(UNORDERED);
+                return Err(e.into());
+            }
+            self.raw_pending.set(false);
+        }
         self.bound.set(id);
         Ok(())
     }
@@ -326,9 +837,23 @@ impl Blas {
 /// reused), and not 0 (never bound, which skips the order).
 const UNKNOWN_STREAM: u64 = u64::MAX;
 
-/// [`Blas::bound`] after a call whose record failed: no stream's id either; the next call waits
-/// for the whole context before it binds.
+/// [`Blas::bound`] after a call the order may not know of (its record failed): no stream's id
+/// either; the next call waits for the whole context before it binds.
 const UNORDERED: u64 = u64::MAX - 1;
+
+/// A device result needs one element.
+fn one_element(len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(crate::ShapeError::BufferTooShort {
+            buffer: "result",
+            len,
+            needed: 1,
+            what: "one result".to_owned(),
+        }
+        .into());
+    }
+    Ok(())
+}
 
 /// [`Error::StreamMismatch`] unless `stream` owns `buffer` (the brand already guarantees it,
 /// except between the streams of one stream set).

@@ -17,12 +17,13 @@ pub enum Kind {
     F64,
 }
 
-/// An element type of a cuBLAS matrix: `f32` (`cublasSgemm_v2`, `cublasSgemv_v2`) or `f64`
-/// (`cublasDgemm_v2`, `cublasDgemv_v2`). Sealed: any other type is a compile error.
+/// An element type of a cuBLAS matrix or vector: `f32` (`cublasSgemm_v2`, `cublasSdot_v2`,
+/// ...) or `f64` (`cublasDgemm_v2`, `cublasDdot_v2`, ...). Sealed: any other type is a compile
+/// error.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an element type um-cublas computes with",
-    label = "cuBLAS has no GEMM/GEMV of this type here",
-    note = "um-cublas maps f32 to cublasSgemm_v2/cublasSgemv_v2 and f64 to cublasDgemm_v2/cublasDgemv_v2"
+    label = "cuBLAS has no routine of this type here",
+    note = "um-cublas maps f32 to cuBLAS's S routines (cublasSgemm_v2, cublasSdot_v2, ...) and f64 to its D routines"
 )]
 pub trait Element:
     sealed::Sealed + DeviceCopy + Copy + PartialEq + std::fmt::Debug + 'static

@@ -7,10 +7,14 @@ use crate::sys::Api;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ShapeError {
-    /// A dimension, leading dimension or count is larger than cuBLAS's `int` (2^31 - 1).
-    #[error("{what} = {value} does not fit cuBLAS's int (at most 2147483647)")]
+    /// A dimension, leading dimension, increment or count is larger than cuBLAS's `int`
+    /// (2^31 - 1), or a batch stride larger than its `long long` or so large that the batch's
+    /// extent overflows.
+    #[error(
+        "{what} = {value} does not fit cuBLAS's int (at most 2147483647), or a stride's extent overflows"
+    )]
     TooLarge {
-        /// `m`, `n`, `k`, `lda`, `ldb` or `ldc`.
+        /// `m`, `n`, `k`, `lda`, `ldb`, `ldc`, `incx`, `incy`, `batch` or a stride.
         what: &'static str,
         /// The value given.
         value: usize,
@@ -36,6 +40,23 @@ pub enum ShapeError {
         /// The least leading dimension allowed: `max(1, rows)` column-major, `max(1, cols)`
         /// row-major.
         min: usize,
+    },
+    /// A vector increment of 0 (`incx`, `incy`): um-cublas takes increments of at least 1.
+    #[error("{what} = 0: an increment must be at least 1")]
+    ZeroIncrement {
+        /// `incx` or `incy`.
+        what: &'static str,
+    },
+    /// The C matrices of a strided batch would overlap (`stride_c` less than C's extent, with
+    /// more than one GEMM), and the GEMMs of a batch may run at once.
+    #[error(
+        "stride_c = {stride} is less than C's extent ({extent} elements): the outputs of the batch would overlap"
+    )]
+    OutputsOverlap {
+        /// `stride_c`.
+        stride: usize,
+        /// The elements one C spans.
+        extent: u64,
     },
     /// A buffer shorter than the matrix or vector it must hold: a `rows`×`cols` matrix with
     /// leading dimension `ld` spans `ld * (cols - 1) + rows` elements (column-major; swap rows
@@ -63,6 +84,14 @@ pub enum Error {
     NotFound {
         /// `name: reason`, for every candidate, in the order tried.
         tried: Vec<String>,
+    },
+    /// The library has no entry point of this name ([`Cublas::symbol`](crate::Cublas::symbol)).
+    #[error("cuBLAS has no entry point {name}: {reason}")]
+    NoSymbol {
+        /// The name asked for.
+        name: String,
+        /// The dynamic loader's reason.
+        reason: String,
     },
     /// A matrix or vector does not fit the call (checked before cuBLAS runs).
     #[error(transparent)]

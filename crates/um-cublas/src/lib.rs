@@ -1,17 +1,23 @@
 //! # um-cublas: cuBLAS on `um`'s owned buffers
 //!
-//! GEMM and GEMV whose operands the compiler checks: every matrix and vector is a
+//! GEMM, strided batched GEMM, GEMV and the level-1 routines (dot, nrm2, asum, iamax, axpy,
+//! scal, copy, swap) whose operands the compiler checks: every matrix and vector is a
 //! `Managed<[T], StreamOwned<'s, K>, M>` owned by the stream the call is enqueued on (`&` for
 //! what cuBLAS reads, `&mut` for what it writes), so no cuBLAS call can touch memory the CPU or
 //! another stream owns, and the buffers cannot be freed or handed back to the CPU while it may
-//! run. Shapes, leading dimensions and transposes are checked against the buffers' lengths
-//! before cuBLAS runs. [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) has the rules this crate builds on (the raw handles of
+//! run. Shapes, leading dimensions, increments, strides and transposes are checked against the
+//! buffers' lengths before cuBLAS runs. A reduction's result is returned to the host (the call
+//! waits for the stream; refused inside a capture closure) or written into a one-element buffer
+//! of the same stream (no wait). A routine this crate does not wrap is a few lines:
+//! [`Cublas::symbol`] and [`Blas::raw_handle_on`]. [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) has the rules this crate builds on (the raw handles of
 //! `um-core`) and the ones it adds.
 //!
 //! * [`Blas`]: one cuBLAS handle of one [`Context`](um_core::Context); `Send`, not `Sync`
 //!   (one thread at a time).
 //! * [`Gemm`] and [`Gemv`]: what to compute, column-major (cuBLAS's convention) or row-major
-//!   ([`Gemm::row_major`], computed as `C^T = B^T A^T` on the same buffers).
+//!   ([`Gemm::row_major`], computed as `C^T = B^T A^T` on the same buffers);
+//!   [`StridedBatched`] ([`Gemm::strided_batched`]): many GEMMs of one shape at fixed strides.
+//! * [`Level1`]: the length and increments of a level-1 call's vectors.
 //! * [`Element`]: `f32` and `f64`, sealed; any other element type does not compile.
 //! * [`Cublas`]: the library, loaded at run time (`dlopen`), so that building needs nothing:
 //!   `UM_CUBLAS_LIB`, else `libcublas.so.13`, `libcublas.so`, then the toolkit's folder. A
@@ -67,7 +73,7 @@ pub use blas::Blas;
 pub use element::{Element, Kind};
 pub use error::{Error, Result, ShapeError};
 pub use library::{Cublas, ENV_VAR, INSTALL_HELP, SEARCH};
-pub use shape::{Gemm, Gemv, Layout, Op};
+pub use shape::{Gemm, Gemv, Layout, Level1, Op, StridedBatched};
 pub use stream::BlasStream;
 
 // The thread facts the design relies on, checked at compile time.
@@ -83,4 +89,6 @@ mod facts {
     // Descriptions are plain values.
     assert_impl_all!(Gemm<f32>: Send, Sync, Copy);
     assert_impl_all!(Gemv<f64>: Send, Sync, Copy);
+    assert_impl_all!(Level1: Send, Sync, Copy);
+    assert_impl_all!(StridedBatched<f32>: Send, Sync, Copy);
 }

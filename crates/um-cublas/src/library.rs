@@ -1,6 +1,6 @@
 //! Finding and loading cuBLAS at run time, so that building needs nothing of it.
 
-use std::ffi::{OsStr, OsString, c_int};
+use std::ffi::{CStr, OsStr, OsString, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -88,6 +88,22 @@ impl Cublas {
     /// streams.
     pub fn api(&self) -> &Api {
         &self.api
+    }
+
+    /// The address of the library's entry point `name` (`dlsym`), for a routine `um-cublas`
+    /// does not wrap: cast it to the routine's prototype (`cublas_api.h`) and call it with the
+    /// handle of [`Blas::raw_handle_on`](crate::Blas::raw_handle_on), whose example shows it.
+    /// Getting the address is safe; calling it is a foreign call. The library is never
+    /// unloaded, so the address stays valid for the life of the process.
+    /// [`Error::NoSymbol`] where the library has no such entry point.
+    pub fn symbol(&self, name: &CStr) -> Result<*const c_void> {
+        // SAFETY: the symbol is read as an address only (`*const c_void`, whatever it points
+        // to); nothing is called here, and the library stays loaded (see `Cublas`).
+        let symbol = unsafe { self._library.get::<*const c_void>(name.to_bytes_with_nul()) };
+        symbol.map(|s| *s).map_err(|e| Error::NoSymbol {
+            name: name.to_string_lossy().into_owned(),
+            reason: e.to_string(),
+        })
     }
 
     /// Where the library was found: the name or path it was loaded by.
@@ -201,6 +217,24 @@ unsafe fn resolve(library: &libloading::Library) -> std::result::Result<Api, Str
         dgemm: symbol!("cublasDgemm_v2"),
         sgemv: symbol!("cublasSgemv_v2"),
         dgemv: symbol!("cublasDgemv_v2"),
+        sgemm_strided_batched: symbol!("cublasSgemmStridedBatched"),
+        dgemm_strided_batched: symbol!("cublasDgemmStridedBatched"),
+        sdot: symbol!("cublasSdot_v2"),
+        ddot: symbol!("cublasDdot_v2"),
+        snrm2: symbol!("cublasSnrm2_v2"),
+        dnrm2: symbol!("cublasDnrm2_v2"),
+        sasum: symbol!("cublasSasum_v2"),
+        dasum: symbol!("cublasDasum_v2"),
+        isamax: symbol!("cublasIsamax_v2"),
+        idamax: symbol!("cublasIdamax_v2"),
+        saxpy: symbol!("cublasSaxpy_v2"),
+        daxpy: symbol!("cublasDaxpy_v2"),
+        sscal: symbol!("cublasSscal_v2"),
+        dscal: symbol!("cublasDscal_v2"),
+        scopy: symbol!("cublasScopy_v2"),
+        dcopy: symbol!("cublasDcopy_v2"),
+        sswap: symbol!("cublasSswap_v2"),
+        dswap: symbol!("cublasDswap_v2"),
         status_name: optional!("cublasGetStatusName"),
         status_string: optional!("cublasGetStatusString"),
     })

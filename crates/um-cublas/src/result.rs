@@ -9,7 +9,7 @@ use std::ffi::{CStr, c_int};
 
 use crate::element::{Element, Kind};
 use crate::error::{Error, Result};
-use crate::shape::{GemmCall, GemvCall};
+use crate::shape::{GemmCall, GemvCall, Level1Call, StridedBatchedCall};
 use crate::sys::{self, Api, Handle};
 
 /// `cublasCreate_v2`: a handle for the context current on this thread.
@@ -29,6 +29,19 @@ pub(crate) fn create(api: &Api) -> Result<Handle> {
 pub(crate) unsafe fn set_pointer_mode_host(api: &Api, handle: Handle) -> Result<()> {
     // SAFETY: the caller's guarantee.
     let status = unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_HOST) };
+    Error::status(api, "cublasSetPointerMode_v2", status)
+}
+
+/// `cublasSetPointerMode_v2` to device: scalars and results are device memory, read and
+/// written by the work on the stream.
+///
+/// # Safety
+/// `handle` is live; every call made in this mode passes device pointers for its scalars and
+/// result, and the caller restores host mode ([`set_pointer_mode_host`]) before any call that
+/// passes host pointers.
+pub(crate) unsafe fn set_pointer_mode_device(api: &Api, handle: Handle) -> Result<()> {
+    // SAFETY: the caller's guarantee.
+    let status = unsafe { (api.set_pointer_mode)(handle, sys::POINTER_MODE_DEVICE) };
     Error::status(api, "cublasSetPointerMode_v2", status)
 }
 
@@ -142,6 +155,243 @@ pub(crate) unsafe fn gemv<T: Element>(
             1,
         )
     };
+    Error::status(api, name, status)
+}
+
+/// `cublasSgemmStridedBatched` or `cublasDgemmStridedBatched` (by `T`): `call.batch` GEMMs of
+/// `call.gemm`'s shape, the `i`-th on matrices starting `i * stride` elements into `first`,
+/// `second` and `c`.
+///
+/// # Safety
+/// As [`gemm`], for every GEMM of the batch: each `first + i * strides[0]` (and so on) read or
+/// written within its matrix's extent stays within its allocation (`i < batch`), and the C
+/// matrices of the batch overlap neither each other nor `first` and `second`.
+pub(crate) unsafe fn gemm_strided_batched<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &StridedBatchedCall,
+    (alpha, beta): (T, T),
+    first: *const T,
+    second: *const T,
+    c: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.sgemm_strided_batched, "cublasSgemmStridedBatched"),
+        Kind::F64 => (api.dgemm_strided_batched, "cublasDgemmStridedBatched"),
+    };
+    let g = &call.gemm;
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`; the scalars are locals that
+    // live across the call (host pointer mode: read before it returns).
+    let status = unsafe {
+        f(
+            handle,
+            g.transa,
+            g.transb,
+            g.m,
+            g.n,
+            g.k,
+            (&raw const alpha).cast(),
+            first.cast(),
+            g.lda,
+            call.strides[0],
+            second.cast(),
+            g.ldb,
+            call.strides[1],
+            (&raw const beta).cast(),
+            c.cast(),
+            g.ldc,
+            call.strides[2],
+            call.batch,
+        )
+    };
+    Error::status(api, name, status)
+}
+
+/// `cublasSdot_v2` or `cublasDdot_v2`: the dot product of `call.n` elements of `x` and `y` at
+/// their increments, written to `result`.
+///
+/// # Safety
+/// `handle` is live, current, bound to the stream the call is enqueued on, ordered after the
+/// handle's earlier calls on other streams; `x` and `y` are device addresses of `T`s that hold
+/// `(n - 1) * inc + 1` elements at their increments, stay allocated and are written by no other
+/// work until the stream has run the call. In host pointer mode `result` is a host `T` the
+/// call writes before it returns (it waits for the stream); in device pointer mode a device
+/// `T` with the same guarantees as `x`, overlapping neither input.
+pub(crate) unsafe fn dot<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    x: *const T,
+    y: *const T,
+    result: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.sdot, "cublasSdot_v2"),
+        Kind::F64 => (api.ddot, "cublasDdot_v2"),
+    };
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`.
+    let status = unsafe {
+        f(
+            handle,
+            call.n,
+            x.cast(),
+            call.incx,
+            y.cast(),
+            call.incy,
+            result.cast(),
+        )
+    };
+    Error::status(api, name, status)
+}
+
+/// Which one-vector reduction: `cublas?nrm2_v2` (Euclidean norm) or `cublas?asum_v2` (sum of
+/// magnitudes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reduce {
+    Nrm2,
+    Asum,
+}
+
+/// `cublas{S,D}{nrm2,asum}_v2`: `call.n` elements of `x` at `call.incx`, reduced into `result`.
+///
+/// # Safety
+/// As [`dot`], for `x` alone.
+pub(crate) unsafe fn reduce<T: Element>(
+    api: &Api,
+    handle: Handle,
+    which: Reduce,
+    call: &Level1Call,
+    x: *const T,
+    result: *mut T,
+) -> Result<()> {
+    let (f, name) = match (which, T::KIND) {
+        (Reduce::Nrm2, Kind::F32) => (api.snrm2, "cublasSnrm2_v2"),
+        (Reduce::Nrm2, Kind::F64) => (api.dnrm2, "cublasDnrm2_v2"),
+        (Reduce::Asum, Kind::F32) => (api.sasum, "cublasSasum_v2"),
+        (Reduce::Asum, Kind::F64) => (api.dasum, "cublasDasum_v2"),
+    };
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`.
+    let status = unsafe { f(handle, call.n, x.cast(), call.incx, result.cast()) };
+    Error::status(api, name, status)
+}
+
+/// `cublasIsamax_v2` or `cublasIdamax_v2`: the 1-based index of the first element of `x` of
+/// largest magnitude (0 for `n = 0`), written to `result`.
+///
+/// # Safety
+/// As [`dot`], for `x` alone, with `result` an `int` (host or device by the pointer mode).
+pub(crate) unsafe fn iamax<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    x: *const T,
+    result: *mut c_int,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.isamax, "cublasIsamax_v2"),
+        Kind::F64 => (api.idamax, "cublasIdamax_v2"),
+    };
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`.
+    let status = unsafe { f(handle, call.n, x.cast(), call.incx, result) };
+    Error::status(api, name, status)
+}
+
+/// `cublasSaxpy_v2` or `cublasDaxpy_v2`: `y = alpha x + y` over `call.n` elements.
+///
+/// # Safety
+/// As [`dot`], in host pointer mode, with `y` written: `y` overlaps no element of `x`.
+pub(crate) unsafe fn axpy<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    alpha: T,
+    x: *const T,
+    y: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.saxpy, "cublasSaxpy_v2"),
+        Kind::F64 => (api.daxpy, "cublasDaxpy_v2"),
+    };
+    // SAFETY: the caller's guarantees; `alpha` is a local read before the call returns.
+    let status = unsafe {
+        f(
+            handle,
+            call.n,
+            (&raw const alpha).cast(),
+            x.cast(),
+            call.incx,
+            y.cast(),
+            call.incy,
+        )
+    };
+    Error::status(api, name, status)
+}
+
+/// `cublasSscal_v2` or `cublasDscal_v2`: `x = alpha x` over `call.n` elements at `call.incx`.
+///
+/// # Safety
+/// As [`dot`], in host pointer mode, for `x` alone, written.
+pub(crate) unsafe fn scal<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    alpha: T,
+    x: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.sscal, "cublasSscal_v2"),
+        Kind::F64 => (api.dscal, "cublasDscal_v2"),
+    };
+    // SAFETY: the caller's guarantees; `alpha` is a local read before the call returns.
+    let status = unsafe {
+        f(
+            handle,
+            call.n,
+            (&raw const alpha).cast(),
+            x.cast(),
+            call.incx,
+        )
+    };
+    Error::status(api, name, status)
+}
+
+/// `cublasScopy_v2` or `cublasDcopy_v2`: `y = x` over `call.n` elements.
+///
+/// # Safety
+/// As [`dot`], with `y` written: `y` overlaps no element of `x`.
+pub(crate) unsafe fn copy<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    x: *const T,
+    y: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.scopy, "cublasScopy_v2"),
+        Kind::F64 => (api.dcopy, "cublasDcopy_v2"),
+    };
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`.
+    let status = unsafe { f(handle, call.n, x.cast(), call.incx, y.cast(), call.incy) };
+    Error::status(api, name, status)
+}
+
+/// `cublasSswap_v2` or `cublasDswap_v2`: `x` and `y` exchanged over `call.n` elements.
+///
+/// # Safety
+/// As [`dot`], with both written: they overlap nowhere.
+pub(crate) unsafe fn swap<T: Element>(
+    api: &Api,
+    handle: Handle,
+    call: &Level1Call,
+    x: *mut T,
+    y: *mut T,
+) -> Result<()> {
+    let (f, name) = match T::KIND {
+        Kind::F32 => (api.sswap, "cublasSswap_v2"),
+        Kind::F64 => (api.dswap, "cublasDswap_v2"),
+    };
+    // SAFETY: the caller's guarantees; `f` is the routine for `T`.
+    let status = unsafe { f(handle, call.n, x.cast(), call.incx, y.cast(), call.incy) };
     Error::status(api, name, status)
 }
 

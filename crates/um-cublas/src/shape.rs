@@ -122,17 +122,16 @@ fn int(what: &'static str, value: usize) -> Result<c_int, ShapeError> {
     c_int::try_from(value).map_err(|_| ShapeError::TooLarge { what, value })
 }
 
-/// Checks one stored matrix against its buffer; its leading dimension as an `int`.
-#[allow(clippy::too_many_arguments)]
-fn matrix(
+/// One stored matrix: its leading dimension as an `int`, and how many elements it spans
+/// (`ld * (outer - 1) + inner`; none for an empty matrix).
+fn stored(
     matrix: &'static str,
     what: &'static str,
     layout: Layout,
     rows: usize,
     cols: usize,
     ld: Option<usize>,
-    len: usize,
-) -> Result<c_int, ShapeError> {
+) -> Result<(c_int, usize, u64), ShapeError> {
     // The extent along which elements are contiguous, and the other.
     let (inner, outer) = match layout {
         Layout::ColMajor => (rows, cols),
@@ -152,12 +151,28 @@ fn matrix(
             min,
         });
     }
-    // Every number fits an int (checked), so the product fits a u64.
+    // Every number fits an int (checked by the callers for rows and cols), so the product fits
+    // a u64.
     let needed = if inner == 0 || outer == 0 {
         0
     } else {
         ld as u64 * (outer as u64 - 1) + inner as u64
     };
+    Ok((ld_int, ld, needed))
+}
+
+/// Checks one stored matrix against its buffer; its leading dimension as an `int`.
+#[allow(clippy::too_many_arguments)]
+fn matrix(
+    matrix: &'static str,
+    what: &'static str,
+    layout: Layout,
+    rows: usize,
+    cols: usize,
+    ld: Option<usize>,
+    len: usize,
+) -> Result<c_int, ShapeError> {
+    let (ld_int, ld, needed) = stored(matrix, what, layout, rows, cols, ld)?;
     if (len as u64) < needed {
         return Err(ShapeError::BufferTooShort {
             buffer: matrix,
@@ -407,6 +422,260 @@ impl<T: Element> Gemv<T> {
     }
 }
 
+/// The vectors of a level-1 call: `n` elements of `x` at `x[i * incx]` and, for the calls with
+/// two, of `y` at `y[i * incy]`, `i < n`. Increments are at least 1 (default 1). Built with
+/// [`Level1::new`].
+///
+/// The calls of [`Blas`](crate::Blas) check it against the buffers' lengths before cuBLAS runs
+/// ([`check`](Level1::check) is the same check, without a GPU): `n` and the increments fit an
+/// `int`, no increment is 0, and each buffer holds `(n - 1) * inc + 1` elements (none for
+/// `n = 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Level1 {
+    n: usize,
+    incx: usize,
+    incy: usize,
+}
+
+/// A level-1 call as cuBLAS takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Level1Call {
+    pub(crate) n: c_int,
+    pub(crate) incx: c_int,
+    pub(crate) incy: c_int,
+}
+
+impl Level1 {
+    /// `n` elements of each vector, increments 1.
+    pub fn new(n: usize) -> Self {
+        Level1 {
+            n,
+            incx: 1,
+            incy: 1,
+        }
+    }
+
+    /// The distance between two elements of `x`, in elements (at least 1).
+    pub fn incx(mut self, incx: usize) -> Self {
+        self.incx = incx;
+        self
+    }
+
+    /// The distance between two elements of `y`, in elements (at least 1).
+    pub fn incy(mut self, incy: usize) -> Self {
+        self.incy = incy;
+        self
+    }
+
+    /// The number of elements of each vector.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Checks `x` (of `x_len` elements) and, where the call has it, `y`, as the calls of
+    /// [`Blas`](crate::Blas) do before cuBLAS runs.
+    pub fn check(&self, x_len: usize, y_len: Option<usize>) -> Result<(), ShapeError> {
+        match y_len {
+            Some(y_len) => self.resolve_xy(x_len, y_len).map(|_| ()),
+            None => self.resolve_x(x_len).map(|_| ()),
+        }
+    }
+
+    pub(crate) fn resolve_x(&self, x_len: usize) -> Result<Level1Call, ShapeError> {
+        let n = int("n", self.n)?;
+        let incx = strided("x", "incx", self.n, self.incx, x_len)?;
+        Ok(Level1Call { n, incx, incy: 1 })
+    }
+
+    pub(crate) fn resolve_xy(&self, x_len: usize, y_len: usize) -> Result<Level1Call, ShapeError> {
+        let call = self.resolve_x(x_len)?;
+        let incy = strided("y", "incy", self.n, self.incy, y_len)?;
+        Ok(Level1Call { incy, ..call })
+    }
+}
+
+/// Checks one strided vector of `n` elements against its buffer; its increment as an `int`.
+fn strided(
+    buffer: &'static str,
+    what: &'static str,
+    n: usize,
+    inc: usize,
+    len: usize,
+) -> Result<c_int, ShapeError> {
+    let inc_int = int(what, inc)?;
+    if inc == 0 {
+        return Err(ShapeError::ZeroIncrement { what });
+    }
+    // n and inc fit an int: the product fits a u64.
+    let needed = if n == 0 {
+        0
+    } else {
+        (n as u64 - 1) * inc as u64 + 1
+    };
+    if (len as u64) < needed {
+        return Err(ShapeError::BufferTooShort {
+            buffer,
+            len,
+            needed,
+            what: format!("{n} elements with {what} = {inc}"),
+        });
+    }
+    Ok(inc_int)
+}
+
+/// `batch` GEMMs of one shape on matrices laid out at fixed strides in three buffers
+/// (`cublasSgemmStridedBatched`, `cublasDgemmStridedBatched`): the `i`-th computes
+/// `C_i = alpha op(A_i) op(B_i) + beta C_i` with `A_i` starting at element `i * stride_a` of `a`,
+/// and so on. Built with [`Gemm::strided_batched`]; each stride defaults to its matrix's extent
+/// (`ld * (outer - 1) + inner`: the matrices packed one after the other).
+///
+/// Checked before cuBLAS runs ([`check`](StridedBatched::check)): everything [`Gemm::check`]
+/// checks of one matrix, `batch` fits an `int` and each stride cuBLAS's `long long`, each buffer
+/// holds `stride * (batch - 1) + extent` elements (computed without overflow), and, since the
+/// GEMMs of a batch may run at once, the outputs do not overlap: `stride_c` is at least C's
+/// extent when `batch > 1` (inputs may: a stride of 0 uses one A for every GEMM).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StridedBatched<T> {
+    gemm: Gemm<T>,
+    batch: usize,
+    stride_a: Option<usize>,
+    stride_b: Option<usize>,
+    stride_c: Option<usize>,
+}
+
+/// A strided batched GEMM as cuBLAS takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StridedBatchedCall {
+    pub(crate) gemm: GemmCall,
+    /// cuBLAS's A, B (swapped with the caller's for row-major, as in `gemm`) and C.
+    pub(crate) strides: [i64; 3],
+    pub(crate) batch: c_int,
+}
+
+impl<T: Element> Gemm<T> {
+    /// `batch` of these GEMMs at fixed strides ([`StridedBatched`]).
+    pub fn strided_batched(self, batch: usize) -> StridedBatched<T> {
+        StridedBatched {
+            gemm: self,
+            batch,
+            stride_a: None,
+            stride_b: None,
+            stride_c: None,
+        }
+    }
+}
+
+impl<T: Element> StridedBatched<T> {
+    /// The distance between the starts of two consecutive A matrices, in elements.
+    pub fn stride_a(mut self, stride: usize) -> Self {
+        self.stride_a = Some(stride);
+        self
+    }
+
+    /// The distance between the starts of two consecutive B matrices, in elements.
+    pub fn stride_b(mut self, stride: usize) -> Self {
+        self.stride_b = Some(stride);
+        self
+    }
+
+    /// The distance between the starts of two consecutive C matrices, in elements (at least
+    /// C's extent when `batch > 1`).
+    pub fn stride_c(mut self, stride: usize) -> Self {
+        self.stride_c = Some(stride);
+        self
+    }
+
+    pub(crate) fn scalars(&self) -> (T, T) {
+        self.gemm.scalars()
+    }
+
+    /// Checks the batch against buffers of these lengths, as
+    /// [`Blas::gemm_strided_batched`](crate::Blas::gemm_strided_batched) does before cuBLAS
+    /// runs.
+    pub fn check(&self, a_len: usize, b_len: usize, c_len: usize) -> Result<(), ShapeError> {
+        self.resolve(a_len, b_len, c_len).map(|_| ())
+    }
+
+    pub(crate) fn resolve(
+        &self,
+        a_len: usize,
+        b_len: usize,
+        c_len: usize,
+    ) -> Result<StridedBatchedCall, ShapeError> {
+        // One GEMM's shapes and leading dimensions (its own checks, lengths aside).
+        let gemm = self.gemm.resolve(usize::MAX, usize::MAX, usize::MAX)?;
+        let batch = int("batch", self.batch)?;
+        let [ea, eb, ec] = self.gemm.extents()?;
+        let stride_a = self.stride_a.unwrap_or(ea as usize);
+        let stride_b = self.stride_b.unwrap_or(eb as usize);
+        let stride_c = self.stride_c.unwrap_or(ec as usize);
+        if self.batch > 1 && (stride_c as u64) < ec {
+            return Err(ShapeError::OutputsOverlap {
+                stride: stride_c,
+                extent: ec,
+            });
+        }
+        let batched = |buffer, what, stride: usize, extent: u64, len: usize| {
+            let stride_int = i64::try_from(stride).map_err(|_| ShapeError::TooLarge {
+                what,
+                value: stride,
+            })?;
+            let needed = if self.batch == 0 || extent == 0 {
+                Some(0)
+            } else {
+                (stride as u64)
+                    .checked_mul(self.batch as u64 - 1)
+                    .and_then(|v| v.checked_add(extent))
+            };
+            match needed {
+                Some(needed) if (len as u64) >= needed => Ok(stride_int),
+                Some(needed) => Err(ShapeError::BufferTooShort {
+                    buffer,
+                    len,
+                    needed,
+                    what: format!("{} matrices {stride} apart, each of {extent}", self.batch),
+                }),
+                None => Err(ShapeError::TooLarge {
+                    what,
+                    value: stride,
+                }),
+            }
+        };
+        let sa = batched("a", "stride_a", stride_a, ea, a_len)?;
+        let sb = batched("b", "stride_b", stride_b, eb, b_len)?;
+        let sc = batched("c", "stride_c", stride_c, ec, c_len)?;
+        let strides = if gemm.swap {
+            [sb, sa, sc]
+        } else {
+            [sa, sb, sc]
+        };
+        Ok(StridedBatchedCall {
+            gemm,
+            strides,
+            batch,
+        })
+    }
+}
+
+impl<T: Element> Gemm<T> {
+    /// The elements A, B and C span, as stored.
+    fn extents(&self) -> Result<[u64; 3], ShapeError> {
+        let (ra, ca) = match self.transa {
+            Op::N => (self.m, self.k),
+            Op::T => (self.k, self.m),
+        };
+        let (rb, cb) = match self.transb {
+            Op::N => (self.k, self.n),
+            Op::T => (self.n, self.k),
+        };
+        let l = self.layout;
+        let (_, _, a) = stored("a", "lda", l, ra, ca, self.lda)?;
+        let (_, _, b) = stored("b", "ldb", l, rb, cb, self.ldb)?;
+        let (_, _, c) = stored("c", "ldc", l, self.m, self.n, self.ldc)?;
+        Ok([a, b, c])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,5 +897,178 @@ mod tests {
     fn longer_buffers_are_fine() {
         assert!(Gemm::<f32>::new(2, 2, 2).check(100, 100, 100).is_ok());
         assert!(Gemv::<f32>::new(2, 2).check(100, 100, 100).is_ok());
+    }
+
+    #[test]
+    fn level1_checks_lengths_and_increments() {
+        // 7 elements at increment 3 span 19.
+        let v = Level1::new(7).incx(3);
+        assert_eq!(
+            v.resolve_xy(19, 7),
+            Ok(Level1Call {
+                n: 7,
+                incx: 3,
+                incy: 1
+            })
+        );
+        assert_eq!(
+            v.check(18, Some(7)),
+            Err(ShapeError::BufferTooShort {
+                buffer: "x",
+                len: 18,
+                needed: 19,
+                what: "7 elements with incx = 3".into()
+            })
+        );
+        assert!(matches!(
+            v.incy(3).check(19, Some(18)),
+            Err(ShapeError::BufferTooShort {
+                buffer: "y",
+                needed: 19,
+                ..
+            })
+        ));
+        // One element needs one, whatever the increment; none need none.
+        assert!(Level1::new(1).incx(1000).check(1, None).is_ok());
+        assert!(Level1::new(0).check(1, Some(1)).is_ok());
+        // An increment of 0 is refused, even for n = 0 or 1.
+        for n in [0, 1, 5] {
+            assert_eq!(
+                Level1::new(n).incx(0).check(100, None),
+                Err(ShapeError::ZeroIncrement { what: "incx" })
+            );
+            assert_eq!(
+                Level1::new(n).incy(0).check(100, Some(100)),
+                Err(ShapeError::ZeroIncrement { what: "incy" })
+            );
+        }
+        // The one-vector calls ignore incy.
+        assert!(Level1::new(3).incy(0).check(3, None).is_ok());
+    }
+
+    #[test]
+    fn level1_numbers_beyond_an_int_are_refused_and_extents_do_not_overflow() {
+        assert_eq!(
+            Level1::new(BIG).check(usize::MAX, None),
+            Err(ShapeError::TooLarge {
+                what: "n",
+                value: BIG
+            })
+        );
+        assert_eq!(
+            Level1::new(2).incx(BIG).check(usize::MAX, None),
+            Err(ShapeError::TooLarge {
+                what: "incx",
+                value: BIG
+            })
+        );
+        // The largest int both ways: (2^31 - 2) * (2^31 - 1) + 1 elements, computed in u64.
+        let max = i32::MAX as usize;
+        assert!(matches!(
+            Level1::new(max).incx(max).check(usize::MAX >> 8, None),
+            Err(ShapeError::BufferTooShort { needed, .. })
+                if needed == (max as u64 - 1) * max as u64 + 1
+        ));
+    }
+
+    #[test]
+    fn strided_batches_check_every_matrix_of_the_batch() {
+        // 3 GEMMs of 7x13x5, packed: A 35 each, B 65, C 91.
+        let g = Gemm::<f32>::new(7, 13, 5).strided_batched(3);
+        let call = g.resolve(105, 195, 273);
+        assert_eq!(call.map(|c| (c.strides, c.batch)), Ok(([35, 65, 91], 3)));
+        assert!(matches!(
+            g.check(104, 195, 273),
+            Err(ShapeError::BufferTooShort {
+                buffer: "a",
+                needed: 105,
+                ..
+            })
+        ));
+        assert!(matches!(
+            g.check(105, 195, 272),
+            Err(ShapeError::BufferTooShort {
+                buffer: "c",
+                needed: 273,
+                ..
+            })
+        ));
+        // A stride of 0 shares one A; a longer stride needs stride * (batch - 1) + extent.
+        assert!(g.stride_a(0).check(35, 195, 273).is_ok());
+        assert!(g.stride_b(100).check(105, 265, 273).is_ok());
+        assert!(g.stride_b(100).check(105, 264, 273).is_err());
+        // Outputs may not overlap, but one GEMM may have any stride_c.
+        assert_eq!(
+            g.stride_c(90).check(105, 195, 1000),
+            Err(ShapeError::OutputsOverlap {
+                stride: 90,
+                extent: 91
+            })
+        );
+        let one = Gemm::<f32>::new(7, 13, 5).strided_batched(1).stride_c(0);
+        assert!(one.check(35, 65, 91).is_ok());
+        // A batch of none touches nothing.
+        assert!(
+            Gemm::<f32>::new(7, 13, 5)
+                .strided_batched(0)
+                .check(1, 1, 1)
+                .is_ok()
+        );
+        // One GEMM's own checks still apply.
+        assert!(matches!(
+            Gemm::<f32>::new(7, 13, 5)
+                .lda(4)
+                .strided_batched(3)
+                .check(1000, 1000, 1000),
+            Err(ShapeError::LeadingDimension { what: "lda", .. })
+        ));
+    }
+
+    #[test]
+    fn strided_batches_refuse_overflowing_strides_and_batches() {
+        let g = Gemm::<f64>::new(2, 2, 2);
+        assert_eq!(
+            g.strided_batched(BIG)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "batch",
+                value: BIG
+            })
+        );
+        // stride * (batch - 1) overflows a u64.
+        let huge = usize::MAX / 2;
+        assert_eq!(
+            g.strided_batched(4)
+                .stride_a(huge)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "stride_a",
+                value: huge
+            })
+        );
+        // Beyond cuBLAS's long long.
+        let beyond = i64::MAX as usize + 1;
+        assert!(matches!(
+            g.strided_batched(1)
+                .stride_b(beyond)
+                .check(usize::MAX, usize::MAX, usize::MAX),
+            Err(ShapeError::TooLarge {
+                what: "stride_b",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn row_major_strided_batches_swap_the_strides_with_the_operands() {
+        let g = Gemm::<f32>::row_major(7, 13, 5)
+            .strided_batched(2)
+            .stride_a(40)
+            .stride_b(70);
+        let call = g.resolve(75, 135, 182);
+        assert_eq!(
+            call.map(|c| (c.gemm.swap, c.strides)),
+            Ok((true, [70, 40, 91]))
+        );
     }
 }

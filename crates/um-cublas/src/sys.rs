@@ -28,6 +28,9 @@ pub const OP_N: c_int = 0;
 pub const OP_T: c_int = 1;
 /// `CUBLAS_POINTER_MODE_HOST`: `alpha` and `beta` are read from host memory, at the call.
 pub const POINTER_MODE_HOST: c_int = 0;
+/// `CUBLAS_POINTER_MODE_DEVICE`: scalars and results are device memory, read and written by
+/// the work on the stream.
+pub const POINTER_MODE_DEVICE: c_int = 1;
 /// `MAJOR_VERSION`, `MINOR_VERSION`, `PATCH_LEVEL` of `libraryPropertyType`.
 pub const PROPERTIES: [c_int; 3] = [0, 1, 2];
 
@@ -79,6 +82,100 @@ pub type GemvFn = unsafe extern "C" fn(
     incy: c_int,
 ) -> i32;
 
+/// `cublasSdot_v2` and `cublasDdot_v2`: `result = sum x[i * incx] * y[i * incy]`, `i < n`.
+pub type DotFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    x: *const c_void,
+    incx: c_int,
+    y: *const c_void,
+    incy: c_int,
+    result: *mut c_void,
+) -> i32;
+
+/// `cublasSnrm2_v2`, `cublasDnrm2_v2`, `cublasSasum_v2`, `cublasDasum_v2`: one strided vector
+/// reduced to one value of its type.
+pub type ReduceFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    x: *const c_void,
+    incx: c_int,
+    result: *mut c_void,
+) -> i32;
+
+/// `cublasIsamax_v2` and `cublasIdamax_v2`: the 1-based index of the first element of largest
+/// magnitude (0 for `n = 0`).
+pub type IamaxFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    x: *const c_void,
+    incx: c_int,
+    result: *mut c_int,
+) -> i32;
+
+/// `cublasSaxpy_v2` and `cublasDaxpy_v2`: `y = alpha x + y`.
+pub type AxpyFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    alpha: *const c_void,
+    x: *const c_void,
+    incx: c_int,
+    y: *mut c_void,
+    incy: c_int,
+) -> i32;
+
+/// `cublasSscal_v2` and `cublasDscal_v2`: `x = alpha x`.
+pub type ScalFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    alpha: *const c_void,
+    x: *mut c_void,
+    incx: c_int,
+) -> i32;
+
+/// `cublasScopy_v2` and `cublasDcopy_v2`: `y = x`.
+pub type CopyFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    x: *const c_void,
+    incx: c_int,
+    y: *mut c_void,
+    incy: c_int,
+) -> i32;
+
+/// `cublasSswap_v2` and `cublasDswap_v2`: `x, y = y, x`.
+pub type SwapFn = unsafe extern "C" fn(
+    handle: Handle,
+    n: c_int,
+    x: *mut c_void,
+    incx: c_int,
+    y: *mut c_void,
+    incy: c_int,
+) -> i32;
+
+/// `cublasSgemmStridedBatched` and `cublasDgemmStridedBatched`: `batch` GEMMs, the `i`-th on
+/// `A + i * stride_a`, `B + i * stride_b`, `C + i * stride_c` (strides `long long`).
+pub type GemmStridedBatchedFn = unsafe extern "C" fn(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    lda: c_int,
+    stride_a: i64,
+    b: *const c_void,
+    ldb: c_int,
+    stride_b: i64,
+    beta: *const c_void,
+    c: *mut c_void,
+    ldc: c_int,
+    stride_c: i64,
+    batch: c_int,
+) -> i32;
+
 /// The entry points of one loaded cuBLAS. Calling any of them is a foreign call, and so
 /// `unsafe`: `um-cublas` makes its own calls through [`Blas`](crate::Blas); a program may use
 /// these for calls `um-cublas` does not wrap (the benchmark's raw reference does), under the
@@ -103,6 +200,42 @@ pub struct Api {
     pub sgemv: GemvFn,
     /// `cublasDgemv_v2`.
     pub dgemv: GemvFn,
+    /// `cublasSgemmStridedBatched`.
+    pub sgemm_strided_batched: GemmStridedBatchedFn,
+    /// `cublasDgemmStridedBatched`.
+    pub dgemm_strided_batched: GemmStridedBatchedFn,
+    /// `cublasSdot_v2`.
+    pub sdot: DotFn,
+    /// `cublasDdot_v2`.
+    pub ddot: DotFn,
+    /// `cublasSnrm2_v2`.
+    pub snrm2: ReduceFn,
+    /// `cublasDnrm2_v2`.
+    pub dnrm2: ReduceFn,
+    /// `cublasSasum_v2`.
+    pub sasum: ReduceFn,
+    /// `cublasDasum_v2`.
+    pub dasum: ReduceFn,
+    /// `cublasIsamax_v2`.
+    pub isamax: IamaxFn,
+    /// `cublasIdamax_v2`.
+    pub idamax: IamaxFn,
+    /// `cublasSaxpy_v2`.
+    pub saxpy: AxpyFn,
+    /// `cublasDaxpy_v2`.
+    pub daxpy: AxpyFn,
+    /// `cublasSscal_v2`.
+    pub sscal: ScalFn,
+    /// `cublasDscal_v2`.
+    pub dscal: ScalFn,
+    /// `cublasScopy_v2`.
+    pub scopy: CopyFn,
+    /// `cublasDcopy_v2`.
+    pub dcopy: CopyFn,
+    /// `cublasSswap_v2`.
+    pub sswap: SwapFn,
+    /// `cublasDswap_v2`.
+    pub dswap: SwapFn,
     /// `cublasGetStatusName`, where the library has it (cuBLAS 11.4.2 and later).
     pub status_name: Option<StatusTextFn>,
     /// `cublasGetStatusString`, where the library has it.

@@ -132,6 +132,23 @@ pub(crate) struct StreamEvent {
     /// Whether work on the stream was abandoned half-done (`driver/poison.rs`). Shared with the
     /// memory the stream gives up to the reaper, which must not free it once the mark is set.
     poison: Arc<PoisonFlag>,
+    /// For a created stream: whether a [`StreamOrder`](crate::StreamOrder) asked for a record
+    /// of the stream's last work, and whether the stream has ended (see
+    /// [`StreamEvent::record_now_or_at_end`]).
+    end: std::sync::Mutex<EndRecord>,
+}
+
+/// What a created stream's end records (`StreamEvent::end`).
+#[derive(Default)]
+struct EndRecord {
+    /// A [`StreamOrder`](crate::StreamOrder) follows work on the stream without recording it
+    /// after each call: the stream's end records the stream's event first.
+    wanted: bool,
+    /// The stream's scope has ended: its handle is destroyed, or about to be, and never used
+    /// again here.
+    ended: bool,
+    /// The end's record was made (the event then covers every piece of work of the stream).
+    recorded_at_end: bool,
 }
 
 impl StreamEvent {
@@ -140,7 +157,58 @@ impl StreamEvent {
             ctx,
             event: OnceLock::new(),
             poison: Arc::default(),
+            end: std::sync::Mutex::default(),
         }
+    }
+
+    fn end_state(&self) -> std::sync::MutexGuard<'_, EndRecord> {
+        self.end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Asks the stream's end for a record of its last work (and makes the event now, so that
+    /// the end needs no `cuEventCreate`).
+    pub(crate) fn want_end_record(&self) -> Result<()> {
+        self.get()?;
+        self.end_state().wanted = true;
+        Ok(())
+    }
+
+    /// Makes the stream's event cover every piece of work queued on the stream so far: records
+    /// it on `handle` now while the stream lives, else relies on the record its end made.
+    /// `true` where the event now covers that work, `false` where the record failed (or the
+    /// end's did, or none was wanted): the caller must order the work by other means.
+    ///
+    /// # Safety
+    /// `handle` is the handle of the created stream this belongs to, and [`StreamEvent::end`]
+    /// is called (with it) before that stream is destroyed.
+    pub(crate) unsafe fn record_now_or_at_end(&self, handle: sys::CUstream) -> bool {
+        let end = self.end_state();
+        if end.ended {
+            return end.recorded_at_end;
+        }
+        let Some(event) = self.event.get() else {
+            return false;
+        };
+        // SAFETY: the stream has not ended, and cannot while the lock is held (`end` takes it
+        // before the stream is destroyed), so `handle` is live; it is of the event's context.
+        unsafe { event.record(handle) }.is_ok()
+    }
+
+    /// The created stream's end, before its handle is destroyed: records the event on it if a
+    /// [`StreamOrder`](crate::StreamOrder) asked, and marks the stream ended, under the lock
+    /// [`StreamEvent::record_now_or_at_end`] takes.
+    ///
+    /// # Safety
+    /// `handle` is the stream's, live (not destroyed yet), and never used here again.
+    pub(crate) unsafe fn end(&self, handle: sys::CUstream) {
+        let mut end = self.end_state();
+        if let (true, Some(event)) = (end.wanted, self.event.get()) {
+            // SAFETY: `handle` is live and of the event's context (the caller's guarantee).
+            end.recorded_at_end = unsafe { event.record(handle) }.is_ok();
+        }
+        end.ended = true;
     }
 
     /// The stream's poison mark.

@@ -264,11 +264,16 @@ impl<K: StreamKind> Drop for Stream<'_, K> {
             return;
         }
         let (ctx, handle) = (self.ctx.clone(), self.raw.handle);
+        let events = Arc::clone(&self.events);
         // Every buffer attached to this stream carries its brand and so was dropped or synced
         // before this point. Destroying is asynchronous: queued work still finishes (callbacks
         // enqueued by those drops included).
         let destroy = move || {
             if ctx.bind().is_ok() {
+                // SAFETY: the handle is live until the destroy below, and not used here after
+                // it. A `StreamOrder` that follows work on this stream gets the record of its
+                // last work here, or made it itself before (`StreamEvent::end`).
+                unsafe { events.end(handle) };
                 // SAFETY: the handle was created by `with_stream` (or a capture scope) and is
                 // destroyed only here; nothing names it any more (its brand has ended).
                 let _ = unsafe { driver::stream_destroy(handle) };
@@ -328,6 +333,11 @@ impl<'s, K: StreamKind> Stream<'s, K> {
 
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
+    }
+
+    /// The stream's event, poison mark and end record, shared.
+    pub(crate) fn shared_events(&self) -> &Arc<StreamEvent> {
+        &self.events
     }
 
     /// The identity `um` gives this stream: no other stream of this process has, or will
