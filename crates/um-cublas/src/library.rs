@@ -118,47 +118,23 @@ impl Cublas {
     }
 }
 
-/// The candidates in order, each with the label the error shows.
-pub(crate) fn candidates(env: Option<OsString>, cuda_path: Option<OsString>) -> Vec<OsString> {
-    if let Some(path) = env.filter(|p| !p.is_empty()) {
-        return vec![path];
-    }
-    let mut out: Vec<OsString> = SEARCH.iter().map(OsString::from).collect();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(root) = cuda_path.filter(|p| !p.is_empty()) {
-        dirs.push(PathBuf::from(root).join("lib64"));
-    }
-    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
-    for dir in dirs {
-        let p = dir.join(SEARCH[0]).into_os_string();
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    out
-}
+/// Where [`Cublas::load`] looks (`um_core::LibrarySearch`, the order every library crate of um
+/// shares).
+const WHERE: um_core::LibrarySearch = um_core::LibrarySearch {
+    env_var: ENV_VAR,
+    names: &SEARCH,
+};
 
 /// Tries every candidate; the first that loads with every entry point wins.
 fn search(env: Option<OsString>, cuda_path: Option<OsString>) -> Result<&'static Cublas> {
-    let explicit = env.as_ref().is_some_and(|p| !p.is_empty());
-    let mut tried = Vec::new();
-    for name in candidates(env, cuda_path) {
-        // SAFETY: the names are cuBLAS's own soname and file name, found where the dynamic
-        // loader and the CUDA toolkit put cuBLAS, or the path the user configured in
-        // UM_CUBLAS_LIB (trusted as LD_LIBRARY_PATH is; see `Cublas::load`).
-        match unsafe { open(&name) } {
-            Ok(lib) => return Ok(lib),
-            Err(reason) => {
-                let label = if explicit {
-                    format!("{ENV_VAR}={}", name.to_string_lossy())
-                } else {
-                    name.to_string_lossy().into_owned()
-                };
-                tried.push(format!("{label}: {reason}"));
-            }
-        }
-    }
-    Err(Error::NotFound { tried })
+    WHERE
+        .find_in(env, cuda_path, |name| {
+            // SAFETY: the names are cuBLAS's own soname and file name, found where the dynamic
+            // loader and the CUDA toolkit put cuBLAS, or the path the user configured in
+            // UM_CUBLAS_LIB (trusted as LD_LIBRARY_PATH is; see `Cublas::load`).
+            unsafe { open(name) }
+        })
+        .map_err(|tried| Error::NotFound { tried })
 }
 
 /// Loads `name` and resolves every entry point; leaks the library (see [`Cublas`]).
@@ -243,30 +219,6 @@ unsafe fn resolve(library: &libloading::Library) -> std::result::Result<Api, Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_variable_is_the_only_candidate_when_set() {
-        let got = candidates(Some("/opt/x/libcublas.so.13".into()), Some("/cuda".into()));
-        assert_eq!(got, vec![OsString::from("/opt/x/libcublas.so.13")]);
-    }
-
-    #[test]
-    fn without_the_variable_the_loader_then_the_toolkit_is_searched() {
-        let got = candidates(None, Some("/opt/cuda".into()));
-        let want: Vec<OsString> = [
-            "libcublas.so.13",
-            "libcublas.so",
-            "/opt/cuda/lib64/libcublas.so.13",
-            "/usr/local/cuda/lib64/libcublas.so.13",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
-        assert_eq!(got, want);
-        // An empty variable counts as unset, and the toolkit folder is not listed twice.
-        let got = candidates(Some("".into()), Some("/usr/local/cuda".into()));
-        assert_eq!(got.len(), 3);
-    }
 
     #[test]
     fn a_missing_library_names_what_was_tried_and_what_to_install() {

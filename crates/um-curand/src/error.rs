@@ -39,6 +39,14 @@ pub enum Error {
         /// The deviation given.
         stddev: f64,
     },
+    /// The library has no entry point of this name ([`Curand::symbol`](crate::Curand::symbol)).
+    #[error("cuRAND has no entry point {name}: {reason}")]
+    NoSymbol {
+        /// The name asked for.
+        name: String,
+        /// The dynamic loader's reason.
+        reason: String,
+    },
     /// A cuRAND call returned an error status.
     #[error("{call} failed: {name} ({description})")]
     Status {

@@ -30,6 +30,14 @@ pub enum Error {
     /// A vector or dense matrix that does not fit the product.
     #[error("{0}")]
     Shape(String),
+    /// The library has no entry point of this name ([`Cusparse::symbol`](crate::Cusparse::symbol)).
+    #[error("cuSPARSE has no entry point {name}: {reason}")]
+    NoSymbol {
+        /// The name asked for.
+        name: String,
+        /// The dynamic loader's reason.
+        reason: String,
+    },
     /// A cuSPARSE call returned an error status.
     #[error("{call} failed: {name} ({description})")]
     Status {

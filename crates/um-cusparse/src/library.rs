@@ -1,6 +1,6 @@
 //! Finding and loading cuSPARSE at run time, so that building needs nothing of it.
 
-use std::ffi::{OsStr, OsString, c_int};
+use std::ffi::{CStr, OsStr, OsString, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -86,6 +86,21 @@ impl Cusparse {
     /// says what such a call may do with `um`'s buffers and streams.
     pub fn api(&self) -> &Api {
         &self.api
+    }
+
+    /// The address of the entry point `name` (for example a routine `um-cusparse` does not wrap), to
+    /// be cast to its C prototype and called with the handle of [`Sparse::as_raw`](crate::Sparse::as_raw). Getting the address is
+    /// safe; calling it is a foreign call. The library is never unloaded, so the address stays
+    /// valid for the life of the process. [`Error::NoSymbol`] where the library has no such
+    /// entry point.
+    pub fn symbol(&self, name: &CStr) -> Result<*const c_void> {
+        // SAFETY: the symbol is read as an address only (`*const c_void`, whatever it points
+        // to); nothing is called here, and the library stays loaded (see `Cusparse`).
+        let symbol = unsafe { self._library.get::<*const c_void>(name.to_bytes_with_nul()) };
+        symbol.map(|s| *s).map_err(|e| Error::NoSymbol {
+            name: name.to_string_lossy().into_owned(),
+            reason: e.to_string(),
+        })
     }
 
     /// Where the library was found: the name or path it was loaded by.
