@@ -13,7 +13,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The crates whose name, cited alone, names the crate of the unit tests cited after it.
-const CRATES: [&str; 6] = ["um-core", "um-build", "um-kernels", "um-cublas", "um-curand", "um-nccl"];
+const CRATES: [&str; 6] = [
+    "um-core",
+    "um-build",
+    "um-kernels",
+    "um-cublas",
+    "um-curand",
+    "um-nccl",
+];
 
 #[test]
 fn every_citation_exists_and_every_gpu_test_and_ui_case_is_cited() {
