@@ -395,3 +395,357 @@ fn generators_dropped_inside_a_capture_closure_are_destroyed_after_it_and_nothin
         (before - after) / MIB
     );
 }
+
+/// Free memory once what a capture kept is made and the device is idle, given up to 2 s for the
+/// reaper.
+fn free_after(ctx: &Context, before: usize) -> usize {
+    settle(ctx);
+    let mut after = free_memory(ctx);
+    let t = std::time::Instant::now();
+    while after < before && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        after = free_memory(ctx);
+    }
+    after
+}
+
+/// `MiB` lost between `before` and `after`, if more than 8 (what a per-process set-up may take).
+fn lost_mib(before: usize, after: usize) -> Option<usize> {
+    const MIB: usize = 1 << 20;
+    (after + 8 * MIB < before).then(|| (before - after) / MIB)
+}
+
+/// A generator made inside a capture closure, on the eager stream, draws there and after the
+/// capture: its set-up (allocation, seeding, lazily loaded kernels) runs with the thread's mode
+/// relaxed and is not recorded, so the graph replays only its own kernel, and the generator's
+/// first draw is the start of its seed's sequence. Expected to pass: nothing of cuRAND's is
+/// enqueued on the capture stream (the generator's stream is `s`), and relaxed mode lets its
+/// allocation and module load through on the capturing thread.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_generator_made_inside_a_capture_closure_draws_there_and_after_and_the_graph_replays_right() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let n = 1001;
+    let want = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 5);
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let z = Managed::from_slice(&ctx, &vec![SENTINEL; n]).expect("alloc");
+    let (x, y, z) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y, mut z) = (x.attach(s)?, y.attach(s)?, z.attach(s)?);
+            let (graph, mut rngs) = s.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                let mut rngs = Vec::new();
+                for kind in [RngKind::Philox, RngKind::Xorwow, RngKind::Mrg32k3a] {
+                    rngs.push(Rng::new(s, kind, 5)?);
+                }
+                rngs[0].uniform(s, &mut y)?;
+                Ok(((x,), rngs))
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            for rng in &mut rngs {
+                rng.uniform(s, &mut z)?;
+            }
+            drop(rngs);
+            Ok((x, y.sync()?, z.sync()?))
+        })
+        .expect("generators made inside a capture closure");
+    assert!(x.iter().all(|v| *v == 1.0), "the graph replayed wrong");
+    let y: Vec<f64> = y.iter().map(|&v| v.into()).collect();
+    assert_eq!(
+        y, want,
+        "the draw inside the closure is not the seed's sequence"
+    );
+    check_uniform("after the capture", &z.iter().copied().collect::<Vec<_>>());
+    common::assert_context_usable(&ctx);
+}
+
+/// Fresh generators of every kind made, used and dropped on one thread while another thread's
+/// capture of `um` is open on the same device: their allocation, seeding and first kernel
+/// loads must not invalidate that capture (um captures in thread-local mode; rule 187), and
+/// their destroys, kept while the capture is open, are made after it: nothing is lost.
+/// Expected to pass, unless cuRAND synchronises the whole device in `curandCreateGenerator`,
+/// `curandGenerateSeeds` or a generation, which would fail the other thread's capture with an
+/// `Err` (then `Rng::new` would have to set up inside an idle section).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_made_used_and_dropped_beside_another_threads_capture_leave_it_valid() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    // Once unmeasured: what cuRAND and the driver set up once per process is not a leak.
+    let _ = uniform::<f32, _>(&ctx, Managed::from_slice, 16, RngKind::Xorwow, 1);
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    settle(&ctx);
+    let before = free_memory(&ctx);
+    let (in_capture, capturing) = std::sync::mpsc::channel::<()>();
+    let (done, beside_done) = std::sync::mpsc::channel::<()>();
+    let (x, living, drawn) = std::thread::scope(|t| {
+        let capturer = t.spawn(|| {
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    let _ = in_capture.send(());
+                    let _ = beside_done.recv();
+                    add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                let (x,) = graph.sync()?;
+                Ok(x)
+            })
+        });
+        capturing.recv().expect("the capture began");
+        let beside = ctx.with_stream(StreamOptions::new(), |s| {
+            let y = Managed::from_slice(&ctx, &[SENTINEL as f32; 1001])?;
+            let mut y = y.attach(s)?;
+            let mut rngs = Vec::new();
+            for i in 0..64 {
+                let mut rng = Rng::new(s, RngKind::Xorwow, i)?;
+                rng.uniform(s, &mut y)?;
+                rngs.push(rng);
+            }
+            for kind in [RngKind::Philox, RngKind::Mrg32k3a] {
+                let mut rng = Rng::new(s, kind, 3)?;
+                rng.normal(s, &mut y, 0.5, 0.0)?;
+                rng.uniform(s, &mut y)?;
+                rngs.push(rng);
+            }
+            let y = y.sync()?;
+            let living = free_memory(&ctx);
+            drop(rngs); // kept: the other thread's capture is open on the device
+            Ok((living, y))
+        });
+        let _ = done.send(());
+        let x = capturer
+            .join()
+            .expect("the capturing thread")
+            .expect("the capture beside the generators stayed valid");
+        let (living, y) = beside.expect("generators beside a capture");
+        (x, living, y)
+    });
+    assert!(x.iter().all(|v| *v == 2.0), "the graph replayed wrong");
+    check_uniform(
+        "beside a capture",
+        &drawn.iter().map(|&v| v.into()).collect::<Vec<_>>(),
+    );
+    let after = free_after(&ctx, before);
+    const MIB: usize = 1 << 20;
+    assert!(
+        living + 16 * MIB <= before,
+        "66 generators hold less than 16 MiB: this check cannot see their destroy"
+    );
+    if let Some(lost) = lost_mib(before, after) {
+        panic!("{lost} MiB lost by generators dropped beside a capture");
+    }
+}
+
+/// A generator of the legacy default stream (into a buffer attached globally) and one of the
+/// per-thread default stream draw the same sequence for one kind and seed, into every element.
+/// Expected to pass: both special handles are what cuRAND's `curandSetStream` takes (NULL,
+/// `cudaStreamPerThread`), and the generator is unbound to NULL before its destroy.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_of_the_legacy_and_per_thread_streams_fill_their_buffers() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 1001;
+    let a = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let b = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let a = ctx
+        .with_legacy_stream(|s| {
+            let mut rng = Rng::new(s, RngKind::Mrg32k3a, 7)?;
+            let mut a = a.attach_global(s)?;
+            rng.uniform(s, &mut a)?;
+            a.sync()
+        })
+        .expect("legacy stream");
+    let b = ctx
+        .with_per_thread_stream(|s| {
+            let mut rng = Rng::new(s, RngKind::Mrg32k3a, 7)?;
+            let mut b = b.attach(s)?;
+            rng.uniform(s, &mut b)?;
+            b.sync()
+        })
+        .expect("per-thread stream");
+    let a: Vec<f64> = a.iter().map(|&v| v.into()).collect();
+    let b: Vec<f64> = b.iter().map(|&v| v.into()).collect();
+    check_uniform("legacy", &a);
+    assert_eq!(
+        a, b,
+        "one kind and seed, two default streams: two sequences"
+    );
+}
+
+/// A generator on a stream another library made (cudarc's), as a foreign stream: it draws its
+/// seed's sequence, is destroyed inside the foreign scope (its brand ends there), and the
+/// stream is still cudarc's after. Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_generator_on_a_foreign_stream_draws_its_sequence_and_leaves_the_stream_alive() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 1001;
+    let want = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 99);
+    let cudarc = cudarc::driver::CudaContext::new(0).expect("cudarc context");
+    let stream = cudarc.new_stream().expect("cudarc stream");
+    let x = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    // SAFETY: cudarc keeps `stream` alive until the end of this test and enqueues nothing on it
+    // while the closure runs; it captures nothing.
+    let x = unsafe {
+        ctx.with_foreign_stream(stream.cu_stream().cast(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 99)?;
+            let mut x = x.attach(s)?;
+            rng.uniform(s, &mut x)?;
+            x.sync()
+        })
+    }
+    .expect("a generator on a foreign stream");
+    let x: Vec<f64> = x.iter().map(|&v| v.into()).collect();
+    assert_eq!(x, want, "a foreign stream drew another sequence");
+    stream.synchronize().expect("cudarc's stream lives on");
+}
+
+/// Generators of a stream that is made and ended inside a capture closure: the stream's destroy
+/// and the generators' are both kept for the end of the capture (its handle may be destroyed
+/// first: the generators are unbound to NULL before theirs), the graph replays right, nothing
+/// is lost and the context stays usable. Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_of_a_stream_ended_inside_a_capture_closure_are_destroyed_after_it() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let _ = uniform::<f32, _>(&ctx, Managed::from_slice, 16, RngKind::Xorwow, 1);
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let w = Managed::from_slice(&ctx, &[0.0f32; 2]).expect("alloc");
+    settle(&ctx);
+    let before = free_memory(&ctx);
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                ctx.with_stream(StreamOptions::new(), |t| {
+                    let mut w = w.attach(t)?;
+                    let mut rngs = Vec::new();
+                    for i in 0..64 {
+                        let mut rng = Rng::new(t, RngKind::Xorwow, i)?;
+                        rng.uniform(t, &mut w)?;
+                        rngs.push(rng);
+                    }
+                    drop(rngs);
+                    drop(w);
+                    Ok(())
+                })?;
+                Ok(((x,), ()))
+            })?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            Ok(x)
+        })
+        .expect("generators of a stream ended inside a capture closure");
+    assert!(x.iter().all(|v| *v == 1.0), "the graph replayed wrong");
+    let after = free_after(&ctx, before);
+    if let Some(lost) = lost_mib(before, after) {
+        panic!("{lost} MiB lost by generators of a stream ended in a capture closure");
+    }
+    common::assert_context_usable(&ctx);
+}
+
+/// Generators alive when a capture closure panics: dropped while it unwinds, on the capturing
+/// thread, their destroys are kept and made once the capture has ended; nothing is lost and
+/// the context stays usable. Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_alive_when_a_capture_closure_panics_are_destroyed_once_it_has_unwound() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let _ = uniform::<f32, _>(&ctx, Managed::from_slice, 16, RngKind::Xorwow, 1);
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[0.0f32; 2]).expect("alloc");
+    settle(&ctx);
+    let before = free_memory(&ctx);
+    let panicked = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y) = (x.attach(s)?, y.attach(s)?);
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _: um::Result<(um::Graph<'_, um::Created, _>, ())> =
+                    s.capture((x,), |cap, (mut x,)| {
+                        add_scalar(cap, &mut x, 1.0)?;
+                        let mut rngs = Vec::new();
+                        for i in 0..64 {
+                            let mut rng = Rng::new(s, RngKind::Xorwow, i)?;
+                            rng.uniform(s, &mut y)?;
+                            rngs.push(rng);
+                        }
+                        panic!("a capture closure that panics with generators alive (on purpose)");
+                    });
+            }));
+            drop(y.sync()?);
+            Ok(caught.is_err())
+        })
+        .expect("the stream scope");
+    assert!(panicked, "the closure's panic did not come through");
+    let after = free_after(&ctx, before);
+    if let Some(lost) = lost_mib(before, after) {
+        panic!("{lost} MiB lost by generators dropped while a capture closure unwound");
+    }
+    common::assert_context_usable(&ctx);
+}
+
+/// A length past 2^32 elements is drawn to the last element, by a uniform and by a normal
+/// generation: cuRAND takes `size_t` lengths, and a length it cut to 32 bits (or to a signed
+/// `int`) would leave the tail unwritten, or write before the buffer. Expected to pass; where
+/// it fails, the generations must be split into pieces cuRAND takes whole.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn lengths_past_two_to_the_32_are_drawn_to_the_last_element() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n: usize = (1 << 32) + 2;
+    let bytes = n * std::mem::size_of::<f32>();
+    if common::under_sanitizer() || free_memory(&ctx) < 2 * bytes {
+        eprintln!(
+            "skipped: needs {} GiB of free device memory",
+            (2 * bytes) >> 30
+        );
+        return;
+    }
+    let x = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 1)?;
+            let mut x = x.attach(s)?;
+            rng.uniform(s, &mut x)?;
+            x.sync()
+        })
+        .expect("uniform numbers past 2^32");
+    // Zero is not a uniform draw: every element checked at both ends and every 2^20 between.
+    let probe = |x: &[f32], ok: &dyn Fn(f32) -> bool, what: &str| {
+        let ends = (0..4096).chain(n - 4096..n);
+        for i in ends.chain((0..n).step_by(1 << 20)) {
+            assert!(ok(x[i]), "{what}: element {i} of {n} is {}", x[i]);
+        }
+    };
+    probe(&x[..], &|v| v > 0.0 && v <= 1.0, "uniform");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut rng = Rng::new(s, RngKind::Philox, 1)?;
+            let mut x = x.attach(s)?;
+            // A deviation of 0: every element is the mean, which no uniform draw is.
+            rng.normal(s, &mut x, 10.0, 0.0)?;
+            x.sync()
+        })
+        .expect("normal numbers past 2^32");
+    probe(&x[..], &|v| v == 10.0, "normal");
+}

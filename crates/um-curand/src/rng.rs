@@ -264,14 +264,29 @@ impl<K: RandStream> Drop for Rng<'_, K> {
         // its idle section; where a capture stands in the way, um keeps the destroy and the
         // thread that ends the last such capture makes it, after the same wait.
         let api = *self.library.api();
-        let generator = Raw(self.generator);
+        // Unbound here, while its stream is certainly alive (the brand `'s` keeps every `Rng`
+        // inside its stream's scope, and this is the `Rng`'s end), not only in the destroy: a
+        // kept destroy runs after the capture in its way has ended, when the stream may have
+        // been destroyed already (one made and ended inside the capture closure) and its
+        // handle reused, and `curandSetStream` would otherwise be called with the generator
+        // still bound to that dead handle (cuRAND does not say that it never touches the
+        // stream it replaces). Relaxed on a capturing thread, as the generator's other calls.
+        let generator = self.generator;
+        let _ = um_core::relaxed_while_capturing(|| {
+            // SAFETY: a live generator, its context current (above), used by this thread only
+            // (`!Send`, `&mut self`); null is the legacy stream, always valid, and the stream it
+            // replaces is alive (see above). Enqueued work keeps the stream it was enqueued on.
+            unsafe { result::set_stream(&api, generator, std::ptr::null_mut()) }
+        });
+        let generator = Raw(generator);
         let destroy = move || {
             let generator = generator;
-            // SAFETY: the generator is live and destroyed only here, once. It is first unbound
-            // from its stream, which may be gone by the time a kept destroy runs (null is the
-            // legacy stream, always valid). Every generation has completed (the wait before
-            // this closure runs), and the context is current (the wait made it). Errors are
-            // ignored: drop never panics.
+            // SAFETY: the generator is live and destroyed only here, once. It is unbound again
+            // (to null, the legacy stream, always valid) in case the unbind above was not made
+            // (the capture mode could not be relaxed); it is then bound to null already or to
+            // its stream. Every generation has completed (the wait before this closure runs),
+            // and the context is current (the wait made it). Errors are ignored: drop never
+            // panics.
             let _ = unsafe { result::set_stream(&api, generator.0, std::ptr::null_mut()) };
             // SAFETY: as above.
             let _ = unsafe { result::destroy(&api, generator.0) };
