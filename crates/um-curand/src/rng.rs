@@ -237,6 +237,10 @@ impl<'s, K: RandStream> Rng<'s, K> {
         if stream.id() != self.stream {
             return Err(Error::WrongStream);
         }
+        // A poisoned stream's work was aborted half-done, as um's launches refuse it.
+        if stream.is_poisoned() {
+            return Err(Error::Um(um_core::Error::StreamPoisoned));
+        }
         if !stream.owns(out) {
             return Err(Error::StreamMismatch);
         }

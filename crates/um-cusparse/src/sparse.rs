@@ -268,6 +268,10 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         if stream.id() != self.stream {
             return Err(Error::WrongStream);
         }
+        // A poisoned stream's work was aborted half-done, as um's launches refuse it.
+        if stream.is_poisoned() {
+            return Err(Error::Um(um_core::Error::StreamPoisoned));
+        }
         Ok(self.ctx.make_current()?)
     }
 
@@ -345,11 +349,20 @@ impl<K: SparseStream> Drop for Sparse<'_, K> {
         // As `um-cublas`'s handles: destroyed after a device wait, inside an idle section, or
         // once the captures of um in its way have ended.
         let api = *self.library.api();
+        // Unbound here, while its stream is certainly alive (the brand keeps every `Sparse`
+        // inside its stream's scope), not only in a destroy kept past a capture, when the
+        // stream may be gone and its handle reused. Relaxed on a capturing thread.
+        let raw = self.handle;
+        let _ = um_core::relaxed_while_capturing(|| {
+            // SAFETY: a live handle, its context current (above), used by this thread only;
+            // null is the legacy stream, always valid, and the stream it replaces is alive.
+            unsafe { result::set_stream(&api, raw, std::ptr::null_mut()) }
+        });
         let handle = Raw(self.handle);
         let destroy = move || {
             let handle = handle;
-            // SAFETY: the handle is live and destroyed only here, once; unbound first from its
-            // stream, which may be gone by then (null is the legacy stream). Every call has
+            // SAFETY: the handle is live and destroyed only here, once; unbound again (to null,
+            // the legacy stream) in case the unbind above was not made. Every call has
             // completed (the wait before this closure runs), and the context is current.
             let _ = unsafe { result::set_stream(&api, handle.0, std::ptr::null_mut()) };
             // SAFETY: as above.
