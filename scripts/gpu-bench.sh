@@ -66,7 +66,17 @@ if [ "${gpus:-0}" -ge 2 ]; then
     tail -n 5 "$tmp/nccl_build.log" >&2
   fi
 fi
+# Section 11's C++ program (conjugate gradient with cuSPARSE and cuBLAS), beside the example
+# it is compared with. Without the libraries the section says it was skipped.
+cg_args=()
+if "$nvcc" -O3 -o "$tmp/cg_baseline" bench/cg_baseline.cpp -lcusparse -lcublas \
+  -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64" 2>"$tmp/cg_build.log"; then
+  cg_args=(--cg-cpp "$tmp/cg_baseline" --cg-um ./examples/conjugate_gradient)
+else
+  echo "bench.sh: bench/cg_baseline.cpp did not build (section 11 runs without it):" >&2
+  tail -n 5 "$tmp/cg_build.log" >&2
+fi
 # Section 9's C++ program (CUDA graphs).
 graph_baseline=$(dirname "$baseline")/graph_baseline
 "$nvcc" -O3 -cudart none -o "$graph_baseline" bench/graph_baseline.cpp -lcuda
-UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} --notes bench/notes.md ${extra[@]+"${extra[@]}"}
+UM_BENCH_DATE=$(date -u +%F) ./bench/um_bench --out "$out" --cpp "$baseline" --graph-cpp "$graph_baseline" ${cublas_args[@]+"${cublas_args[@]}"} ${nccl_args[@]+"${nccl_args[@]}"} ${cg_args[@]+"${cg_args[@]}"} --notes bench/notes.md ${extra[@]+"${extra[@]}"}

@@ -1,11 +1,12 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
 //! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--graph-cpp PATH] [--nccl-cpp PATH]
-//! [--notes FILE] [--quick] [--only LIST] [--base PAGE] [--host-rounds N]`
+//! [--cg-cpp PATH --cg-um PATH] [--notes FILE] [--quick] [--only LIST] [--base PAGE] [--host-rounds N]`
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
-//! `handoff`, `cublas`, `graphs`, `nccl`). `--base PAGE` (an earlier run's performance.md) then
+//! `handoff`, `cublas`, `graphs`, `nccl`, `solver`: section 11, the conjugate-gradient
+//! example against `bench/cg_baseline.cpp`, both as subprocesses). `--base PAGE` (an earlier run's performance.md) then
 //! puts this run's sections in place of that page's and keeps the rest, with a line under the
 //! header naming what was measured again, where and when (`splice.rs`): section 10 (`nccl`,
 //! on machines with two or more GPUs, one section per GPU count) is measured this way, and so
@@ -31,6 +32,7 @@ mod paired;
 mod raw_nccl;
 mod report;
 mod runs;
+mod solver;
 mod splice;
 
 use std::path::PathBuf;
@@ -88,6 +90,11 @@ pub(crate) struct Options {
     pub(crate) only: Option<Vec<String>>,
     /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 10.
     pub(crate) nccl_cpp: Option<PathBuf>,
+    /// The CG C++ baseline (built from bench/cg_baseline.cpp), for section 11.
+    pub(crate) cg_cpp: Option<PathBuf>,
+    /// The CG example's executable (examples/conjugate_gradient.rs, in the bundle), for
+    /// section 11.
+    pub(crate) cg_um: Option<PathBuf>,
     /// A page of an earlier run: this run's sections replace the same sections in it, and the
     /// rest of it is kept (`splice.rs`).
     pub(crate) base: Option<PathBuf>,
@@ -103,7 +110,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -116,6 +123,7 @@ const SCENARIOS: [&str; 12] = [
     "cublas",
     "graphs",
     "nccl",
+    "solver",
 ];
 
 fn parse_args() -> Result<Options, String> {
@@ -129,6 +137,8 @@ fn parse_args() -> Result<Options, String> {
         sizes_mib: vec![1, 16, 256],
         only: None,
         nccl_cpp: None,
+        cg_cpp: None,
+        cg_um: None,
         base: None,
         host_rounds: nccl::HOST_TIME_ROUNDS,
     };
@@ -142,6 +152,8 @@ fn parse_args() -> Result<Options, String> {
             "--graph-cpp" => o.graph_cpp = Some(PathBuf::from(value()?)),
             "--notes" => o.notes = Some(PathBuf::from(value()?)),
             "--nccl-cpp" => o.nccl_cpp = Some(PathBuf::from(value()?)),
+            "--cg-cpp" => o.cg_cpp = Some(PathBuf::from(value()?)),
+            "--cg-um" => o.cg_um = Some(PathBuf::from(value()?)),
             "--base" => o.base = Some(PathBuf::from(value()?)),
             "--host-rounds" => {
                 let v = value()?;
@@ -297,6 +309,9 @@ fn write_docs(
     let section10 = nccl::markdown(records);
     let at = md.find("\n## Goals").unwrap_or(md.len());
     md.insert_str(at, &section10);
+    // Section 11 (solver.rs) after it.
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(at, &solver::markdown(records));
     if let Some(base) = &opts.base {
         // This run's sections in place of the earlier page's; the rest of that page kept.
         // The sections of the scenarios that have records (a run cut short, or a scenario that
@@ -457,6 +472,15 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
                 save(&records)?;
             }
             Err(e) => println!("skipping cublas: {e}"),
+        }
+    }
+    if opts.wants("solver") {
+        match (&opts.cg_um, &opts.cg_cpp) {
+            (Some(um_example), Some(cpp)) => {
+                records.extend(solver::solver(um_example, cpp, opts.rounds)?);
+                save(&records)?;
+            }
+            _ => println!("solver: skipped (needs --cg-um and --cg-cpp)"),
         }
     }
     if opts.wants("nccl") {

@@ -342,6 +342,7 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
     crate::cublas::section(&mut md, records, &mut goals);
     md.push_str(&crate::graphs::markdown(records));
     goals.extend(crate::graphs::goals(records));
+    goals.extend(crate::solver::goals(records));
 
     let _ = writeln!(
         md,

@@ -16,6 +16,7 @@ pub(crate) fn section_of(scenario: &str) -> Option<&'static str> {
         "handoff" => "7",
         "cublas" => "8",
         "graphs" => "9",
+        "solver" => "11",
         _ => return None,
     })
 }
