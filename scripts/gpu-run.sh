@@ -447,13 +447,18 @@ uses_every_gpu() {
 # stream callback, three processes at once (1 run in 24, H200, 2026-11-23): async_requests'
 # pattern, which racecheck reported once in 6 runs (2x H200) and once in 30 (H200).
 tracking_error="Internal Sanitizer Error: Detected a failure to track a kernel launch"
+#
+# The tool's lines are read from their banner ("========= ") wherever it stands in a line: the
+# test harness prints "test NAME ... " without a newline before the test runs, so the tool's
+# line can follow it ("test x ... ========= Internal Sanitizer Error: ...", H100, 2026-11-28).
 tracking_failure_only() {
-  local log=$1 internal other sums
-  internal=$(grep -c "^========= $tracking_error" "$log")
+  local log=$1 internal other sums tool_lines
+  tool_lines=$(grep -oE "=========.*" "$log")
+  internal=$(printf '%s\n' "$tool_lines" | grep -c "^========= $tracking_error")
   [ "$internal" -gt 0 ] || return 1
-  other=$(grep -E "^=========" "$log" | grep -vcE "^=========[[:space:]]*$|^========= COMPUTE-SANITIZER|^========= $tracking_error|^========= RACECHECK SUMMARY: |^========= Target application returned an error")
+  other=$(printf '%s\n' "$tool_lines" | grep -E "^=========" | grep -vcE "^=========[[:space:]]*$|^========= COMPUTE-SANITIZER|^========= $tracking_error|^========= RACECHECK SUMMARY: |^========= Target application returned an error")
   [ "$other" = 0 ] || return 1
-  sums=$(grep -E "^========= RACECHECK SUMMARY: " "$log")
+  sums=$(printf '%s\n' "$tool_lines" | grep -E "^========= RACECHECK SUMMARY: ")
   [ -n "$sums" ] || return 1
   # Every summary must read "N hazard(s) displayed (E error(s), W warning(s))"; the Es must add
   # up to the internal errors and the Ws to 0.

@@ -70,6 +70,18 @@ case "$prog" in
     echo "========= "
     echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
     exit 99 ;;
+  gpu_track_after_test_name)
+    # The harness's "test NAME ... " without its newline, then the tool's line after it on the
+    # same line (H100, 2026-11-28); in the first run only.
+    if [ "$(grep -c "^$prog " "$FAKE_LOG")" -gt 1 ]; then
+      echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+      exit 0
+    fi
+    printf 'test gpu_capture_frees::every_free_is_captured ... '
+    echo "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. Future records might be incomplete"
+    echo "========= "
+    echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+    exit 99 ;;
   gpu_track_and_race)
     echo "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. Future records might be incomplete"
     echo "========= Error: Race reported between Write access at my_kernel()+0x90"
@@ -696,4 +708,31 @@ fn a_racecheck_run_the_tool_could_not_track_runs_again() {
         "{verdict}"
     );
     assert_ne!(status, 0, "{text}");
+}
+
+/// Racecheck's own "failure to track a kernel launch" printed on the line where the test
+/// harness had begun a test's name ("test x ... ========= Internal Sanitizer Error: ..."): the
+/// tool's message is read wherever its banner stands in a line, so the run is incomplete and
+/// runs again, not a racecheck error.
+#[test]
+fn a_tracking_failure_printed_after_a_test_name_on_its_line_runs_again() {
+    let m = Machine::new("track-after-name", 1, &["gpu_track_after_test_name"], &[]);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
+    let runs = log
+        .lines()
+        .filter(|l| l.starts_with("gpu_track_after_test_name "))
+        .count();
+    assert_eq!(runs, 2, "run again once: {log}");
+    let tracked = line(&verdict, "racecheck", "gpu_track_after_test_name");
+    assert!(
+        tracked.starts_with(
+            "racecheck gpu_track_after_test_name: clean (run 2 of 2: the first incomplete"
+        ),
+        "{tracked}"
+    );
+    assert!(
+        verdict.contains("== part racecheck: 1 programs clean, 0 with errors"),
+        "{verdict}"
+    );
+    assert_eq!(status, 0, "{text}");
 }
