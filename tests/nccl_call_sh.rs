@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "common/stand_in.rs"]
+#[path = "../xtask/tests/common/stand_in.rs"]
 mod stand_in;
 use stand_in::{Scratch, executable, nvidia_smi, path_with};
 

@@ -1,0 +1,741 @@
+//! The GPU runner (`um-xtask run`, the bundle's `run.sh`), run here without a GPU: stand-ins
+//! for `nvidia-smi`, `compute-sanitizer` and `nvcc`, and test programs that only exit, so that
+//! CI checks what the GPU machines run (the verdict lines, the NCCL classifier, the programs
+//! side by side on two GPUs, `--resume`) without one. The stand-ins print what the real tools
+//! print in the cases the runner tells apart (2x H200 runs, 2026-11-22).
+#![allow(clippy::expect_used)] // a test stops at the first surprise
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+#[path = "common/stand_in.rs"]
+mod stand_in;
+use stand_in::{Scratch, executable, nvidia_smi, path_with};
+
+/// The runner as the bundle holds it: the binary under test beside the shim that execs it.
+const RUNNER: &str = env!("CARGO_BIN_EXE_xtask");
+/// The bundle's `run.sh`.
+const RUN_SH: &str = include_str!("../run.sh");
+/// The bundle's `stall-stacks.sh`, which the runner runs every program through.
+const STALL_STACKS: &str = include_str!("../../scripts/stall-stacks.sh");
+
+/// A `compute-sanitizer` that logs each run (`FAKE_LOG`: program, tool, `CUDA_VISIBLE_DEVICES`,
+/// whether NCCL's kernels were left out) and answers by the program's name.
+const SANITIZER: &str = r#"#!/usr/bin/env bash
+case "$1" in
+  --help) echo "  --kernel-name-exclude arg   key1=val1,..."; exit 0 ;;
+  --version) echo "Version 0.0 (stand-in)"; exit 0 ;;
+esac
+tool="" prog="" exclude=no args="$*"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tool) tool=$2; shift ;;
+    --kernel-name-exclude) exclude=yes ;;
+    ./*) prog=$(basename "$1") ;;
+    */racecheck_repro) prog=racecheck_repro ;;
+  esac
+  shift
+done
+echo "$prog $tool visible=${CUDA_VISIBLE_DEVICES:-all} exclude=$exclude" >>"$FAKE_LOG"
+echo "$args" >>"$FAKE_LOG.args"
+sleep 0.3
+echo "========= COMPUTE-SANITIZER"
+case "$prog" in
+  gpu_nccl)
+    if [ "$exclude" = yes ]; then echo "========= ERROR SUMMARY: 0 errors"; exit 0; fi
+    # Three whole records and one whose first line another rank's output tore.
+    for i in 1 2 3; do
+      echo "========= Barrier error detected. Divergent thread(s) in block."
+      echo "=========     at ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE()"
+    done
+    echo "==rank1 output== Barrier error detected."
+    echo "=========     at ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE()"
+    echo "========= ERROR SUMMARY: 4 errors"
+    exit 99 ;;
+  gpu_bad)
+    echo "========= Invalid __global__ read of size 4 bytes"
+    echo "=========     at my_kernel()"
+    echo "========= ERROR SUMMARY: 1 error"
+    exit 99 ;;
+  gpu_hang)
+    exec sleep 60 ;;
+  gpu_track_once | gpu_track_always | racecheck_repro)
+    # Racecheck's own failure to track a launch, as the tool printed it (2x H200, 2026-11-23):
+    # gpu_track_once in its first run only, the others in every run.
+    runs=$(grep -c "^$prog " "$FAKE_LOG")
+    if [ "$prog" = gpu_track_once ] && [ "$runs" -gt 1 ]; then
+      echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+      exit 0
+    fi
+    echo "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. Future records might be incomplete"
+    echo "========= "
+    echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+    exit 99 ;;
+  gpu_track_after_test_name)
+    # The harness's "test NAME ... " without its newline, then the tool's line after it on the
+    # same line (H100, 2026-11-28); in the first run only.
+    if [ "$(grep -c "^$prog " "$FAKE_LOG")" -gt 1 ]; then
+      echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+      exit 0
+    fi
+    printf 'test gpu_capture_frees::every_free_is_captured ... '
+    echo "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. Future records might be incomplete"
+    echo "========= "
+    echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+    exit 99 ;;
+  gpu_track_and_race)
+    echo "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. Future records might be incomplete"
+    echo "========= Error: Race reported between Write access at my_kernel()+0x90"
+    echo "=========     and Read access at my_kernel()+0xa0 [4 hazards]"
+    echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"
+    exit 99 ;;
+  gpu_own_test_fails)
+    echo "test slow_one ... FAILED"
+    echo "---- slow_one stdout ----"
+    echo "thread 'slow_one' panicked at the deadline"
+    echo "========= ERROR SUMMARY: 0 errors"
+    exit 101 ;;
+  *)
+    echo "========= ERROR SUMMARY: 0 errors"
+    exit 0 ;;
+esac
+"#;
+
+/// A machine of `gpus` GPUs with the stand-ins, and a bundle of the programs named.
+struct Machine {
+    dir: PathBuf,
+    _scratch: Scratch,
+}
+
+impl Machine {
+    fn new(name: &str, gpus: usize, tests: &[&str], examples: &[&str]) -> Machine {
+        let scratch = Scratch::new(&format!("um-xtask-run-{name}"));
+        let dir = scratch.dir.clone();
+        let (bin, bundle) = (dir.join("bin"), dir.join("bundle"));
+        for d in [&bin, &bundle.join("tests"), &bundle.join("examples")] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        executable(&bin.join("nvidia-smi"), &nvidia_smi(gpus));
+        executable(&bin.join("compute-sanitizer"), SANITIZER);
+        executable(&bin.join("nvcc"), "#!/usr/bin/env bash\nexit 1\n");
+        executable(&bundle.join("run.sh"), RUN_SH);
+        fs::copy(RUNNER, bundle.join("um-xtask")).expect("the runner into the bundle");
+        executable(&bundle.join("stall-stacks.sh"), STALL_STACKS);
+        // A debugger that names the process it was pointed at (cuda-gdb on the GPU machines).
+        executable(
+            &bin.join("stand-in-gdb"),
+            "#!/usr/bin/env bash\necho \"Thread 1 (LWP $2): #0 stand_in_frame ()\"\n",
+        );
+        fs::write(bundle.join("COMMIT"), "test\n").expect("COMMIT");
+        for t in tests {
+            executable(
+                &bundle.join("tests").join(t),
+                "#!/usr/bin/env bash\nexit 0\n",
+            );
+        }
+        for e in examples {
+            executable(
+                &bundle.join("examples").join(e),
+                "#!/usr/bin/env bash\nexit 0\n",
+            );
+        }
+        Machine {
+            dir,
+            _scratch: scratch,
+        }
+    }
+
+    /// `run.sh ARGS` on this machine: (exit status, output, verdict.txt of OUT, the tool's log).
+    fn run(&self, out: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, String) {
+        let log = self.dir.join(format!("{out}.tool-log"));
+        let path = path_with(&self.dir.join("bin"));
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.dir.join("bundle/run.sh"))
+            .args(["--all", &self.dir.join(out).display().to_string()])
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_LOG", &log)
+            .env_remove("UM_SANITIZE_ONLY")
+            .env_remove("UM_SANITIZE_GPUS")
+            .env_remove("CUDA_VISIBLE_DEVICES");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let (status, text) = stand_in::run(&mut cmd, &format!("run.sh {args:?}"));
+        let verdict =
+            fs::read_to_string(self.dir.join(out).join("verdict.txt")).unwrap_or_default();
+        let tool_log = fs::read_to_string(&log).unwrap_or_default();
+        (status, text, verdict, tool_log)
+    }
+}
+
+/// The verdict's line of `program` under `tool`.
+fn line<'a>(verdict: &'a str, tool: &str, program: &str) -> &'a str {
+    let head = format!("{tool} {program}: ");
+    verdict
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no line for {head} in\n{verdict}"))
+}
+
+/// A test binary whose tests live in modules (`tests/gpu`: `gpu_one::a`, `gpu_two::c`), as the
+/// GPU tests are built: it lists its tests and logs each run with its arguments.
+const MODULES: &str = r#"#!/usr/bin/env bash
+filter=""
+for a in "$@"; do case "$a" in gpu_*::) filter=$a ;; esac; done
+case " $* " in
+  *" --list "*)
+    for t in gpu_one::a gpu_one::b_leaks_x gpu_two::c; do
+      case "$t" in "$filter"*) echo "$t: test" ;; esac
+    done
+    exit 0 ;;
+esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+case "$filter" in
+  gpu_one::) echo "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out" ;;
+  gpu_two::) echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out" ;;
+esac
+"#;
+
+/// Such a binary is one program per module: each module's own verdict line in the normal part
+/// (the binary run with the filter `<module>::`), and under memcheck each module checked alone,
+/// its `leaks_` tests (named one by one) in a second run without leak checking.
+#[test]
+fn a_binary_of_feature_modules_runs_as_one_program_per_module() {
+    let m = Machine::new("modules", 2, &["gpu_x"], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), MODULES);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu_one: 2 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu_two: 1 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        !verdict.contains("test gpu: "),
+        "the binary is no program of its own: {verdict}"
+    );
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_one"),
+        "memcheck gpu_one: clean"
+    );
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_two"),
+        "memcheck gpu_two: clean"
+    );
+    let runs = fs::read_to_string(m.dir.join("out.tool-log.modules")).unwrap_or_default();
+    assert!(runs.contains("ran: gpu_one:: --include-ignored"), "{runs}");
+    assert!(runs.contains("ran: gpu_two:: --include-ignored"), "{runs}");
+    // Under memcheck: gpu_one, gpu_two, and gpu_one's leaks_ test alone.
+    let memcheck_runs = log
+        .lines()
+        .filter(|l| l.starts_with("gpu memcheck "))
+        .count();
+    assert_eq!(memcheck_runs, 3, "{log}");
+}
+
+/// A test binary of feature modules that also holds a test outside them (`stray`, at its
+/// root): the binary honours its filter and `--skip`s, as the harness does, and logs each run.
+const MODULES_AND_A_STRAY_TEST: &str = r#"#!/usr/bin/env bash
+filter="" skips="" prev=""
+for a in "$@"; do
+  if [ "$prev" = --skip ]; then skips="$skips $a"
+  else case "$a" in gpu_*::) filter=$a ;; esac
+  fi
+  prev=$a
+done
+selected() {
+  for t in gpu_one::a stray; do
+    case "$t" in *"$filter"*) ;; *) continue ;; esac
+    keep=yes
+    for s in $skips; do case "$t" in *"$s"*) keep=no ;; esac; done
+    [ "$keep" = yes ] && echo "$t"
+  done
+}
+case " $* " in
+  *" --list "*) selected | sed 's/$/: test/'; exit 0 ;;
+esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. $(selected | wc -l) passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test the binary holds outside its feature modules still runs, in a program of its own
+/// named for the binary, which skips the modules (each runs once, in its own program); under
+/// the sanitizers too.
+#[test]
+fn a_test_outside_the_feature_modules_runs_once_in_a_program_of_its_own() {
+    let m = Machine::new("stray", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), MODULES_AND_A_STRAY_TEST);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu_one: 1 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu: 1 passed, 0 failed\n"),
+        "the stray test ran, and only it: {verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert_eq!(
+        line(&verdict, "memcheck", "gpu_one"),
+        "memcheck gpu_one: clean"
+    );
+}
+
+/// A test binary whose `--list` fails (exit 101, as a harness that panics) and that runs 3
+/// tests.
+const CANNOT_LIST: &str = r#"#!/usr/bin/env bash
+case " $* " in *" --list "*) exit 101 ;; esac
+echo "ran: $*" >>"$FAKE_LOG.modules"
+echo "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"
+"#;
+
+/// A test binary that cannot list its tests (it crashes, or its list outlasts the limit) is
+/// one program, run whole: its failure is seen in every part, and a GPU binary is never left
+/// out of the sanitizer parts unseen.
+#[test]
+fn a_binary_that_cannot_list_its_tests_runs_whole_in_every_part() {
+    let m = Machine::new("unlisted", 1, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu"), CANNOT_LIST);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "normal,memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("test gpu: 3 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert_eq!(line(&verdict, "memcheck", "gpu"), "memcheck gpu: clean");
+    assert!(log.contains("gpu memcheck "), "{log}");
+}
+
+/// `tests/gpu_devices` as built: the two-GPU modules, whose tests the sanitizer parts skip by
+/// name.
+const TWO_GPU_MODULES: &str = r#"#!/usr/bin/env bash
+case " $* " in
+  *" --list "*)
+    filter=""
+    for a in "$@"; do case "$a" in gpu_*::) filter=$a ;; esac; done
+    for t in gpu_nccl::a_rank_killed_mid_collective_is_an_error gpu_nccl::one_leaks_x \
+      gpu_nccl::meets gpu_two_devices::memory_handed_to_device_1_and_back gpu_two_devices::copies; do
+      case "$t" in "$filter"*) echo "$t: test" ;; esac
+    done
+    exit 0 ;;
+esac
+"#;
+
+/// A module keeps what the sanitizers ask of its feature: the binary runs with the module's
+/// filter and the module's skip list (gpu_nccl's killed-rank test, gpu_two_devices' reads
+/// across devices under memcheck), and memcheck's run of the `leaks_` tests names them, with
+/// their module, one by one.
+#[test]
+fn a_module_under_a_sanitizer_keeps_its_filter_and_its_skip_list() {
+    let m = Machine::new("module-skips", 2, &[], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu_devices"), TWO_GPU_MODULES);
+    let (status, text, verdict, _) = m.run("out", &["--parts", "memcheck"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        line(&verdict, "memcheck", "gpu_nccl").starts_with("memcheck gpu_nccl: clean"),
+        "{verdict}"
+    );
+    let args = fs::read_to_string(m.dir.join("out.tool-log.args")).unwrap_or_default();
+    let runs: Vec<&str> = args
+        .lines()
+        .filter(|l| l.contains("./tests/gpu_devices"))
+        .collect();
+    let nccl = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_nccl:: --include-ignored --skip fault_"))
+        .unwrap_or_else(|| panic!("gpu_nccl's run: {args}"));
+    assert!(
+        nccl.contains("--skip a_rank_killed_mid_collective") && nccl.ends_with("--skip leaks_"),
+        "{nccl}"
+    );
+    let leaks = runs
+        .iter()
+        .find(|l| l.contains("--exact"))
+        .unwrap_or_else(|| panic!("the leaks_ run: {args}"));
+    assert!(
+        leaks.ends_with("--exact gpu_nccl::one_leaks_x"),
+        "only gpu_nccl's leaks_ test, by its full name: {leaks}"
+    );
+    let two = runs
+        .iter()
+        .find(|l| l.contains("./tests/gpu_devices gpu_two_devices:: "))
+        .unwrap_or_else(|| panic!("gpu_two_devices' run: {args}"));
+    assert!(
+        two.contains("--skip memory_handed_to_device_1") && !two.contains("--skip a_rank_killed"),
+        "{two}"
+    );
+    assert_eq!(runs.len(), 3, "two modules and one leaks_ run: {args}");
+}
+
+#[test]
+fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
+    let m = Machine::new(
+        "side-by-side",
+        2,
+        &[
+            "gpu_a",
+            "gpu_b",
+            "gpu_c",
+            "gpu_nccl",
+            "gpu_own_test_fails",
+            "gpu_faults",
+        ],
+        &["ex1", "pipeline"],
+    );
+    let (status, _, verdict, log) = m.run("out", &["--parts", "synccheck"], &[]);
+    // Every program clean for the tool, but one failed its own tests under it: the part says
+    // so, and the run fails.
+    assert!(
+        verdict
+            .contains("== part synccheck: 7 programs clean, 0 with errors, 1 whose own run failed"),
+        "{verdict}"
+    );
+    assert_ne!(status, 0, "an own run that failed fails the run");
+    // One GPU each for the programs of one GPU, both GPUs used; every GPU for the others.
+    let visible = |prog: &str| -> String {
+        log.lines()
+            .find(|l| l.starts_with(&format!("{prog} synccheck ")))
+            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
+            .unwrap_or("not run")
+            .to_string()
+    };
+    let singles: Vec<String> = ["gpu_a", "gpu_b", "gpu_c", "gpu_own_test_fails", "ex1"]
+        .iter()
+        .map(|p| visible(p))
+        .collect();
+    assert!(
+        singles.iter().all(|v| v == "visible=0" || v == "visible=1"),
+        "{singles:?}"
+    );
+    assert!(
+        singles.iter().any(|v| v == "visible=0") && singles.iter().any(|v| v == "visible=1"),
+        "both GPUs used: {singles:?}"
+    );
+    assert_eq!(visible("gpu_nccl"), "visible=all");
+    assert_eq!(visible("pipeline"), "visible=all");
+    assert_eq!(
+        visible("gpu_faults"),
+        "not run",
+        "the fault tests are skipped"
+    );
+    // A program whose own tests failed under the tool says so; the tool's verdict counts.
+    assert_eq!(
+        line(&verdict, "synccheck", "gpu_own_test_fails"),
+        "synccheck gpu_own_test_fails: clean; its own run under the tool failed (exit 101: slow_one)"
+    );
+    // Every report inside NCCL's kernels, one of them with a torn first line: counted by its
+    // "at" line.
+    let nccl = line(&verdict, "synccheck", "gpu_nccl");
+    assert!(
+        nccl.contains("clean outside NCCL's kernels")
+            && nccl.contains("4 reports, every one inside NCCL's own kernels"),
+        "{nccl}"
+    );
+}
+
+#[test]
+fn nccl_kernels_are_left_out_of_initcheck_and_errors_fail_the_part() {
+    let m = Machine::new("initcheck", 2, &["gpu_nccl", "gpu_bad"], &[]);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "initcheck"], &[]);
+    assert!(
+        log.contains("gpu_nccl initcheck visible=all exclude=yes"),
+        "{log}"
+    );
+    let nccl = line(&verdict, "initcheck", "gpu_nccl");
+    assert!(
+        nccl.contains("NCCL's own kernels not instrumented (--kernel-name-exclude kns=nccl)"),
+        "{nccl}"
+    );
+    assert!(
+        line(&verdict, "initcheck", "gpu_bad").starts_with("initcheck gpu_bad: ERRORS:"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("== part initcheck: 1 programs clean, 1 with errors"),
+        "{verdict}"
+    );
+    assert_ne!(status, 0, "a part with errors fails the run:\n{text}");
+}
+
+#[test]
+fn resume_keeps_the_programs_an_earlier_call_finished() {
+    let m = Machine::new("resume", 1, &["gpu_a", "gpu_b"], &["ex1"]);
+    // An earlier call's verdict (its header) and the lines its cut-short part left.
+    let earlier = m.dir.join("earlier");
+    fs::create_dir_all(&earlier).expect("mkdir");
+    fs::write(
+        earlier.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\n",
+    )
+    .expect("write");
+    fs::write(
+        earlier.join("partial-synccheck.txt"),
+        "synccheck gpu_a: clean\n",
+    )
+    .expect("write");
+    let resume = earlier.join("verdict.txt").display().to_string();
+    let (status, _, verdict, log) =
+        m.run("out", &["--parts", "synccheck", "--resume", &resume], &[]);
+    assert_eq!(status, 0);
+    assert!(
+        !log.contains("gpu_a synccheck"),
+        "gpu_a not run again: {log}"
+    );
+    assert!(
+        log.contains("gpu_b synccheck visible=all"),
+        "one GPU: {log}"
+    );
+    assert!(
+        verdict.contains(
+            "== part synccheck: 3 programs clean, 0 with errors, 1 programs from an earlier call"
+        ),
+        "{verdict}"
+    );
+}
+
+/// `--resume OUT/verdict.txt`: one run continued in one folder, call after call. The parts the
+/// folder's verdict holds are kept (it is read before it is written again), and a sanitizer
+/// part that a call left unfinished goes on from the folder's own `partial-PART.txt`.
+#[test]
+fn resume_in_the_same_folder_keeps_its_parts_and_goes_on_with_its_partial() {
+    let m = Machine::new("resume-same", 1, &["gpu_a", "gpu_b"], &["ex1"]);
+    let out = m.dir.join("out");
+    fs::create_dir_all(&out).expect("mkdir");
+    fs::write(
+        out.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\n== part normal: 3 passed, 0 failed (1s)\n\
+         test gpu_a: 1 passed, 0 failed\n",
+    )
+    .expect("write");
+    fs::write(
+        out.join("partial-synccheck.txt"),
+        "synccheck gpu_a: clean\n",
+    )
+    .expect("write");
+    let resume = out.join("verdict.txt").display().to_string();
+    let (status, text, verdict, log) = m.run(
+        "out",
+        &["--parts", "normal,synccheck", "--resume", &resume],
+        &[],
+    );
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("== part normal: 3 passed, 0 failed (1s)")
+            && verdict.contains("test gpu_a: 1 passed, 0 failed"),
+        "the folder's own part is kept: {verdict}"
+    );
+    assert!(
+        !log.contains("gpu_a synccheck"),
+        "gpu_a not run again: {log}"
+    );
+    assert!(log.contains("gpu_b synccheck"), "gpu_b run: {log}");
+    assert!(
+        verdict.contains(
+            "== part synccheck: 3 programs clean, 0 with errors, 1 programs from an earlier call"
+        ),
+        "{verdict}"
+    );
+    assert!(
+        !out.join("partial-synccheck.txt").exists(),
+        "the finished part's partial file is gone"
+    );
+}
+
+/// `--resume` keeps only the parts of this bundle's commit (the stand-in bundle's is `test`):
+/// a verdict of one run is of one bundle. `UM_RESUME_ANY_COMMIT=1` keeps another's too, and the
+/// commit line then names both.
+#[test]
+fn resume_keeps_parts_of_another_commit_only_when_told_and_says_so() {
+    let m = Machine::new("resume-commit", 1, &["gpu_a"], &["ex1"]);
+    let earlier = m.dir.join("earlier");
+    fs::create_dir_all(&earlier).expect("mkdir");
+    fs::write(
+        earlier.join("verdict.txt"),
+        "# um GPU verdict (run.sh --all)\ncommit: older\n== part normal: 9 passed, 0 failed (1s)\n\
+         test gpu_a: 9 passed, 0 failed\n",
+    )
+    .expect("write");
+    let resume = earlier.join("verdict.txt").display().to_string();
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal", "--resume", &resume], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        !verdict.contains("9 passed") && verdict.contains("commit: test\n"),
+        "another commit's part is not kept: {verdict}"
+    );
+    assert!(text.contains("nothing of it kept"), "{text}");
+    let (status, text, verdict, _) = m.run(
+        "out2",
+        &["--parts", "normal", "--resume", &resume],
+        &[("UM_RESUME_ANY_COMMIT", "1")],
+    );
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("== part normal: 9 passed, 0 failed (1s)")
+            && verdict.contains("commit: test (parts kept from older)"),
+        "kept when told, and said: {verdict}"
+    );
+}
+
+/// A program that hangs is one failure, and leaves every thread's stack of it (and of its
+/// children) under OUT/stacks/PART/ before `timeout` stops it; the verdict line names the file.
+/// Racecheck of `async_requests` once gave only "rc=124 no summary" (2x H200, 2026-11-23).
+#[test]
+fn a_program_that_hangs_fails_and_leaves_its_stacks() {
+    let m = Machine::new("hang", 1, &["gpu_a", "gpu_hang"], &["ex1"]);
+    // In the normal part the test binary itself hangs.
+    executable(
+        &m.dir.join("bundle/tests/gpu_hang"),
+        "#!/usr/bin/env bash\nexec sleep 60\n",
+    );
+    let gdb = m.dir.join("bin/stand-in-gdb").display().to_string();
+    let env = [
+        ("UM_PROGRAM_LIMIT_S", "5"),
+        ("UM_SANITIZE_LIMIT_S", "5"),
+        ("UM_STALL_STACKS_S", "2"),
+        ("UM_STALL_GDB_S", "5"),
+        ("UM_GDB", gdb.as_str()),
+    ];
+    let started = std::time::Instant::now();
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal,racecheck"], &env);
+    assert_ne!(status, 0, "a hang fails the run:\n{text}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(45),
+        "each hang bounded by its limit: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        verdict
+            .contains("test gpu_hang: 0 passed, 1 failed (stacks: stacks/normal/gpu_hang.stacks)"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("test gpu_a: 0 passed, 0 failed\n"),
+        "{verdict}"
+    );
+    assert_eq!(
+        line(&verdict, "racecheck", "gpu_hang"),
+        "racecheck gpu_hang: ERRORS: racecheck gpu_hang: rc=124 no summary \
+         (stacks: stacks/racecheck/racecheck-gpu_hang.stacks)"
+    );
+    assert!(
+        line(&verdict, "racecheck", "gpu_a").ends_with(": clean"),
+        "{verdict}"
+    );
+    for file in [
+        "normal/gpu_hang.stacks",
+        "racecheck/racecheck-gpu_hang.stacks",
+    ] {
+        let stacks = fs::read_to_string(m.dir.join("out/stacks").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}\n{text}"));
+        assert!(
+            stacks.contains("=== pid")
+                && stacks.contains(" state=")
+                && stacks.contains("stand_in_frame"),
+            "{file}: {stacks}"
+        );
+    }
+}
+
+/// Racecheck's own "failure to track a kernel launch", with nothing else reported, leaves a run
+/// incomplete: the program runs again, a complete clean run is its verdict, and the line says
+/// what happened and what the C++ reproducer (no um) showed beside it. A run that reports it
+/// every time, or a race beside it, fails.
+#[test]
+fn a_racecheck_run_the_tool_could_not_track_runs_again() {
+    let m = Machine::new(
+        "track",
+        1,
+        &[
+            "gpu_a",
+            "gpu_track_once",
+            "gpu_track_always",
+            "gpu_track_and_race",
+        ],
+        &[],
+    );
+    // An nvcc that builds: the reproducer "exists" and runs under the stand-in.
+    executable(
+        &m.dir.join("bin/nvcc"),
+        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n\
+         printf '#!/bin/sh\\nexit 0\\n' >\"$o\"; chmod +x \"$o\"\n",
+    );
+    let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
+    let runs = |prog: &str| {
+        log.lines()
+            .filter(|l| l.starts_with(&format!("{prog} ")))
+            .count()
+    };
+    assert_eq!(runs("gpu_track_once"), 2, "{log}");
+    assert_eq!(runs("gpu_track_always"), 3, "twice more, no more: {log}");
+    assert_eq!(runs("gpu_track_and_race"), 1, "a race is a verdict: {log}");
+    // The reproducer: 3 processes at once, once per run.sh, stopping at its first such error.
+    assert_eq!(runs("racecheck_repro"), 3, "{log}");
+    let repro = "bench/racecheck_repro.cu, no um, 8 host threads each launching 2 kernels a round \
+                 on a stream created per round and waiting by stream callback, 3 processes at \
+                 once under racecheck: the same error in round 1 (3 runs): RACECHECK SUMMARY: \
+                 1 hazard displayed (1 error, 0 warnings)";
+    assert_eq!(
+        line(&verdict, "racecheck", "gpu_track_once"),
+        format!(
+            "racecheck gpu_track_once: clean (run 2 of 2: the first incomplete (racecheck's own \
+             \"Internal Sanitizer Error: Detected a failure to track a kernel launch\", no hazard \
+             records); the same error without um: {repro})"
+        )
+    );
+    let always = line(&verdict, "racecheck", "gpu_track_always");
+    assert!(
+        always
+            .starts_with("racecheck gpu_track_always: ERRORS: racecheck gpu_track_always: rc=99 ")
+            && always.contains("every one of 3 runs incomplete")
+            && always.contains(repro),
+        "{always}"
+    );
+    assert!(
+        line(&verdict, "racecheck", "gpu_track_and_race").starts_with(
+            "racecheck gpu_track_and_race: ERRORS: racecheck gpu_track_and_race: rc=99 "
+        ),
+        "{verdict}"
+    );
+    assert!(
+        line(&verdict, "racecheck", "gpu_a").ends_with(": clean"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("== part racecheck: 2 programs clean, 2 with errors"),
+        "{verdict}"
+    );
+    assert_ne!(status, 0, "{text}");
+}
+
+/// Racecheck's own "failure to track a kernel launch" printed on the line where the test
+/// harness had begun a test's name ("test x ... ========= Internal Sanitizer Error: ..."): the
+/// tool's message is read wherever its banner stands in a line, so the run is incomplete and
+/// runs again, not a racecheck error.
+#[test]
+fn a_tracking_failure_printed_after_a_test_name_on_its_line_runs_again() {
+    let m = Machine::new("track-after-name", 1, &["gpu_track_after_test_name"], &[]);
+    let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
+    let runs = log
+        .lines()
+        .filter(|l| l.starts_with("gpu_track_after_test_name "))
+        .count();
+    assert_eq!(runs, 2, "run again once: {log}");
+    let tracked = line(&verdict, "racecheck", "gpu_track_after_test_name");
+    assert!(
+        tracked.starts_with(
+            "racecheck gpu_track_after_test_name: clean (run 2 of 2: the first incomplete"
+        ),
+        "{tracked}"
+    );
+    assert!(
+        verdict.contains("== part racecheck: 1 programs clean, 0 with errors"),
+        "{verdict}"
+    );
+    assert_eq!(status, 0, "{text}");
+}
