@@ -211,7 +211,7 @@ fn run_to_file(mut c: Command, log: &Path, append: bool) -> i32 {
         .open(log);
     let Ok(f) = f else { return 127 };
     let Ok(f2) = f.try_clone() else { return 127 };
-    c.stdin(Stdio::null()).stdout(f).stderr(f2);
+    c.stdout(f).stderr(f2);
     c.status().map(status_code).unwrap_or(127)
 }
 
