@@ -23,9 +23,8 @@ mkdir -p "$out/tests" "$out/examples" "$out/bench"
 # (`prebuilt`), um-build's diagnostics (`diagnostics`) and the layer check of um-core's sources
 # (`layers`), um-build's freshness, dynamic-shared-memory and block-shape tests (`fresh_artefacts`, `dynamic_shared`, `block_shape`)
 # and its reading of declarations, with and without nvcc (`declarations`, `declarations_nvcc`): none of them uses a GPU. Nor do um-nccl's bootstrap tests over loopback TCP
-# (`bootstrap_*`) and its time-limit tests (`time_limits`), nor the tests of
-# nccl-call.sh with stand-ins (`nccl_call_sh`), nor the tooling's own (xtask, whose runner's tests
-# use stand-ins; left out of the workspace's build by --exclude), nor the check of docs/rules.md's
+# (`bootstrap_*`) and its time-limit tests (`time_limits`), nor the tooling's
+# own tests (xtask's: the runner and nccl-call with stand-ins; left out by --exclude xtask), nor the check of docs/rules.md's
 # citations against the sources (`rule_index`), nor the test kernels' crate, which has no
 # tests (`um_test_kernels`), nor the check of um-cublas's and um-nccl's foreign-call
 # layers (`ffi_layers`): CI runs them, and leaving them out keeps the bundle within the 64 MiB
@@ -43,7 +42,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
         kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
-        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "nccl_call_sh", "rule_index", "um_test_kernels", "ffi_layers") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
+        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "rule_index", "um_test_kernels", "ffi_layers") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
 cargo test --workspace --exclude xtask --release --no-run --message-format=json-render-diagnostics 2>/dev/null |

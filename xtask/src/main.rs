@@ -1,16 +1,22 @@
 //! The project's tooling, run as `cargo xtask COMMAND` here and as `um-xtask COMMAND` in the
 //! GPU bundle (a machine with no Rust): everything the GPU machine runs is built here.
 //!
-//!   xtask run [run.sh options]   the GPU test runner (the bundle's run.sh execs it; see run.rs)
+//!   xtask run [run.sh options]    the GPU test runner (the bundle's run.sh execs it; run.rs)
+//!   xtask nccl-call OUT [BUDGET_S] the NCCL GPU runs in one device call, from the repository
+//!                                 root (scripts/nccl-call.sh execs it; nccl_call.rs)
 
+mod nccl_call;
 mod run;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let code = match args.next().as_deref() {
         Some("run") => run::main(args.collect()),
+        Some("nccl-call") => nccl_call::main(args.collect()),
         _ => {
-            eprintln!("usage: xtask run [--repeat N | --sanitize [TOOL ...] | --all OUT ...]");
+            eprintln!(
+                "usage: xtask run [--repeat N | --sanitize [TOOL ...] | --all OUT ...] | xtask nccl-call OUT [BUDGET_S]"
+            );
             2
         }
     };

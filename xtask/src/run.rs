@@ -195,7 +195,7 @@ fn s(x: &str) -> String {
 }
 
 /// The exit status as bash gives it: the code, or 128 + the signal.
-fn status_code(st: std::process::ExitStatus) -> i32 {
+pub(crate) fn status_code(st: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     st.code().or(st.signal().map(|n| 128 + n)).unwrap_or(1)
 }
