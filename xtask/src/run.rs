@@ -1931,6 +1931,16 @@ pub(crate) fn main(args: Vec<String>) -> i32 {
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
+    // Only from a bundle: elsewhere (`cargo xtask run` in target/debug) the folders tests/ and
+    // examples/ beside the binary are not the bundle's programs.
+    if !bundle.join("run.sh").is_file() {
+        eprintln!(
+            "run.sh: {} is no GPU bundle; build one with scripts/gpu-bundle.sh and run its run.sh \
+             (bash target/gpu-bundle/run.sh ...)",
+            bundle.display()
+        );
+        return 2;
+    }
     if std::env::set_current_dir(&bundle).is_err() {
         eprintln!("run.sh: cannot enter the bundle {}", bundle.display());
         return 1;
