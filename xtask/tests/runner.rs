@@ -739,3 +739,67 @@ fn a_tracking_failure_printed_after_a_test_name_on_its_line_runs_again() {
     );
     assert_eq!(status, 0, "{text}");
 }
+
+impl Machine {
+    /// `run.sh ARGS` without `--all`: (exit status, output).
+    fn run_plain(&self, args: &[&str]) -> (i32, String) {
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.dir.join("bundle/run.sh"))
+            .args(args)
+            .env("PATH", path_with(&self.dir.join("bin")))
+            .env("FAKE_LOG", self.dir.join("plain.tool-log"))
+            .env_remove("UM_SANITIZE_ONLY")
+            .env_remove("UM_SANITIZE_GPUS")
+            .env_remove("UM_SKIP_EXAMPLES")
+            .env_remove("CUDA_VISIBLE_DEVICES");
+        stand_in::run(&mut cmd, &format!("run.sh {args:?}"))
+    }
+}
+
+/// A test binary that passes 2 tests and fails 1, as the harness prints it.
+const ONE_TEST_FAILS: &str = r#"#!/usr/bin/env bash
+case " $* " in *" --list "*) printf 'a: test\nb: test\nc: test\n'; exit 0 ;; esac
+echo "test c ... FAILED"
+echo "test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out"
+exit 101
+"#;
+
+/// The modes without `--all`: each test counts once and each run of an example once, a
+/// failing example per run, and the last line is the totals; `--examples-only` leaves the
+/// tests out, `--emulate-no-concurrent-access` gives every program its switch, `--sanitize`
+/// counts programs, and an unknown option is refused with status 2.
+#[test]
+fn the_modes_without_all_count_tests_and_runs_and_end_with_the_totals() {
+    let m = Machine::new("plain", 1, &["gpu_a"], &["ex1"]);
+    executable(&m.dir.join("bundle/tests/gpu_b"), ONE_TEST_FAILS);
+    executable(
+        &m.dir.join("bundle/examples/emulated_only"),
+        "#!/usr/bin/env bash\n[ \"$UM_EMULATE_NO_CONCURRENT_ACCESS\" = 1 ]\n",
+    );
+    let (status, text) = m.run_plain(&["--repeat", "2"]);
+    assert_eq!(status, 1, "{text}");
+    assert!(
+        text.contains("example emulated_only: 0 of 2 runs passed"),
+        "{text}"
+    );
+    assert!(text.contains("example ex1: 2 of 2 runs passed"), "{text}");
+    assert!(text.ends_with("4 passed, 3 failed\n"), "{text}");
+    let (status, text) = m.run_plain(&["--emulate-no-concurrent-access", "--examples-only"]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.starts_with("mode: UM_EMULATE_NO_CONCURRENT_ACCESS=1"),
+        "{text}"
+    );
+    assert!(!text.contains("=== test binary"), "{text}");
+    assert!(text.ends_with("2 passed, 0 failed\n"), "{text}");
+    let (status, text) = m.run_plain(&["--sanitize", "synccheck", "memcheck"]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.contains("synccheck: 4 programs clean, 0 with errors"),
+        "{text}"
+    );
+    assert!(text.ends_with("8 passed, 0 failed\n"), "{text}");
+    let (status, text) = m.run_plain(&["--bogus"]);
+    assert_eq!(status, 2, "{text}");
+    assert!(text.contains("run.sh: unknown option --bogus"), "{text}");
+}
