@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every test binary and every example in release, strips them, and copies them with
-# run.sh into one folder (default target/gpu-bundle, git-ignored) that runs on a machine with
+# the GPU runner (um-xtask, built from xtask/; run.sh execs it) into one folder (default target/gpu-bundle, git-ignored) that runs on a machine with
 # the NVIDIA driver and nothing else: no Rust, no CUDA toolkit, no network.
 #
 #   bash scripts/gpu-bundle.sh [DIR]
@@ -23,8 +23,8 @@ mkdir -p "$out/tests" "$out/examples" "$out/bench"
 # (`prebuilt`), um-build's diagnostics (`diagnostics`) and the layer check of um-core's sources
 # (`layers`), um-build's freshness, dynamic-shared-memory and block-shape tests (`fresh_artefacts`, `dynamic_shared`, `block_shape`)
 # and its reading of declarations, with and without nvcc (`declarations`, `declarations_nvcc`): none of them uses a GPU. Nor do um-nccl's bootstrap tests over loopback TCP
-# (`bootstrap_*`) and its time-limit tests (`time_limits`), nor the tests of run.sh and
-# nccl-call.sh with stand-ins (`run_sh`, `nccl_call_sh`), nor the check of docs/rules.md's
+# (`bootstrap_*`) and its time-limit tests (`time_limits`), nor the tooling's
+# own tests (xtask's: the runner and nccl-call with stand-ins; left out by --exclude xtask), nor the check of docs/rules.md's
 # citations against the sources (`rule_index`), nor the test kernels' crate, which has no
 # tests (`um_test_kernels`), nor the check of um-cublas's and um-nccl's foreign-call
 # layers (`ffi_layers`): CI runs them, and leaving them out keeps the bundle within the 64 MiB
@@ -42,10 +42,10 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         t = m["target"]
         kind = "example" if "example" in t["kind"] else "bench" if "bench" in t["kind"] else "test"
-        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "run_sh", "nccl_call_sh", "rule_index", "um_test_kernels", "ffi_layers") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
+        if t["name"] not in ("ui", "out_of_workspace", "declarations", "declarations_nvcc", "shipped_ptx", "differential", "layers", "prebuilt", "diagnostics", "fresh_artefacts", "dynamic_shared", "block_shape", "time_limits", "rule_index", "um_test_kernels", "ffi_layers") and not t["name"].startswith("bootstrap_") and (kind == want or (want not in ("example", "bench") and kind == "test")):
             print(t["name"] + "\t" + m["executable"])' "$1"
 }
-cargo test --workspace --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
+cargo test --workspace --exclude xtask --release --no-run --message-format=json-render-diagnostics 2>/dev/null |
   executables test | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/tests/$name"; done
 cargo build --workspace --release --examples --message-format=json-render-diagnostics 2>/dev/null |
   executables example | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/examples/$name"; done
@@ -82,9 +82,14 @@ cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/gr
 cp docs/performance.md "$out/bench/performance.md"
 cp scripts/gpu-bench.sh "$out/bench.sh"
 chmod +x "$out/bench.sh"
-cp scripts/gpu-run.sh "$out/run.sh"
+# The GPU runner: `um-xtask run` (xtask/src/run.rs), and run.sh, which execs it, so that every
+# call line (`bash target/gpu-bundle/run.sh --all OUT ...`) stays as it was.
+cargo build --release -p xtask 2>/dev/null
+cp "${CARGO_TARGET_DIR:-target}/release/xtask" "$out/um-xtask"
+strip "$out/um-xtask"
+cp xtask/run.sh "$out/run.sh"
 cp scripts/stall-stacks.sh "$out/stall-stacks.sh" # run.sh takes the stacks of a program that hangs
-chmod +x "$out/run.sh"
+chmod +x "$out/run.sh" "$out/um-xtask"
 # run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
 cp scripts/reliability-doc.py "$out/reliability_doc.py"
 cp bench/reliability-notes.md "$out/reliability-notes.md"

@@ -12,7 +12,7 @@
 # ("^test blas_handles@log.txt"; under --test-threads=1 the harness prints a test's name as it
 # begins). An intermittent stall of one test of many is then caught while it lasts.
 # UM_STALL_GDB_S (default 60) bounds each process's cuda-gdb. UM_GDB names another debugger
-# (run.sh's CI test gives a stand-in).
+# (the runner's CI test, xtask/tests/runner.rs, gives a stand-in).
 set -u
 after=${1:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}
 out=${2:?usage: stall-stacks.sh AFTER_S OUT_FILE COMMAND [ARG ...]}

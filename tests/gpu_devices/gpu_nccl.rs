@@ -408,7 +408,7 @@ fn ranks_of_one_process_must_call_the_same_sizes_or_it_leaks_the_stuck_buffer() 
 /// A communicator that enqueued on three streams poisons all three when it is aborted: it remembers
 /// each stream once, by comparing handles (`Stream::is_poisoned_by`), since the host-time change of
 /// 2026-11-23. The three streams' buffers are leaked on purpose (rule 164), hence `leaks_` in the
-/// name: memcheck checks this test for everything but leaks (`scripts/gpu-run.sh`).
+/// name: memcheck checks this test for everything but leaks (`xtask/src/run.rs`).
 #[test]
 #[ignore = "needs two CUDA devices"]
 fn an_abort_poisons_every_stream_it_enqueued_on_and_leaks_their_buffers() {

@@ -1,4 +1,5 @@
-//! `scripts/nccl-call.sh` (the NCCL GPU runs in one device call), run here without a GPU: a
+//! `um-xtask nccl-call` through `scripts/nccl-call.sh` (the NCCL GPU runs in one device call),
+//! run here without a GPU: a
 //! stand-in `nvidia-smi` and a bundle of stand-in programs that print how they were called,
 //! so that CI checks the steps, their order, the summary and the budget before a 4x H200
 //! machine spends time on them.
@@ -12,7 +13,9 @@ use std::process::Command;
 mod stand_in;
 use stand_in::{Scratch, executable, nvidia_smi, path_with};
 
-const NCCL_CALL: &str = include_str!("../scripts/nccl-call.sh");
+const NCCL_CALL: &str = include_str!("../../scripts/nccl-call.sh");
+/// The tool that the script execs, as the bundle holds it.
+const TOOL: &str = env!("CARGO_BIN_EXE_xtask");
 
 /// A program that prints its name and arguments; `data_parallel --launch --socket` fails and
 /// `data_parallel --storage coherent` runs for 30 s.
@@ -48,6 +51,7 @@ impl Machine {
             executable(&bundle.join(p), PROGRAM);
         }
         executable(&dir.join("bin/nvidia-smi"), &nvidia_smi(gpus));
+        fs::copy(TOOL, bundle.join("um-xtask")).expect("the tool into the bundle");
         fs::write(dir.join("repo/nccl-call.sh"), NCCL_CALL).expect("script");
         Machine {
             dir,

@@ -1,5 +1,5 @@
 //! Stand-ins for the GPU machine's tools, for the tests that run its scripts without a GPU
-//! (`tests/run_sh.rs`, `tests/nccl_call_sh.rs`). Included by path: it needs nothing of um.
+//! (`runner.rs`, `nccl_call.rs`). Included by path: it needs nothing of um.
 #![allow(dead_code, unreachable_pub, clippy::expect_used)]
 
 use std::fs;
