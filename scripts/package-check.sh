@@ -42,7 +42,7 @@ done
 rm -rf target/package
 # --allow-dirty: the check is of the files as they are; a clean clone has nothing dirty.
 # (Its warnings that tests, examples and benchmarks are not in the packages are left out.)
-cargo package --workspace --exclude own-kernels --exclude um-test-kernels --allow-dirty >"$tmp/package.log" 2>&1 ||
+cargo package --workspace --exclude own-kernels --exclude um-test-kernels --exclude xtask --allow-dirty >"$tmp/package.log" 2>&1 ||
   { grep -v '^warning: ignoring ' "$tmp/package.log" >&2; die "cargo package"; }
 grep -E '^ +(Packaged|Verifying|Finished)' "$tmp/package.log"
 for p in "${packages[@]}"; do
@@ -67,7 +67,7 @@ prebuilt_said() { grep -q 'um-build: nvcc not found: using the prebuilt PTX of' 
 # 2a. docs.rs: DOCS_RS=1, no nvcc, no driver library (cust_raw skips its link step).
 docs=target/ci-docs-rs
 no_nvcc env DOCS_RS=1 CUDA_LIBRARY_PATH= CARGO_TARGET_DIR=$docs RUSTDOCFLAGS="-D warnings" \
-  cargo doc --workspace --exclude own-kernels --exclude um-test-kernels --no-deps >"$tmp/docs.log" 2>&1 ||
+  cargo doc --workspace --exclude own-kernels --exclude um-test-kernels --exclude xtask --no-deps >"$tmp/docs.log" 2>&1 ||
   { cat "$tmp/docs.log" >&2; die "DOCS_RS=1 cargo doc without nvcc"; }
 prebuilt_said "$tmp/docs.log" || { cat "$tmp/docs.log" >&2; die "um-kernels did not use its shipped PTX"; }
 for page in um_kernels/run_task/fn.transform.html um/kernels/run_task/fn.transform.html um/struct.Managed.html; do
