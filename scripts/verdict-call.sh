@@ -6,8 +6,8 @@
 #
 # Execs the bundle's `um-xtask verdict-call` (xtask/src/verdict_call.rs): runs
 # `target/gpu-bundle/run.sh --all target/all --resume target/all/verdict.txt` for at most
-# LIMIT_S seconds (then stops it and every program it started: it runs in a session of its
-# own), prints the parts done so far and what failed, and copies target/all to $OUT/all.
+# LIMIT_S seconds (then stops it and every program it started: it runs under setsid, apart
+# from the caller), prints the parts done so far and what failed, and copies target/all to $OUT/all.
 # target/ is ignored, so on a machine that stays warm between calls target/all stays too, and
 # the next call goes on where this one stopped; on a fresh machine it starts over (carry an
 # earlier OUT/all as target/all to go on).

@@ -135,6 +135,7 @@ fn the_product_names_rules_not_its_review_history() {
         "scripts",
         "bench",
         "benches",
+        "xtask",
     ] {
         text_files_deep(&root.join(dir), &mut files);
     }

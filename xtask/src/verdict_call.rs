@@ -4,8 +4,8 @@
 //!   bash scripts/verdict-call.sh LIMIT_S [run.sh options]   (execs um-xtask verdict-call)
 //!
 //! Runs `target/gpu-bundle/run.sh --all target/all --resume target/all/verdict.txt` for at most
-//! LIMIT_S seconds (then stops it and every program it started: it runs in a session of its
-//! own), prints the parts done so far and what failed, and copies target/all to $OUT/all.
+//! LIMIT_S seconds (then stops it and every program it started: it runs under setsid, apart
+//! from the caller), prints the parts done so far and what failed, and copies target/all to $OUT/all.
 //! target/ is ignored, so on a machine that stays warm between calls target/all stays too, and
 //! the next call goes on where this one stopped; on a fresh machine it starts over (carry an
 //! earlier OUT/all as target/all to go on).
@@ -61,7 +61,7 @@ pub(crate) fn main(args: Vec<String>) -> i32 {
         );
         return 1;
     };
-    // In a session of its own (setsid), so that every process it starts can be stopped at
+    // Under setsid (its own process group and sid), so that every process it starts can be stopped at
     // once: `timeout`, which run.sh starts every program under, moves itself into a process
     // group of its own, so the group alone would miss it and its program.
     let child = Command::new("setsid")
@@ -92,7 +92,7 @@ pub(crate) fn main(args: Vec<String>) -> i32 {
             "verdict-call: stopped at {limit}s; the next call goes on from {}",
             dir.display()
         );
-        // Every process under the new session's id (run.sh's pid, `pkill -s`).
+        // Every process under the new sid (run.sh's pid, `pkill -s`).
         let _ = Command::new("pkill").args(["-TERM", "-s", &pid]).status();
         std::thread::sleep(Duration::from_secs(5));
         let _ = Command::new("pkill").args(["-KILL", "-s", &pid]).status();

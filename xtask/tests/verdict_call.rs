@@ -64,7 +64,7 @@ fn call(root: &PathBuf, limit: &str, seconds: &str, out: &PathBuf) -> (i32, Stri
     stand_in::run(&mut cmd, "verdict-call.sh")
 }
 
-/// A run past the limit is stopped with every process it started (its session), the call
+/// A run past the limit is stopped with every process it started (under its sid), the call
 /// says so and where the next goes on, prints the parts and the failing lines only, counts
 /// each partial part, and copies the folder to `$OUT/all`.
 #[test]
