@@ -1,12 +1,14 @@
 //! The project's tooling, run as `cargo xtask COMMAND` here and as `um-xtask COMMAND` in the
 //! GPU bundle (a machine with no Rust): everything the GPU machine runs is built here.
 //!
-//!   xtask run [run.sh options]    the GPU test runner (the bundle's run.sh execs it; run.rs)
-//!   xtask nccl-call OUT [BUDGET_S] the NCCL GPU runs in one device call, from the repository
-//!                                 root (scripts/nccl-call.sh execs it; nccl_call.rs)
-//!   xtask verdict-call LIMIT_S [run.sh options]
-//!                                 one call of a verdict split across device calls, from the
-//!                                 repository root (scripts/verdict-call.sh execs it)
+//! ```text
+//! xtask run [run.sh options]    the GPU test runner (the bundle's run.sh execs it; run.rs)
+//! xtask nccl-call OUT [BUDGET_S] the NCCL GPU runs in one device call, from the repository
+//!                               root (scripts/nccl-call.sh execs it; nccl_call.rs)
+//! xtask verdict-call LIMIT_S [run.sh options]
+//!                               one call of a verdict split across device calls, from the
+//!                               repository root (scripts/verdict-call.sh execs it)
+//! ```
 
 mod nccl_call;
 mod run;

@@ -2,7 +2,7 @@
 //! 2x H200: run "tests examples memcheck", then "bench"): on a machine with two or more GPUs
 //! (the 2x and 4x H200 kinds), from the repository root, with target/gpu-bundle carried:
 //!
-//!   bash scripts/nccl-call.sh OUT [BUDGET_S]     (execs target/gpu-bundle/um-xtask nccl-call)
+//! `bash scripts/nccl-call.sh OUT [BUDGET_S]` (execs `target/gpu-bundle/um-xtask nccl-call`)
 //!
 //! Runs these steps in order, each under `timeout`, and starts none after BUDGET_S seconds
 //! (default 540, to end within one call of 600 s); NCCL_CALL_STEPS="tests examples ..." picks

@@ -330,8 +330,8 @@ fn module_of(test: &str) -> Option<&str> {
 
 /// The programs: every test binary, by the path it has in the bundle, except that a test
 /// binary holding its tests in modules (tests/gpu and tests/gpu_devices: one module per
-/// feature, named gpu_<feature>) counts as one program per module, named tests/<module>, which
-/// runs the binary with the filter "<module>::". So every verdict line, skip list and
+/// feature, named `gpu_<feature>`) counts as one program per module, named `tests/<module>`, which
+/// runs the binary with the filter `<module>::`. So every verdict line, skip list and
 /// UM_SANITIZE_ONLY name is a feature's, and the sanitizers spread the modules over the GPUs.
 /// Tests such a binary holds outside those modules (at its root, or in a module named
 /// otherwise) are one program more, named for the binary, that skips the modules: every test
