@@ -177,7 +177,8 @@ impl Blas {
     /// [`Error::Shape`] when a number does not fit cuBLAS's `int`, a leading dimension is less
     /// than its matrix's column (row-major: row) or zero, or a buffer is shorter than its matrix
     /// ([`Gemm::check`]); [`Error::ContextMismatch`] for a stream of another context;
-    /// [`Error::StreamMismatch`]. What cuBLAS reports is [`Error::Status`]. The call is
+    /// [`Error::StreamMismatch`]; `StreamPoisoned` (as [`Error::Um`]) on a poisoned stream, as
+    /// for every call. What cuBLAS reports is [`Error::Status`]. The call is
     /// asynchronous: `sync` the buffers to see the result.
     ///
     /// The stream must be a [`BlasStream`]: not a graph's capture stream. A captured cuBLAS call would
