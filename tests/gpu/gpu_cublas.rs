@@ -1793,3 +1793,248 @@ fn a_routine_through_the_raw_handle_runs_on_its_stream_in_order() {
         .expect("the per-thread stream");
     assert_eq!(&t[..], &[1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
 }
+
+/// Device pointer mode is for one call: after a device-result call that ran, one refused
+/// before cuBLAS (a vector too short for its increment, one too short for its length), and an
+/// `iamax_into`,
+/// the host-scalar calls (`axpy`, `scal`) and a host result still read the host. A leaked
+/// device mode would read `alpha` (a host local) as a device address: garbage or a fault.
+/// Expected: every refusal is `Error::Shape`, `y = 2 x + y` then `y *= 3` exact, the host dot
+/// right, the device results right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_scalar_calls_after_device_results_and_their_refusals_read_the_host() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let n = 7;
+    let m = |v: &[f32]| Managed::from_slice(&ctx, v).expect("alloc");
+    let (x, y, r) = (m(&[1.0; 7]), m(&[1.0; 7]), m(&[SENTINEL as f32]));
+    let idx = Managed::from_slice(&ctx, &[-7i32]).expect("alloc");
+    let (host_dot, y, r, idx) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y, mut r) = (x.attach(s)?, y.attach(s)?, r.attach(s)?);
+            let mut idx = idx.attach(s)?;
+            let v = Level1::new(n);
+            blas.dot_into(s, &v, &x, &y, &mut r)?;
+            let got = blas.nrm2_into(s, &Level1::new(4).incx(3), &x, &mut r);
+            assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            let got = blas.asum_into(s, &Level1::new(n + 1), &x, &mut r);
+            assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            blas.iamax_into(s, &v, &x, &mut idx)?;
+            blas.axpy(s, &v, 2.0, &x, &mut y)?;
+            blas.scal(s, &v, 3.0, &mut y)?;
+            let host_dot = blas.dot(s, &v, &x, &x)?;
+            let _ = x.sync()?;
+            Ok((host_dot, y.sync()?, r.sync()?, idx.sync()?))
+        })
+        .expect("level-1 calls");
+    assert_eq!(host_dot, 7.0);
+    assert!(y.iter().all(|v| *v == 9.0), "{:?}", &y[..]);
+    assert_eq!(r[0], 7.0, "the device dot");
+    assert_eq!(idx[0], 1, "iamax_into is 1-based");
+}
+
+/// Set when `mark_on_the_stream` has run, after its sleep.
+static MARKED: AtomicBool = AtomicBool::new(false);
+
+/// Sleeps 500 ms, then sets `MARKED`: enqueued on a stream (`cuLaunchHostFunc`), it makes no
+/// CUDA call.
+unsafe extern "C" fn mark_on_the_stream(_: *mut std::ffi::c_void) {
+    std::thread::sleep(Duration::from_millis(500));
+    MARKED.store(true, Ordering::SeqCst);
+}
+
+/// A `Blas` sent to another thread as its old stream's scope ends: thread X makes the handle's
+/// last call on a created stream, queues a host function behind it there (no buffer of um's
+/// waits for it: the call's buffers are handed to an outer stream first), sends the handle and
+/// ends the stream's scope at once, while thread Y moves the handle to a stream of its own.
+/// The stream's end (its record under the lock) and Y's move (its record or, once the stream
+/// ended, the end's record) race, in every round; whichever comes first, Y's stream must wait
+/// for the host function. Expected, in every round: when Y's `sync` returns, the host function
+/// has run (no timing: the flag it sets), and both products are right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_sent_away_as_its_stream_ends_orders_its_next_call_after_that_stream() {
+    use cust::sys as cs;
+    let _serial = serial();
+    let _dog = watchdog("a Blas sent away as its stream ends");
+    let ctx = gpu();
+    let opts = StreamOptions::new().non_blocking();
+    let mut blas = Blas::new(&ctx).expect("cuBLAS");
+    for round in 0..4 {
+        MARKED.store(false, Ordering::SeqCst);
+        let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+        let (a, c, a2, c2) = (m(1.0), m(0.0), m(1.0), m(0.0));
+        let (send, receive) = mpsc::channel::<Blas>();
+        let (back, returned) = mpsc::channel::<Blas>();
+        let ctx_ref = &ctx;
+        let (c, c2) = std::thread::scope(|scope| {
+            let y = scope.spawn(move || {
+                let blas = receive.recv().expect("the handle");
+                let c2 = ctx_ref
+                    .with_stream(opts, |next| {
+                        let (a2, mut c2) = (a2.attach(next)?, c2.attach(next)?);
+                        blas.gemm(next, &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?; // the move
+                        let (_, c2) = next.sync_all((a2, c2))?;
+                        Ok(c2)
+                    })
+                    .expect("the next stream");
+                assert!(
+                    MARKED.load(Ordering::SeqCst),
+                    "round {round}: the next stream ran before the old stream's last work"
+                );
+                back.send(blas).expect("send back");
+                c2
+            });
+            let c = ctx
+                .with_stream(opts, |outer| {
+                    let handed = ctx.with_stream(opts, |inner| {
+                        let (a, mut c) = (a.attach(inner)?, c.attach(inner)?);
+                        blas.gemm(inner, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                        let handed = (a.hand_off(outer)?, c.hand_off(outer)?);
+                        // SAFETY: a live stream of the current context (the hand-offs made it
+                        // current); the function makes no CUDA call.
+                        let status = unsafe {
+                            cs::cuLaunchHostFunc(
+                                inner.as_raw().cast(),
+                                Some(mark_on_the_stream),
+                                std::ptr::null_mut(),
+                            )
+                        };
+                        assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuLaunchHostFunc");
+                        // Sent as the scope ends: Y's move races the stream's end.
+                        send.send(blas).expect("send the handle");
+                        Ok(handed)
+                    });
+                    let (a, c) = handed?;
+                    let (_, c) = outer.sync_all((a, c))?;
+                    Ok(c)
+                })
+                .expect("the old stream");
+            (c, y.join().expect("thread Y"))
+        });
+        blas = returned.recv().expect("the handle back");
+        assert!(c.iter().all(|v| *v == 2.0), "{:?}", &c[..]);
+        assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
+    }
+}
+
+/// A stream poisoned (what an aborted library call does) takes no cuBLAS work, as it takes no
+/// launch of um's: another agent may still touch the memory it owns. Every kind of call is
+/// refused before the bind: a GEMM, a level-1 update, a device result, a host result and the
+/// raw handle; the handle then still serves another stream. Expected: `StreamPoisoned` five
+/// times, and the GEMM on the other stream right. The poisoned stream's buffers leak by design.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_poisoned_stream_takes_no_cublas_call_and_leaks_its_buffers() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+    let (a, c, r, a2, c2) = (m(1.0), m(0.0), m(0.0), m(1.0), m(0.0));
+    let c2 = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (a, mut c, mut r) = (a.attach(s)?, c.attach(s)?, r.attach(s)?);
+            blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+            s.poisoner().poison();
+            let poisoned = |got: Result<(), Error>| {
+                assert_eq!(got, Err(Error::Um(um::Error::StreamPoisoned)));
+            };
+            let v = Level1::new(4);
+            poisoned(blas.gemm(s, &Gemm::new(2, 2, 2), &a, &a, &mut c));
+            poisoned(blas.axpy(s, &v, 2.0, &a, &mut c));
+            poisoned(blas.dot_into(s, &v, &a, &a, &mut r));
+            poisoned(blas.nrm2(s, &v, &a).map(drop));
+            // SAFETY: the handle is refused, never returned: nothing is called with it.
+            poisoned(unsafe { blas.raw_handle_on(s) }.map(drop));
+            ctx.with_stream(StreamOptions::new(), |t| {
+                let (a2, mut c2) = (a2.attach(t)?, c2.attach(t)?);
+                blas.gemm(t, &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?;
+                let (_, c2) = t.sync_all((a2, c2))?;
+                Ok(c2)
+            })
+        })
+        .expect("streams");
+    assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
+}
+
+/// Set when `mark_the_foreign_stream` has run, after its sleep.
+static MARKED_FOREIGN: AtomicBool = AtomicBool::new(false);
+
+/// Sleeps 500 ms, then sets `MARKED_FOREIGN`: enqueued on a stream (`cuLaunchHostFunc`), it
+/// makes no CUDA call.
+unsafe extern "C" fn mark_the_foreign_stream(_: *mut std::ffi::c_void) {
+    std::thread::sleep(Duration::from_millis(500));
+    MARKED_FOREIGN.store(true, Ordering::SeqCst);
+}
+
+/// A foreign stream can record nothing at a move (its owner may destroy it once its scope has
+/// ended), so a call there records after itself. Here a host function holds the foreign stream,
+/// the handle's GEMM comes behind it, the buffers are handed to an outer stream, the scope ends
+/// and the owner destroys the stream (`cuStreamDestroy` while the work is queued); then the
+/// handle moves to a created stream. Expected: when that stream's `sync` returns, the host
+/// function has run (the flag it sets, no timing), and both products are right.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_blas_leaving_a_foreign_stream_its_owner_destroyed_waits_for_its_last_call_there() {
+    use cust::sys as cs;
+    let _serial = serial();
+    let _dog = watchdog("a Blas leaving a destroyed foreign stream");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    MARKED_FOREIGN.store(false, Ordering::SeqCst);
+    let m = |v: f32| Managed::from_slice(&ctx, &[v; 4]).expect("alloc");
+    let (a, c, a2, c2) = (m(1.0), m(0.0), m(1.0), m(0.0));
+    let opts = StreamOptions::new().non_blocking();
+    let (c, c2) = ctx
+        .with_stream(opts, |outer| {
+            ctx.make_current()?;
+            let mut raw: cs::CUstream = std::ptr::null_mut();
+            // SAFETY: the context is current; `raw` receives the new stream.
+            let status = unsafe {
+                cs::cuStreamCreate(
+                    &mut raw,
+                    cs::CUstream_flags_enum::CU_STREAM_NON_BLOCKING as u32,
+                )
+            };
+            assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuStreamCreate");
+            // SAFETY: `raw` lives until the closure has returned (destroyed below), nothing
+            // else enqueues on it, and it captures nothing.
+            let handed = unsafe {
+                ctx.with_foreign_stream(raw.cast(), |f| {
+                    // SAFETY: a live stream of the current context; the function makes no
+                    // CUDA call.
+                    let status = cs::cuLaunchHostFunc(
+                        f.as_raw().cast(),
+                        Some(mark_the_foreign_stream),
+                        std::ptr::null_mut(),
+                    );
+                    assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuLaunchHostFunc");
+                    let (a, mut c) = (a.attach(f)?, c.attach(f)?);
+                    blas.gemm(f, &Gemm::new(2, 2, 2), &a, &a, &mut c)?;
+                    Ok((a.hand_off(outer)?, c.hand_off(outer)?))
+                })
+            }?;
+            ctx.make_current()?;
+            // SAFETY: the foreign scope has ended; the stream's queued work still completes.
+            let status = unsafe { cs::cuStreamDestroy_v2(raw) };
+            assert_eq!(status, cs::cudaError_enum::CUDA_SUCCESS, "cuStreamDestroy");
+            let c2 = ctx.with_stream(opts, |next| {
+                let (a2, mut c2) = (a2.attach(next)?, c2.attach(next)?);
+                blas.gemm(next, &Gemm::new(2, 2, 2), &a2, &a2, &mut c2)?; // the move
+                let (_, c2) = next.sync_all((a2, c2))?;
+                Ok(c2)
+            })?;
+            assert!(
+                MARKED_FOREIGN.load(Ordering::SeqCst),
+                "the next stream ran before the handle's last call on the foreign stream"
+            );
+            let (a, c) = handed;
+            let (_, c) = outer.sync_all((a, c))?;
+            Ok((c, c2))
+        })
+        .expect("streams");
+    assert!(c.iter().all(|v| *v == 2.0), "{:?}", &c[..]);
+    assert!(c2.iter().all(|v| *v == 2.0), "{:?}", &c2[..]);
+}

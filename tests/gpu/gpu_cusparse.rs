@@ -297,3 +297,85 @@ fn a_handle_dropped_inside_a_capture_closure_leaves_the_capture_valid() {
     assert_eq!(&y[..], &want[..]);
     common::assert_context_usable(&ctx);
 }
+
+/// The shapes a product could be fooled by, on a 5x3 matrix: SpMV `A^T x` with the vectors of
+/// `A x` (x of 3, y of 5), SpMM with `b` or `c` one element short of `n` columns, and `n` past
+/// an `int`. Expected: each refused with `Error::Shape` before cuSPARSE runs, the outputs still
+/// the sentinel; then `A^T x` with x of 5 and y of 3 matches the CPU.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn transposed_and_multi_column_products_refuse_every_operand_a_column_short() {
+    let _serial = serial();
+    let ctx = gpu();
+    let (rows, cols, n) = (5, 3, 2);
+    let csr = matrix(rows, cols);
+    let a = Csr::new(&ctx, rows, cols, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let m = |len: usize, v: f64| Managed::from_slice(&ctx, &vec![v; len]).expect("alloc");
+    // x3/y5 are `A x`'s vectors; x5/y3 `A^T x`'s. B is 3 x n, C is 5 x n.
+    let (x3, y5, x5, y3) = (m(3, 1.0), m(5, SENTINEL), m(5, 1.0), m(3, SENTINEL));
+    let (b_short, b) = (m(cols * n - 1, 1.0), m(cols * n, 1.0));
+    let (c_short, c) = (m(rows * n - 1, SENTINEL), m(rows * n, SENTINEL));
+    let outputs = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let a = a.attach(s)?;
+            let (x3, mut y5, x5, mut y3) =
+                (x3.attach(s)?, y5.attach(s)?, x5.attach(s)?, y3.attach(s)?);
+            let (b_short, b) = (b_short.attach(s)?, b.attach(s)?);
+            let (mut c_short, mut c) = (c_short.attach(s)?, c.attach(s)?);
+            let shape = |got: Result<(), Error>| {
+                assert!(matches!(got, Err(Error::Shape(_))), "{got:?}");
+            };
+            shape(sparse.spmv(s, Op::T, 1.0, &a, &x3, 0.0, &mut y5));
+            shape(sparse.spmm(s, 1.0, &a, &b_short, n, 0.0, &mut c));
+            shape(sparse.spmm(s, 1.0, &a, &b, n, 0.0, &mut c_short));
+            shape(sparse.spmm(s, 1.0, &a, &b, i32::MAX as usize + 1, 0.0, &mut c));
+            let (y5, c, c_short) = (y5.sync()?, c.sync()?, c_short.sync()?);
+            sparse.spmv(s, Op::T, 1.0, &a, &x5, 0.0, &mut y3)?;
+            let _ = (
+                a.sync()?,
+                x3.sync()?,
+                x5.sync()?,
+                b.sync()?,
+                b_short.sync()?,
+            );
+            Ok((y5, c, c_short, y3.sync()?))
+        })
+        .expect("products");
+    let (y5, c, c_short, y3) = outputs;
+    assert!(
+        y5.iter()
+            .chain(c.iter())
+            .chain(c_short.iter())
+            .all(|v| *v == SENTINEL),
+        "a refused product wrote"
+    );
+    let want = spmv_reference(&csr, Op::T, (rows, cols), 1.0, &[1.0; 5], 0.0, &[0.0; 3]);
+    assert_eq!(&y3[..], &want[..]);
+}
+
+/// A stream poisoned (what an aborted library call does) takes no product, as it takes no
+/// launch of um's: another agent may still touch the memory it owns. Expected: `spmv` and
+/// `spmm` are `StreamPoisoned` after a product that ran; the buffers leak by design.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_poisoned_stream_takes_no_product_and_leaks_its_buffers() {
+    let _serial = serial();
+    let ctx = gpu();
+    let csr = matrix(4, 3);
+    let a = Csr::new(&ctx, 4, 3, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let x = Managed::from_slice(&ctx, &[1.0f64; 3]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[0.0f64; 4]).expect("alloc");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut sparse = Sparse::new(s)?;
+        let (a, x, mut y) = (a.attach(s)?, x.attach(s)?, y.attach(s)?);
+        sparse.spmv(s, Op::N, 1.0, &a, &x, 0.0, &mut y)?;
+        s.poisoner().poison();
+        let poisoned = Err(Error::Um(um::Error::StreamPoisoned));
+        assert_eq!(sparse.spmv(s, Op::N, 1.0, &a, &x, 0.0, &mut y), poisoned);
+        assert_eq!(sparse.spmm(s, 1.0, &a, &x, 1, 0.0, &mut y), poisoned);
+        Ok(())
+    })
+    .expect("stream work");
+    common::assert_context_usable(&ctx);
+}

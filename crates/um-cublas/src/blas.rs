@@ -177,7 +177,8 @@ impl Blas {
     /// [`Error::Shape`] when a number does not fit cuBLAS's `int`, a leading dimension is less
     /// than its matrix's column (row-major: row) or zero, or a buffer is shorter than its matrix
     /// ([`Gemm::check`]); [`Error::ContextMismatch`] for a stream of another context;
-    /// [`Error::StreamMismatch`]. What cuBLAS reports is [`Error::Status`]. The call is
+    /// [`Error::StreamMismatch`]; `StreamPoisoned` (as [`Error::Um`]) on a poisoned stream, as
+    /// for every call. What cuBLAS reports is [`Error::Status`]. The call is
     /// asynchronous: `sync` the buffers to see the result.
     ///
     /// The stream must be a [`BlasStream`]: not a graph's capture stream. A captured cuBLAS call would
@@ -733,6 +734,11 @@ impl Blas {
         // Inside um's stream callback: `InsideDriverCallback`, also where the whole-context
         // path would have said `CaptureInProgress`.
         um_core::refuse_inside_stream_callback("a cuBLAS call")?;
+        // A poisoned stream's work was aborted half-done: another agent may still touch the
+        // memory it owns, so no work joins it, as um's launches refuse it (before any bind).
+        if stream.is_poisoned() {
+            return Err(um_core::Error::StreamPoisoned.into());
+        }
         um_core::relaxed_while_capturing(|| {
             self.enter(stream)?;
             if self.mode_unknown.get() {
@@ -799,6 +805,11 @@ impl Blas {
             && !self.raw_pending.get()
             && self.order.follow(stream)?;
         let bound = if ordered {
+            // The order follows `stream` from here on, while the handle is still bound to the
+            // old one: until the bind below succeeds, no call may take the fast path on the
+            // old stream (its work would be after the record the order holds), so the next
+            // call follows again, whatever its stream.
+            self.bound.set(UNKNOWN_STREAM);
             self.ctx.make_current()?;
             bind()
         } else {

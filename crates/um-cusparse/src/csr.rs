@@ -291,4 +291,28 @@ mod tests {
         let big = i32::MAX as usize + 1;
         assert!(check_structure(big, 1, &[0], &[0], 1).is_err_and(|e| e.contains("32-bit")));
     }
+
+    #[test]
+    fn offsets_and_columns_at_the_ends_of_i32_are_refused_without_overflow() {
+        let (max, min) = (i32::MAX, i32::MIN);
+        // rows, cols, offsets, indices: each refused, none panics.
+        let cases: [(usize, usize, &[i32], &[i32]); 7] = [
+            (2, 3, &[0, max, 1], &[0]),
+            (2, 3, &[0, min, 1], &[0]),
+            (2, 3, &[0, 1, max], &[0]),
+            (1, 3, &[0, 1], &[3]),
+            (1, 3, &[0, 1], &[max]),
+            (1, 3, &[0, 1], &[min]),
+            (3, 3, &[0, 2, 1, 2], &[0, 1]),
+        ];
+        for (rows, cols, offsets, indices) in cases {
+            let got = check_structure(rows, cols, offsets, indices, indices.len());
+            assert!(
+                got.is_err(),
+                "{rows}x{cols} {offsets:?} {indices:?} accepted"
+            );
+        }
+        // A column index equal to the last one allowed is fine.
+        assert_eq!(check_structure(1, 3, &[0, 1], &[2], 1), Ok(()));
+    }
 }

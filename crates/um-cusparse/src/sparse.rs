@@ -114,8 +114,10 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
     /// The raw `cusparseHandle_t`, for calls `um-cusparse` does not wrap (through
     /// [`Cusparse::api`]). Holding it is safe; every call with it is `unsafe`, and such a call
     /// must keep what this type keeps: only on this handle's thread, with its context current,
-    /// never rebinding it to another stream, touching only memory its stream owns, and never
-    /// destroying it.
+    /// never rebinding it to another stream, touching only memory its stream owns, never
+    /// destroying it, and leaving it in host pointer mode (`cusparseSetPointerMode`: the
+    /// products pass `alpha` and `beta` as host addresses, which device mode would read as
+    /// device ones).
     pub fn as_raw(&self) -> sys::Handle {
         self.handle
     }
@@ -136,17 +138,8 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
     ) -> Result<()> {
         self.check(stream)?;
-        let (rows, cols) = match op {
-            Op::N => (a.rows(), a.cols()),
-            Op::T => (a.cols(), a.rows()),
-        };
-        if x.len() != cols || y.len() != rows {
-            return Err(Error::Shape(format!(
-                "op(A) is {rows}x{cols}: x must have {cols} elements (has {}), y {rows} (has {})",
-                x.len(),
-                y.len()
-            )));
-        }
+        let (rows, cols) =
+            spmv_shape(op, (a.rows(), a.cols()), x.len(), y.len()).map_err(Error::Shape)?;
         owned(stream, a.is_owned_by(stream), "a")?;
         owned(stream, stream.owns(x), "x")?;
         owned(stream, stream.owns(y), "y")?;
@@ -206,20 +199,7 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
     ) -> Result<()> {
         self.check(stream)?;
         let (m, k) = (a.rows(), a.cols());
-        let need = |rows: usize| {
-            rows.checked_mul(n)
-                .filter(|_| n > 0 && n <= i32::MAX as usize)
-        };
-        match (need(k), need(m)) {
-            (Some(nb), Some(nc)) if b.len() >= nb && c.len() >= nc => {}
-            _ => {
-                return Err(Error::Shape(format!(
-                    "A is {m}x{k} and n = {n}: b must hold {k}x{n} and c {m}x{n} column-major elements (have {} and {}), n at least 1",
-                    b.len(),
-                    c.len()
-                )));
-            }
-        }
+        spmm_shape((m, k), n, b.len(), c.len()).map_err(Error::Shape)?;
         owned(stream, a.is_owned_by(stream), "a")?;
         owned(stream, stream.owns(b), "b")?;
         owned(stream, stream.owns(c), "c")?;
@@ -290,6 +270,46 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
             Some(w) => Ok(w.as_device_ptr_mut().as_mut_ptr().cast()),
             None => Ok(std::ptr::null_mut()),
         }
+    }
+}
+
+/// `op(A)`'s `(rows, cols)` for SpMV with `A` of `shape`, where `x` has `cols` elements and `y`
+/// `rows`; why not otherwise.
+pub(crate) fn spmv_shape(
+    op: Op,
+    (a_rows, a_cols): (usize, usize),
+    x_len: usize,
+    y_len: usize,
+) -> std::result::Result<(usize, usize), String> {
+    let (rows, cols) = match op {
+        Op::N => (a_rows, a_cols),
+        Op::T => (a_cols, a_rows),
+    };
+    if x_len != cols || y_len != rows {
+        return Err(format!(
+            "op(A) is {rows}x{cols}: x must have {cols} elements (has {x_len}), y {rows} (has {y_len})"
+        ));
+    }
+    Ok((rows, cols))
+}
+
+/// Checks SpMM's dense operands for `A` of `(m, k)` and `n` columns: `n` in `1..=i32::MAX`, `b`
+/// holds `k * n` and `c` `m * n` elements (column-major, tightly packed); why not otherwise.
+pub(crate) fn spmm_shape(
+    (m, k): (usize, usize),
+    n: usize,
+    b_len: usize,
+    c_len: usize,
+) -> std::result::Result<(), String> {
+    let need = |rows: usize| {
+        rows.checked_mul(n)
+            .filter(|_| n > 0 && n <= i32::MAX as usize)
+    };
+    match (need(k), need(m)) {
+        (Some(nb), Some(nc)) if b_len >= nb && c_len >= nc => Ok(()),
+        _ => Err(format!(
+            "A is {m}x{k} and n = {n}: b must hold {k}x{n} and c {m}x{n} column-major elements (have {b_len} and {c_len}), n at least 1"
+        )),
     }
 }
 
@@ -387,5 +407,49 @@ impl<K: SparseStream> std::fmt::Debug for Sparse<'_, K> {
             .field("library", &self.library.path())
             .field("version", &self.library.version())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Op, spmm_shape, spmv_shape};
+
+    #[test]
+    fn a_transposed_spmv_takes_x_of_the_rows_and_y_of_the_columns() {
+        // A is 3x5.
+        assert_eq!(spmv_shape(Op::N, (3, 5), 5, 3), Ok((3, 5)));
+        assert_eq!(spmv_shape(Op::T, (3, 5), 3, 5), Ok((5, 3)));
+        for (op, x, y) in [
+            (Op::N, 3, 5),
+            (Op::N, 5, 5),
+            (Op::N, 4, 3),
+            (Op::T, 5, 3),
+            (Op::T, 3, 3),
+            (Op::T, 3, 6),
+            (Op::T, 2, 5),
+        ] {
+            assert!(spmv_shape(op, (3, 5), x, y).is_err(), "{op:?} x {x} y {y}");
+        }
+    }
+
+    #[test]
+    fn spmm_refuses_no_columns_short_buffers_and_overflowing_products() {
+        // A is 3x5: B 5 x n, C 3 x n.
+        assert_eq!(spmm_shape((3, 5), 2, 10, 6), Ok(()));
+        assert_eq!(
+            spmm_shape((3, 5), 2, 11, 7),
+            Ok(()),
+            "longer buffers are fine"
+        );
+        for (n, b, c) in [(0, 10, 6), (2, 9, 6), (2, 10, 5), (3, 10, 6)] {
+            assert!(spmm_shape((3, 5), n, b, c).is_err(), "n {n} b {b} c {c}");
+        }
+        let big = i32::MAX as usize;
+        assert!(
+            spmm_shape((3, 5), big + 1, usize::MAX, usize::MAX).is_err(),
+            "n past an int"
+        );
+        // k * n overflows usize: refused, not wrapped to a small product.
+        assert!(spmm_shape((1, usize::MAX / 2), 4, usize::MAX, usize::MAX).is_err());
     }
 }
