@@ -1,4 +1,4 @@
-//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM, GEMV, strided batched GEMM and level 1
+//! cuBLAS on owned buffers (`crates/um-cublas`): GEMM (also of F16 and Bf16 inputs into f32), GEMV, strided batched GEMM and level 1
 //! against a CPU reference at odd shapes, leading dimensions, increments and transposes, f32 and
 //! f64, on every storage; shape errors refused before cuBLAS runs; the row-major path; a handle per thread. A handle beside
 //! captures: its drop never fails a capture of um (leaked where it cannot wait), its moves
@@ -23,7 +23,9 @@ use common::{capture_once, device_for_captures, gpu, serial, watchdog};
 use um::{
     Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions, relaxed_while_capturing,
 };
-use um_cublas::{Blas, Element, Error, Gemm, Gemv, Layout, Level1, Op, ShapeError};
+use um_cublas::{
+    Bf16, Blas, Element, Error, F16, Gemm, Gemv, HalfElement, Layout, Level1, Op, ShapeError,
+};
 use um_test_kernels::testing::{self, add_scalar, spin_then_add};
 
 /// The test's element types, with conversions to f64 (the reference computes in f64) and a
@@ -148,9 +150,9 @@ fn gemm_cases() -> Vec<GemmCase> {
     cases
 }
 
-/// Runs one GEMM case in storage `M` and checks every element of C's buffer: the matrix
-/// against the CPU, the padding and the tail untouched.
-fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemmCase) {
+/// The leading dimensions and buffer lengths of A, B and C of a case: (lda, ldb, ldc) and
+/// (A's, B's, C's), each with a tail of spare elements.
+fn gemm_extents(g: GemmCase) -> ((usize, usize, usize), (usize, usize, usize)) {
     let (ra, ca) = if g.ta == Op::N {
         (g.m, g.k)
     } else {
@@ -164,12 +166,19 @@ fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>
     let (lda, la) = extent(g.layout, ra, ca, g.pad.0, 2);
     let (ldb, lb) = extent(g.layout, rb, cb, g.pad.1, 3);
     let (ldc, lc) = extent(g.layout, g.m, g.n, g.pad.2, 4);
-    let a: Vec<T> = (0..la).map(|i| T::of(value(i, 1))).collect();
-    let b: Vec<T> = (0..lb).map(|i| T::of(value(i, 2))).collect();
-    let c0: Vec<T> = (0..lc).map(|i| T::of(SENTINEL + value(i, 3))).collect();
-    // The reference, in f64, on the same storage.
-    let f = |v: &[T], i: usize| -> f64 { v[i].into() };
-    let mut want: Vec<f64> = c0.iter().map(|v| (*v).into()).collect();
+    ((lda, ldb, ldc), (la, lb, lc))
+}
+
+/// C's whole buffer after the case, computed in f64 from the buffers' values: the matrix
+/// `alpha op(A) op(B) + beta C`, the padding and the tail as they were.
+fn gemm_reference(
+    g: GemmCase,
+    (lda, ldb, ldc): (usize, usize, usize),
+    a: &[f64],
+    b: &[f64],
+    c0: &[f64],
+) -> Vec<f64> {
+    let mut want = c0.to_vec();
     for i in 0..g.m {
         for j in 0..g.n {
             let mut sum = 0.0;
@@ -184,13 +193,18 @@ fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>
                 } else {
                     index(g.layout, ldb, j, p)
                 };
-                sum += f(&a, ai) * f(&b, bi);
+                sum += a[ai] * b[bi];
             }
             let ci = index(g.layout, ldc, i, j);
             want[ci] = g.alpha * sum + g.beta * want[ci];
         }
     }
-    let desc = match g.layout {
+    want
+}
+
+/// The case's description, scalars left at their defaults.
+fn gemm_description<T: Element>(g: GemmCase, (lda, ldb, ldc): (usize, usize, usize)) -> Gemm<T> {
+    match g.layout {
         Layout::ColMajor => Gemm::<T>::new(g.m, g.n, g.k),
         Layout::RowMajor => Gemm::<T>::row_major(g.m, g.n, g.k),
     }
@@ -199,8 +213,20 @@ fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>
     .lda(lda)
     .ldb(ldb)
     .ldc(ldc)
-    .alpha(T::of(g.alpha))
-    .beta(T::of(g.beta));
+}
+
+/// Runs one GEMM case in storage `M` and checks every element of C's buffer: the matrix
+/// against the CPU, the padding and the tail untouched.
+fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemmCase) {
+    let ((lda, ldb, ldc), (la, lb, lc)) = gemm_extents(g);
+    let a: Vec<T> = (0..la).map(|i| T::of(value(i, 1))).collect();
+    let b: Vec<T> = (0..lb).map(|i| T::of(value(i, 2))).collect();
+    let c0: Vec<T> = (0..lc).map(|i| T::of(SENTINEL + value(i, 3))).collect();
+    let f64s = |v: &[T]| -> Vec<f64> { v.iter().map(|x| (*x).into()).collect() };
+    let want = gemm_reference(g, (lda, ldb, ldc), &f64s(&a), &f64s(&b), &f64s(&c0));
+    let desc = gemm_description::<T>(g, (lda, ldb, ldc))
+        .alpha(T::of(g.alpha))
+        .beta(T::of(g.beta));
     let (da, db, dc) = (
         alloc(ctx, &a).expect("alloc a"),
         alloc(ctx, &b).expect("alloc b"),
@@ -253,6 +279,89 @@ fn gemm_matches_the_cpu_at_odd_shapes_on_every_storage_f64() {
     let ctx = gpu();
     let blas = Blas::new(&ctx).expect("cuBLAS");
     every_storage_gemm::<f64>(&ctx, &blas);
+}
+
+/// Runs one GEMM case with A and B of the half type `H` and C of f32 (`gemm_ex`), in storage
+/// `M`, and checks every element of C's buffer as `check_gemm` does. The inputs are small
+/// integers, exact in F16 and Bf16 alike, and every sum of products is exact in f32, so the
+/// tolerance only covers the order of f32 accumulation.
+fn check_gemm_ex<H: HalfElement, M: Storage>(
+    ctx: &Context,
+    blas: &Blas,
+    (alloc_h, alloc_c): (Alloc<H, M>, Alloc<f32, M>),
+    g: GemmCase,
+) {
+    let ((lda, ldb, ldc), (la, lb, lc)) = gemm_extents(g);
+    let a: Vec<H> = (0..la).map(|i| H::from_f32(value(i, 1) as f32)).collect();
+    let b: Vec<H> = (0..lb).map(|i| H::from_f32(value(i, 2) as f32)).collect();
+    let c0: Vec<f32> = (0..lc).map(|i| (SENTINEL + value(i, 3)) as f32).collect();
+    let halves = |v: &[H]| -> Vec<f64> { v.iter().map(|x| f64::from(x.to_f32())).collect() };
+    // The conversion is exact for these values: what the device reads is what the CPU meant.
+    assert_eq!(halves(&a), (0..la).map(|i| value(i, 1)).collect::<Vec<_>>());
+    let c0_64: Vec<f64> = c0.iter().map(|&x| f64::from(x)).collect();
+    let want = gemm_reference(g, (lda, ldb, ldc), &halves(&a), &halves(&b), &c0_64);
+    let desc = gemm_description::<f32>(g, (lda, ldb, ldc))
+        .alpha(g.alpha as f32)
+        .beta(g.beta as f32);
+    let (da, db, dc) = (
+        alloc_h(ctx, &a).expect("alloc a"),
+        alloc_h(ctx, &b).expect("alloc b"),
+        alloc_c(ctx, &c0).expect("alloc c"),
+    );
+    let (_, _, got) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (da, db, mut dc) = (da.attach(s)?, db.attach(s)?, dc.attach(s)?);
+            blas.gemm_ex(s, &desc, &da, &db, &mut dc)?;
+            s.sync_all((da, db, dc))
+        })
+        .expect("gemm_ex");
+    assert_eq!(got.len(), want.len());
+    for (i, (g_, w)) in got.iter().zip(&want).enumerate() {
+        let g_ = f64::from(*g_);
+        let scale = 1.0 + w.abs() + (g.k as f64) * 25.0 * g.alpha.abs();
+        assert!(
+            (g_ - w).abs() <= f32::TOL * scale,
+            "{} {} {:?}: element {i} of C is {g_}, expected {w}",
+            std::any::type_name::<H>(),
+            M::NAME,
+            g
+        );
+    }
+}
+
+fn gemm_ex_cases<H: HalfElement>(ctx: &Context, blas: &Blas) {
+    let mut cases = gemm_cases();
+    // The large shape also row-major with both transposes.
+    cases.push(GemmCase {
+        layout: Layout::RowMajor,
+        ta: Op::T,
+        tb: Op::T,
+        m: 65,
+        n: 33,
+        k: 129,
+        pad: (1, 2, 3),
+        alpha: -1.0,
+        beta: 0.5,
+    });
+    for case in cases {
+        check_gemm_ex::<H, _>(ctx, blas, (Managed::from_slice, Managed::from_slice), case);
+        check_gemm_ex::<H, _>(
+            ctx,
+            blas,
+            (Managed::from_slice_mirrored, Managed::from_slice_mirrored),
+            case,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn gemm_ex_of_half_inputs_matches_the_cpu_in_f32() {
+    let _serial = serial(); // a capture of another test refuses a Blas move
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    gemm_ex_cases::<F16>(&ctx, &blas);
+    gemm_ex_cases::<Bf16>(&ctx, &blas);
 }
 
 #[derive(Debug, Clone, Copy)]

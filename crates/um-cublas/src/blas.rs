@@ -28,6 +28,7 @@ use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, Stream
 
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::half::HalfElement;
 use crate::library::Cublas;
 use crate::result;
 use crate::result::Reduce;
@@ -220,6 +221,59 @@ impl Blas {
         // cuBLAS reads is written by the call.
         self.run(stream, || unsafe {
             result::gemm(
+                api,
+                self.handle,
+                &call,
+                (alpha, beta),
+                first,
+                second,
+                c.as_mut_ptr(),
+            )
+        })
+    }
+
+    /// `C = alpha op(A) op(B) + beta C` on `stream` with `A` and `B` of a half-precision type
+    /// ([`F16`](crate::F16) or [`Bf16`](crate::Bf16)) and `C` of `f32`, the products summed in
+    /// `f32` (`cublasGemmEx`, `CUBLAS_COMPUTE_32F`, `CUBLAS_GEMM_DEFAULT`). `gemm` is a
+    /// [`Gemm<f32>`](Gemm): its `alpha` and `beta` are `f32`, and its shapes, transposes, layout
+    /// and leading dimensions (in elements of each matrix's own type) are checked as for
+    /// [`gemm`](Blas::gemm), whose rules this call follows in every other way too.
+    pub fn gemm_ex<'s, H, K, MA, MB, MC>(
+        &self,
+        stream: &Stream<'s, K>,
+        gemm: &Gemm<f32>,
+        a: &Managed<[H], StreamOwned<'s, K>, MA>,
+        b: &Managed<[H], StreamOwned<'s, K>, MB>,
+        c: &mut Managed<[f32], StreamOwned<'s, K>, MC>,
+    ) -> Result<()>
+    where
+        H: HalfElement,
+        K: BlasStream,
+        MA: Storage,
+        MB: Storage,
+        MC: Storage,
+    {
+        let call = gemm.resolve(a.len(), b.len(), c.len())?;
+        owned_by(stream, a, "a")?;
+        owned_by(stream, b, "b")?;
+        owned_by(stream, c, "c")?;
+        let (alpha, beta) = gemm.scalars();
+        let (a, b) = (a.as_device_ptr(), b.as_device_ptr());
+        let mut c = c.as_device_ptr_mut();
+        let (first, second) = if call.swap {
+            (b.as_ptr(), a.as_ptr())
+        } else {
+            (a.as_ptr(), b.as_ptr())
+        };
+        let api = self.library.api();
+        // SAFETY: as in `gemm`: a live handle of this context bound to this stream in host
+        // pointer mode, ordered after its earlier calls on other streams (`enter`); every buffer
+        // owned by the stream; `resolve` checked every extent, in elements, against each
+        // buffer's length in elements of its own type (`H` for A and B, `f32` for C), which is
+        // what cuBLAS indexes by the data types `result::gemm_ex` passes; C a different
+        // allocation from A and B (`&mut` against `&`).
+        self.run(stream, || unsafe {
+            result::gemm_ex(
                 api,
                 self.handle,
                 &call,

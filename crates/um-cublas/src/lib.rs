@@ -19,6 +19,10 @@
 //!   [`StridedBatched`] ([`Gemm::strided_batched`]): many GEMMs of one shape at fixed strides.
 //! * [`Level1`]: the length and increments of a level-1 call's vectors.
 //! * [`Element`]: `f32` and `f64`, sealed; any other element type does not compile.
+//! * [`Blas::gemm_ex`]: GEMM of half-precision inputs ([`F16`], [`Bf16`]: the sealed
+//!   [`HalfElement`], with exact conversions from and to `f32`) into an `f32` output, summed in
+//!   `f32` (`cublasGemmEx`); the output of a half type does not compile
+//!   (`tests/ui/cublas/gemm_ex_output_of_half_type`).
 //! * [`Cublas`]: the library, loaded at run time (`dlopen`), so that building needs nothing:
 //!   `UM_CUBLAS_LIB`, else `libcublas.so.13`, `libcublas.so`, then the toolkit's folder. A
 //!   missing library is [`Error::NotFound`], naming what was tried and what to install.
@@ -63,6 +67,7 @@
 mod blas;
 mod element;
 mod error;
+mod half;
 mod library;
 mod result;
 mod shape;
@@ -72,6 +77,7 @@ pub mod sys;
 pub use blas::Blas;
 pub use element::{Element, Kind};
 pub use error::{Error, Result, ShapeError};
+pub use half::{Bf16, F16, HalfElement};
 pub use library::{Cublas, ENV_VAR, INSTALL_HELP, SEARCH};
 pub use shape::{Gemm, Gemv, Layout, Level1, Op, StridedBatched};
 pub use stream::BlasStream;

@@ -191,6 +191,7 @@ unsafe fn resolve(library: &libloading::Library) -> std::result::Result<Api, Str
         get_property: symbol!("cublasGetProperty"),
         sgemm: symbol!("cublasSgemm_v2"),
         dgemm: symbol!("cublasDgemm_v2"),
+        gemm_ex: symbol!("cublasGemmEx"),
         sgemv: symbol!("cublasSgemv_v2"),
         dgemv: symbol!("cublasDgemv_v2"),
         sgemm_strided_batched: symbol!("cublasSgemmStridedBatched"),

@@ -9,6 +9,7 @@ use std::ffi::{CStr, c_int};
 
 use crate::element::{Element, Kind};
 use crate::error::{Error, Result};
+use crate::half::HalfElement;
 use crate::shape::{GemmCall, GemvCall, Level1Call, StridedBatchedCall};
 use crate::sys::{self, Api, Handle};
 
@@ -115,6 +116,52 @@ pub(crate) unsafe fn gemm<T: Element>(
         )
     };
     Error::status(api, name, status)
+}
+
+/// `cublasGemmEx` with `first` and `second` of `H` (`CUDA_R_16F` or `CUDA_R_16BF`), `c` of
+/// `f32`, products summed in `f32` (`CUBLAS_COMPUTE_32F`, whose scalars are `float`), cuBLAS's
+/// default algorithm: `C = alpha op(A) op(B) + beta C` with the shapes of `call`.
+///
+/// # Safety
+/// As [`gemm`], with `first` and `second` device addresses of `H`s and `c` of `f32`s: every
+/// extent is counted in elements of its own type.
+pub(crate) unsafe fn gemm_ex<H: HalfElement>(
+    api: &Api,
+    handle: Handle,
+    call: &GemmCall,
+    (alpha, beta): (f32, f32),
+    first: *const H,
+    second: *const H,
+    c: *mut f32,
+) -> Result<()> {
+    // SAFETY: the caller's guarantees; each matrix's data type is its pointee's (`H::DATA_TYPE`
+    // of a sealed half type, `R_32F` for `f32`), and the scalars are `f32` locals, the scalar
+    // type of `COMPUTE_32F`, that live across the call (host pointer mode: read before it
+    // returns).
+    let status = unsafe {
+        (api.gemm_ex)(
+            handle,
+            call.transa,
+            call.transb,
+            call.m,
+            call.n,
+            call.k,
+            (&raw const alpha).cast(),
+            first.cast(),
+            H::DATA_TYPE,
+            call.lda,
+            second.cast(),
+            H::DATA_TYPE,
+            call.ldb,
+            (&raw const beta).cast(),
+            c.cast(),
+            sys::R_32F,
+            call.ldc,
+            sys::COMPUTE_32F,
+            sys::GEMM_DEFAULT,
+        )
+    };
+    Error::status(api, "cublasGemmEx", status)
 }
 
 /// `cublasSgemv_v2` or `cublasDgemv_v2` (by `T`): `y = alpha op(A) x + beta y`, unit strides.

@@ -894,6 +894,38 @@ mod tests {
     }
 
     #[test]
+    fn gemm_ex_lengths_are_counted_in_elements_of_each_buffer() {
+        // `Blas::gemm_ex` checks its `Gemm<f32>` against the half buffers' lengths in halves
+        // and C's in f32s: the same numbers as any GEMM. Row-major 7x13x5 with A transposed
+        // (stored 5x7, lda >= 7) and lda = 9: A spans 9 * 4 + 7 = 43 halves.
+        let g = Gemm::<f32>::row_major(7, 13, 5)
+            .transa(Op::T)
+            .lda(9)
+            .alpha(0.5);
+        assert_eq!(
+            g.resolve(43, 65, 91).map(|c| (c.swap, c.ldb, c.lda, c.ldc)),
+            Ok((true, 9, 13, 13))
+        );
+        assert!(matches!(
+            g.check(42, 65, 91),
+            Err(ShapeError::BufferTooShort {
+                buffer: "a",
+                needed: 43,
+                ..
+            })
+        ));
+        assert!(matches!(
+            g.check(43, 65, 90),
+            Err(ShapeError::BufferTooShort {
+                buffer: "c",
+                needed: 91,
+                ..
+            })
+        ));
+        assert_eq!(g.scalars(), (0.5, 0.0));
+    }
+
+    #[test]
     fn longer_buffers_are_fine() {
         assert!(Gemm::<f32>::new(2, 2, 2).check(100, 100, 100).is_ok());
         assert!(Gemv::<f32>::new(2, 2).check(100, 100, 100).is_ok());

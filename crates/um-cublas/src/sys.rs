@@ -10,7 +10,8 @@
 //! element pointers of `cublasSgemm_v2` (`float *`) and `cublasDgemm_v2` (`double *`) are
 //! declared `*const c_void` / `*mut c_void`: a pointer's ABI does not depend on its pointee, and
 //! one type for both lets one code path call either. C enums (`cublasOperation_t`,
-//! `cublasPointerMode_t`, `libraryPropertyType`) are `int` in the C ABI, hence `c_int`.
+//! `cublasPointerMode_t`, `libraryPropertyType`, `cudaDataType`, `cublasComputeType_t`,
+//! `cublasGemmAlgo_t`) are `int` in the C ABI, hence `c_int`.
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_void};
@@ -31,6 +32,16 @@ pub const POINTER_MODE_HOST: c_int = 0;
 /// `CUBLAS_POINTER_MODE_DEVICE`: scalars and results are device memory, read and written by
 /// the work on the stream.
 pub const POINTER_MODE_DEVICE: c_int = 1;
+/// `CUDA_R_32F` of `cudaDataType`: `float`.
+pub const R_32F: c_int = 0;
+/// `CUDA_R_16F` of `cudaDataType`: `__half` (IEEE binary16).
+pub const R_16F: c_int = 2;
+/// `CUDA_R_16BF` of `cudaDataType`: `__nv_bfloat16`.
+pub const R_16BF: c_int = 14;
+/// `CUBLAS_COMPUTE_32F` of `cublasComputeType_t`: products summed in `float`.
+pub const COMPUTE_32F: c_int = 68;
+/// `CUBLAS_GEMM_DEFAULT` of `cublasGemmAlgo_t`: cuBLAS's own choice.
+pub const GEMM_DEFAULT: c_int = -1;
 /// `MAJOR_VERSION`, `MINOR_VERSION`, `PATCH_LEVEL` of `libraryPropertyType`.
 pub const PROPERTIES: [c_int; 3] = [0, 1, 2];
 
@@ -64,6 +75,31 @@ pub type GemmFn = unsafe extern "C" fn(
     beta: *const c_void,
     c: *mut c_void,
     ldc: c_int,
+) -> i32;
+
+/// `cublasGemmEx`: a GEMM whose matrices and computation each have a `cudaDataType` and a
+/// `cublasComputeType_t` (both `int` in the C ABI), with cuBLAS's algorithm choice; `alpha` and
+/// `beta` are of the compute type's scalar type.
+pub type GemmExFn = unsafe extern "C" fn(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: *mut c_void,
+    c_type: c_int,
+    ldc: c_int,
+    compute_type: c_int,
+    algo: c_int,
 ) -> i32;
 
 /// `cublasSgemv_v2` and `cublasDgemv_v2`: `y = alpha op(A) x + beta y`, `A` m×n column-major.
@@ -196,6 +232,8 @@ pub struct Api {
     pub sgemm: GemmFn,
     /// `cublasDgemm_v2`.
     pub dgemm: GemmFn,
+    /// `cublasGemmEx`.
+    pub gemm_ex: GemmExFn,
     /// `cublasSgemv_v2`.
     pub sgemv: GemvFn,
     /// `cublasDgemv_v2`.
