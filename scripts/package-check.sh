@@ -126,7 +126,11 @@ front=target/ci-front-page
 rm -rf "$front/doc"
 CARGO_TARGET_DIR=$front RUSTDOCFLAGS="-D warnings" cargo doc -p um-cuda --no-deps >"$tmp/front.log" 2>&1 ||
   { cat "$tmp/front.log" >&2; die "cargo doc -p um-cuda --no-deps"; }
-if grep -rhoE '\[<code>[^<]*</code>\]' "$front/doc/um" >"$tmp/brackets"; then
+# One text is cust's, not um's: its blanket `DeviceCopyExt::as_dbox` ("Makes a new [`DeviceBox`]
+# from this value"), shown under "Blanket Implementations" on the page of every type of um's
+# that is `DeviceCopy` (`um::cublas::F16`, `Bf16`), links `DeviceBox` in cust's docs, which a
+# `--no-deps` build cannot resolve. Every other bracketed name fails the check.
+if grep -rhoE '\[<code>[^<]*</code>\]' "$front/doc/um" | grep -vx '\[<code>DeviceBox</code>\]' >"$tmp/brackets"; then
   sort -u "$tmp/brackets" >&2
   die "links of um's docs render as brackets with -p um-cuda --no-deps"
 fi

@@ -24,12 +24,16 @@ pub struct Bf16(u16);
 // SAFETY: `F16` is a `u16` (`repr(transparent)`): plain bits with no pointer, no destructor and
 // no invalid pattern, so copying it to and from the device byte for byte is a valid value there
 // and back.
+/// Plain bits: copied to the device and back as they are.
 unsafe impl DeviceCopy for F16 {}
 // SAFETY: as for `F16`.
+/// Plain bits: copied to the device and back as they are.
 unsafe impl DeviceCopy for Bf16 {}
 // SAFETY: all-zero bits are a `u16`, the number +0.
+/// All-zero bits: +0.
 unsafe impl Zeroable for F16 {}
 // SAFETY: as for `F16`.
+/// All-zero bits: +0.
 unsafe impl Zeroable for Bf16 {}
 
 impl F16 {
