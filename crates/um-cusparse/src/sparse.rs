@@ -140,9 +140,9 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         self.check(stream)?;
         let (rows, cols) =
             spmv_shape(op, (a.rows(), a.cols()), x.len(), y.len()).map_err(Error::Shape)?;
-        owned(stream, a.is_owned_by(stream), "a")?;
-        owned(stream, stream.owns(x), "x")?;
-        owned(stream, stream.owns(y), "y")?;
+        owned(a.is_owned_by(stream), "a")?;
+        owned(stream.owns(x), "x")?;
+        owned(stream.owns(y), "y")?;
         let dt = T::DATA_TYPE;
         let api = *self.library.api();
         let (ptrs, xp) = (a.device_parts(), x.as_device_ptr().as_ptr());
@@ -157,7 +157,7 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
             ((&raw const alpha).cast(), (&raw const beta).cast());
         let handle = self.handle;
         um_core::relaxed_while_capturing(|| {
-            let descrs = Descrs::new(api);
+            let mut descrs = Descrs::new(api);
             // SAFETY: the three parts of `a`, owned by `stream` and alive for this borrow, hold
             // a structure `Csr::new` proved (rows + 1 offsets, nnz in-range indices, nnz values
             // of `T`); `x` and `y` hold `cols` and `rows` elements of `T` (checked above).
@@ -200,9 +200,9 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         self.check(stream)?;
         let (m, k) = (a.rows(), a.cols());
         spmm_shape((m, k), n, b.len(), c.len()).map_err(Error::Shape)?;
-        owned(stream, a.is_owned_by(stream), "a")?;
-        owned(stream, stream.owns(b), "b")?;
-        owned(stream, stream.owns(c), "c")?;
+        owned(a.is_owned_by(stream), "a")?;
+        owned(stream.owns(b), "b")?;
+        owned(stream.owns(c), "c")?;
         let dt = T::DATA_TYPE;
         let api = *self.library.api();
         let (ptrs, bp) = (a.device_parts(), b.as_device_ptr().as_ptr());
@@ -213,7 +213,7 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
             ((&raw const alpha).cast(), (&raw const beta).cast());
         let handle = self.handle;
         um_core::relaxed_while_capturing(|| {
-            let descrs = Descrs::new(api);
+            let mut descrs = Descrs::new(api);
             // SAFETY: as in `spmv`: `a`'s proved parts; `b` holds `k * n` and `c` `m * n`
             // elements of `T` (checked above), both owned by `stream`.
             let am = descrs.keep(Descr::SpMat, unsafe {
@@ -314,7 +314,7 @@ pub(crate) fn spmm_shape(
 }
 
 /// `Error::StreamMismatch` unless `owned`.
-fn owned<K: SparseStream>(_: &Stream<'_, K>, owned: bool, buffer: &'static str) -> Result<()> {
+fn owned(owned: bool, buffer: &'static str) -> Result<()> {
     if owned {
         Ok(())
     } else {
@@ -330,27 +330,27 @@ fn to_i64(n: usize) -> i64 {
 /// The descriptors of one call, destroyed when it returns (also on an error).
 struct Descrs {
     api: sys::Api,
-    made: std::cell::RefCell<Vec<(Descr, *mut c_void)>>,
+    made: Vec<(Descr, *mut c_void)>,
 }
 
 impl Descrs {
     fn new(api: sys::Api) -> Self {
         Descrs {
             api,
-            made: std::cell::RefCell::new(Vec::new()),
+            made: Vec::new(),
         }
     }
 
     /// Keeps `descr` for the destroy, and gives it back.
-    fn keep(&self, kind: Descr, descr: *mut c_void) -> *mut c_void {
-        self.made.borrow_mut().push((kind, descr));
+    fn keep(&mut self, kind: Descr, descr: *mut c_void) -> *mut c_void {
+        self.made.push((kind, descr));
         descr
     }
 }
 
 impl Drop for Descrs {
     fn drop(&mut self) {
-        for (kind, descr) in self.made.borrow_mut().drain(..) {
+        for (kind, descr) in self.made.drain(..) {
             // SAFETY: each was made by the function of its kind, and the call that used it has
             // returned (a descriptor is host memory; the enqueued work does not read it).
             unsafe { result::destroy_descr(&self.api, kind, descr) };
