@@ -12,16 +12,33 @@
 //!
 //! `--fixed` runs exactly `--iters` iterations (no early exit, as the C++ baseline does) and
 //! prints one `cg_um ... loop_ms=...` line per repetition, in the baseline's format;
-//! `--no-cpu` skips the CPU run of CG (the residual is still checked).
+//! `--no-cpu` skips the CPU run of CG (the residual is still checked). `--transfer` is the
+//! stream's [`Transfer`] policy for the unified buffers it owns: `prefetch` (the default: the
+//! attach prefetches each buffer to the device, in stream order) or `on-demand` (pages migrate
+//! at the GPU's first touch). `--storage` is where the matrix and the five vectors live:
+//! `coherent` (managed memory attached globally; the default where the device has concurrent
+//! managed access), `unified` (managed memory attached to the stream; the default elsewhere) or
+//! `mirror` (device memory, with a host copy made at `sync`).
 
 use std::error::Error;
 use std::time::Instant;
 
 use um::cublas::{Blas, Level1};
 use um::cusparse::{Csr, Op, Sparse};
-use um::{Context, Managed, StreamOptions};
+use um::{Context, HostOwned, Managed, Storage, StreamOptions, Transfer};
+
+/// Where the matrix and the vectors live (`--storage`).
+#[derive(Clone, Copy)]
+enum StorageArg {
+    Unified,
+    Coherent,
+    Mirror,
+}
 
 struct Args {
+    transfer: Transfer,
+    /// `None`: coherent where the device has concurrent managed access, else unified.
+    storage: Option<StorageArg>,
     grid: usize,
     iters: usize,
     reps: usize,
@@ -32,6 +49,8 @@ struct Args {
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
+        transfer: Transfer::Prefetch,
+        storage: None,
         grid: 128,
         iters: 2000,
         reps: 1,
@@ -54,6 +73,23 @@ fn args() -> Result<Args, String> {
             "--tol" => a.tol = value("--tol")?,
             "--fixed" => a.fixed = true,
             "--no-cpu" => a.cpu = false,
+            "--storage" => {
+                a.storage = match it.next().as_deref() {
+                    Some("unified") => Some(StorageArg::Unified),
+                    Some("coherent") => Some(StorageArg::Coherent),
+                    Some("mirror") => Some(StorageArg::Mirror),
+                    other => {
+                        return Err(format!("--storage unified|coherent|mirror, not {other:?}"));
+                    }
+                }
+            }
+            "--transfer" => {
+                a.transfer = match it.next().as_deref() {
+                    Some("prefetch") => Transfer::Prefetch,
+                    Some("on-demand") => Transfer::OnDemand,
+                    other => return Err(format!("--transfer prefetch|on-demand, not {other:?}")),
+                }
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -131,21 +167,22 @@ fn cg_cpu(a: &(Vec<i32>, Vec<i32>, Vec<f64>), b: &[f64], iters: usize) -> Vec<f6
     x
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
-    let args = args()?;
-    let n = args.grid;
-    let rows = n * n;
-    let host = laplacian(n);
-    let nnz = host.1.len();
-    let ctx = Context::new(0)?;
-    let blas = Blas::new(&ctx)?;
-    let a = Csr::new(&ctx, rows, rows, &host.0, &host.1, &host.2)?;
-    let b = Managed::from_slice(&ctx, &vec![1.0f64; rows])?;
-    let x = Managed::<[f64]>::zeroed_slice(&ctx, rows)?;
-    let [r, p, q] = [(); 3].map(|()| Managed::<[f64]>::zeroed_slice(&ctx, rows));
-    let (r, p, q) = (r?, p?, q?);
-
-    let (x, done, residual) = ctx.with_stream(StreamOptions::new(), |s| {
+/// The CG loop on `vectors` (b, x, r, p, q; zeroed) of storage `M`, `b` set to ones first:
+/// `(x, iterations of the last repetition, its residual)`.
+fn solve<M: Storage>(
+    ctx: &Context,
+    args: &Args,
+    blas: &Blas,
+    a: Csr<f64, HostOwned, M>,
+    vectors: [um::Result<Managed<[f64], HostOwned, M>>; 5],
+    nnz: usize,
+) -> Result<(Vec<f64>, usize, f64), Box<dyn Error>> {
+    let rows = a.rows();
+    let [b, x, r, p, q] = vectors;
+    let (mut b, x, r, p, q) = (b?, x?, r?, p?, q?);
+    b.fill(1.0);
+    let stream = StreamOptions::new().transfer(args.transfer);
+    let out = ctx.with_stream(stream, |s| {
         let mut sparse = Sparse::new(s)?;
         let (a, b) = (a.attach(s)?, b.attach(s)?);
         let (mut x, mut r, mut p, mut q) = (x.attach(s)?, r.attach(s)?, p.attach(s)?, q.attach(s)?);
@@ -186,8 +223,43 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         drop((a.sync()?, b.sync()?));
         drop(s.sync_all((r, p, q))?);
-        Ok((x.sync()?, last.0, last.1))
+        Ok((x.sync()?.to_vec(), last.0, last.1))
     })?;
+    Ok(out)
+
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args = args()?;
+    let n = args.grid;
+    let rows = n * n;
+    let host = laplacian(n);
+    let nnz = host.1.len();
+    let ctx = Context::new(0)?;
+    let blas = Blas::new(&ctx)?;
+    let (offsets, cols, vals) = (&host.0, &host.1, &host.2);
+    let storage = args.storage.unwrap_or(if ctx.info().concurrent_managed_access {
+        StorageArg::Coherent
+    } else {
+        StorageArg::Unified
+    });
+    let (x, done, residual) = match storage {
+        StorageArg::Unified => {
+            let a = Csr::new(&ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::<[f64]>::zeroed_slice(&ctx, rows));
+            solve(&ctx, &args, &blas, a, vectors, nnz)?
+        }
+        StorageArg::Coherent => {
+            let a = Csr::new_coherent(&ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::zeroed_slice_coherent(&ctx, rows));
+            solve(&ctx, &args, &blas, a, vectors, nnz)?
+        }
+        StorageArg::Mirror => {
+            let a = Csr::new_mirrored(&ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::zeroed_slice_mirrored(&ctx, rows));
+            solve(&ctx, &args, &blas, a, vectors, nnz)?
+        }
+    };
 
     // The CPU's view of the answer: |b - A x| against what the loop computed.
     let b_host = vec![1.0f64; rows];

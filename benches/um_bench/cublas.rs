@@ -47,6 +47,8 @@ pub(crate) const MIRROR: &str = "um mirror";
 const PREFETCHED: &str = "um unified, prefetched";
 const ON_DEMAND: &str = "um unified, on demand";
 const CPP: &str = "cpp cuMemAlloc";
+/// The raw `cublas{S,D}gemm_v2` from Rust on the mirrors' device halves, same process.
+const RAW: &str = "raw from Rust, mirror";
 
 /// What the matrices hold (the C++ program's `value`).
 fn value(i: usize) -> f64 {
@@ -81,33 +83,140 @@ impl Num for f64 {
 }
 
 /// Per-call µs of `SAMPLES` samples, mirrored (device-resident) buffers.
+/// A cuBLAS handle of the bench's own, bound to one stream, making the raw `cublas{S,D}gemm`
+/// calls that um-cublas makes, for the same-process reference of 8a and 8b.
+struct RawGemm {
+    api: um_cublas::sys::Api,
+    handle: um_cublas::sys::Handle,
+}
+
+impl RawGemm {
+    /// A handle of the current context, bound to `stream`; the caller drops it before the
+    /// stream's scope ends, with the stream drained.
+    fn new(stream: *mut std::ffi::c_void) -> um::Result<Self> {
+        let api = *Cublas::load()
+            .map_err(|e| raw_error("cuBLAS", format!("{e}")))?
+            .api();
+        let mut handle: um_cublas::sys::Handle = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer, in the current context (the caller made it current).
+        let st = unsafe { (api.create)(&mut handle) };
+        if st != 0 {
+            return Err(raw_error("cublasCreate_v2", st));
+        }
+        let raw = RawGemm { api, handle };
+        // SAFETY: a live handle and a live stream of the current context, which outlives the
+        // handle (the caller's promise).
+        let st = unsafe { (api.set_stream)(handle, stream) };
+        if st != 0 {
+            return Err(raw_error("cublasSetStream_v2", st));
+        }
+        Ok(raw)
+    }
+
+    /// `c = a b` (`m`×`k` times `k`×`n`, tight column-major) with `cublasSgemm_v2` (`f32`)
+    /// or `cublasDgemm_v2` (`f64`).
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` are device addresses of at least `m*k`, `k*n` and `m*n` `T`s that only
+    /// the handle's stream uses, `c` none of the inputs.
+    unsafe fn gemm<T: Num>(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        a: *const T,
+        b: *const T,
+        c: *mut T,
+    ) -> um::Result<()> {
+        let (one, zero) = (T::of(1.0), T::of(0.0));
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let f = if T::NAME == "f32" { self.api.sgemm } else { self.api.dgemm };
+        // SAFETY: the caller's promise; the scalars are host locals of `T` (host pointer mode,
+        // cuBLAS's default), the entry point the one for `T`.
+        let st = unsafe {
+            f(
+                self.handle,
+                0,
+                0,
+                mi,
+                ni,
+                ki,
+                (&raw const one).cast(),
+                a.cast(),
+                mi,
+                b.cast(),
+                ki,
+                (&raw const zero).cast(),
+                c.cast(),
+                mi,
+            )
+        };
+        if st == 0 {
+            Ok(())
+        } else {
+            Err(raw_error("cublas{S,D}gemm_v2", st))
+        }
+    }
+}
+
+impl Drop for RawGemm {
+    fn drop(&mut self) {
+        // SAFETY: the handle is destroyed once; the caller drained its stream.
+        unsafe {
+            let _ = (self.api.destroy)(self.handle);
+        }
+    }
+}
+
+/// Per-call µs of `SAMPLES` samples of mirrored buffers attached before the clock: um-cublas's
+/// `Blas::gemm` and, batch by batch in alternating order on the same stream and buffers, the
+/// raw call from Rust through the bench's own handle. `(um, raw)`.
 fn mirror_samples<T: Num>(
     ctx: &Context,
     blas: &Blas,
     (m, n, k): (usize, usize, usize),
     iters: usize,
-) -> Res<Vec<f64>> {
+) -> Res<(Vec<f64>, Vec<f64>)> {
     let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
     let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
     let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
     let g = Gemm::<T>::new(m, n, k);
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+        ctx.make_current()?;
+        let raw = RawGemm::new(s.as_raw())?;
+        let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
+        let pc = c.as_device_ptr_mut().as_mut_ptr();
+        // SAFETY: the three buffers are owned by `s`, the raw handle's stream, and hold the
+        // shape's elements (made above); `c` is none of the inputs.
+        let raw_gemm = || unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc) };
         for _ in 0..2 {
             blas.gemm(s, &g, &a, &b, &mut c)?;
+            raw_gemm()?;
         }
         s.wait_idle()?;
-        let mut out = Vec::with_capacity(SAMPLES);
-        for _ in 0..SAMPLES {
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                blas.gemm(s, &g, &a, &b, &mut c)?;
+        let (mut um_out, mut raw_out) = (Vec::new(), Vec::new());
+        for sample in 0..SAMPLES {
+            for j in 0..2 {
+                let um_turn = (sample + j) % 2 == 0;
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    if um_turn {
+                        blas.gemm(s, &g, &a, &b, &mut c)?;
+                    } else {
+                        raw_gemm()?;
+                    }
+                }
+                s.wait_idle()?;
+                let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                if um_turn {
+                    um_out.push(dt);
+                } else {
+                    raw_out.push(dt);
+                }
             }
-            s.wait_idle()?;
-            out.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
         }
+        drop(raw);
         s.sync_all((a, b, c)).map(drop)?;
-        Ok(out)
+        Ok((um_out, raw_out))
     })?)
 }
 
@@ -234,9 +343,12 @@ fn gemm_shape<T: Num>(
         Rounds::default(),
         Rounds::default(),
         Rounds::default(),
+        Rounds::default(),
     ];
     for _ in 0..rounds {
-        r[0].add_samples(&mirror_samples::<T>(ctx, blas, shape, it)?);
+        let (um, raw) = mirror_samples::<T>(ctx, blas, shape, it)?;
+        r[0].add_samples(&um);
+        r[4].add_samples(&raw);
         if let Some(exe) = cpp {
             let (med, min) = cpp_gemm(exe, T::NAME, shape, it)?;
             r[3].add(med, min);
@@ -256,7 +368,7 @@ fn gemm_shape<T: Num>(
             Transfer::OnDemand,
         )?);
     }
-    let out: Vec<Record> = [MIRROR, PREFETCHED, ON_DEMAND, CPP]
+    let out: Vec<Record> = [MIRROR, PREFETCHED, ON_DEMAND, CPP, RAW]
         .iter()
         .zip(&r)
         .filter_map(|(imp, r)| r.record(&name, imp, it))
@@ -310,7 +422,7 @@ const BATCH: usize = 64;
 /// The variants of 8b, as the page names them; the raw call is the reference.
 pub(crate) const PAIRED: [&str; 2] = ["Blas::gemm (um-cublas)", "raw cublasSgemm_v2 from Rust"];
 
-fn raw_error(call: &'static str, status: i32) -> um::Error {
+fn raw_error(call: &'static str, status: impl std::fmt::Display) -> um::Error {
     um::Error::Library {
         library: "the raw cuBLAS reference",
         message: format!("{call} returned status {status}"),
@@ -322,7 +434,6 @@ fn raw_error(call: &'static str, status: i32) -> um::Error {
 pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
     let (m, n, k) = (64, 64, 64);
     let blas = Blas::new(ctx)?;
-    let api = *Cublas::load()?.api();
     let a = Managed::from_fn(ctx, m * k, |i| value(i) as f32)?;
     let b = Managed::from_fn(ctx, k * n, |i| value(i) as f32)?;
     let c = Managed::from_fn(ctx, m * n, |_| 0.0f32)?;
@@ -333,50 +444,12 @@ pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
     let samples = ctx.with_stream(StreamOptions::new(), |s| {
         let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
         ctx.make_current()?;
-        let mut handle: um_cublas::sys::Handle = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer, in the current context.
-        let st = unsafe { (api.create)(&mut handle) };
-        if st != 0 {
-            return Err(raw_error("cublasCreate_v2", st));
-        }
-        // SAFETY: a live handle and a live stream of the current context; the handle is
-        // destroyed below, before the stream's scope ends.
-        let st = unsafe { (api.set_stream)(handle, s.as_raw()) };
-        if st != 0 {
-            return Err(raw_error("cublasSetStream_v2", st));
-        }
+        let handle = RawGemm::new(s.as_raw())?;
         let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
         let pc = c.as_device_ptr_mut().as_mut_ptr();
-        let (one, zero) = (1.0f32, 0.0f32);
-        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        let raw = || -> um::Result<()> {
-            // SAFETY: a live handle bound to `s`; the three buffers are owned by `s`, hold
-            // 64x64 floats each (tight leading dimensions), and `c` is none of the inputs;
-            // the scalars are host locals (host pointer mode, cuBLAS's default).
-            let st = unsafe {
-                (api.sgemm)(
-                    handle,
-                    0,
-                    0,
-                    mi,
-                    ni,
-                    ki,
-                    (&raw const one).cast(),
-                    pa.cast(),
-                    mi,
-                    pb.cast(),
-                    ki,
-                    (&raw const zero).cast(),
-                    pc.cast(),
-                    mi,
-                )
-            };
-            if st == 0 {
-                Ok(())
-            } else {
-                Err(raw_error("cublasSgemm_v2", st))
-            }
-        };
+        // SAFETY: the three buffers are owned by `s`, the raw handle's stream, and hold 64x64
+        // floats each; `c` is none of the inputs.
+        let raw = || unsafe { handle.gemm::<f32>((m, n, k), pa, pb, pc) };
         for _ in 0..BATCH {
             blas.gemm(s, &g, &a, &b, &mut c)?;
             raw()?;
@@ -401,10 +474,7 @@ pub(crate) fn host_paired(ctx: &Context, rounds: usize) -> Res<Vec<Record>> {
             out.push(t);
         }
         s.wait_idle()?;
-        // SAFETY: the stream is drained; the handle is destroyed once.
-        unsafe {
-            let _ = (api.destroy)(handle);
-        }
+        drop(handle);
         s.sync_all((a, b, c)).map(drop)?;
         Ok(out)
     })?;
@@ -461,7 +531,7 @@ pub(crate) fn section(
     }
     let _ = writeln!(
         md,
-        "\n## 8. cuBLAS on owned buffers\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column).\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "\n## 8. cuBLAS on owned buffers\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `raw from Rust`: `cublasSgemm_v2`/`cublasDgemm_v2` called from the same process through the same loaded library (a handle of its own, bound to the same stream), on the same buffers, batch by batch in alternating order with `um mirror`. `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column).\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | raw from Rust, µs | um / raw | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut shapes: Vec<&str> = Vec::new();
     for r in &gemm {
@@ -485,11 +555,16 @@ pub(crate) fn section(
             _ => "n/a".to_owned(),
         };
         let calls = get(MIRROR).map_or(0, |r| r.threads);
+        let vs_raw = match (get(MIRROR), get(RAW)) {
+            (Some(u), Some(r)) => format!("{:.3}x", u.median / r.median),
+            _ => "n/a".to_owned(),
+        };
         let _ = writeln!(
             md,
-            "| {shape} | {} | {} | {ratio} | {} | {} | {calls} |",
+            "| {shape} | {} | {} | {ratio} | {} | {vs_raw} | {} | {} | {calls} |",
             cell(MIRROR),
             cell(CPP),
+            cell(RAW),
             cell(PREFETCHED),
             cell(ON_DEMAND)
         );

@@ -13,7 +13,7 @@
 use crate::common;
 
 use common::{device_for_captures, gpu, serial};
-use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um::{Coherent, Context, HostOwned, Managed, Mirror, Storage, StreamOptions, Unified};
 use um_cusparse::{Csr, Element, Error, Op, Sparse};
 use um_test_kernels::testing::add_scalar;
 
@@ -102,10 +102,15 @@ fn spmv_reference(
 /// How one storage allocates a host-owned buffer from a slice.
 type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
 
-fn check_spmv<T: Num, MX: Storage, MY: Storage>(
+/// How one storage makes a proved matrix (`Csr::new`, `new_coherent`, `new_mirrored`).
+type MakeCsr<T, M> =
+    fn(&Context, usize, usize, &[i32], &[i32], &[T]) -> um_cusparse::Result<Csr<T, HostOwned, M>>;
+
+fn check_spmv<T: Num, MA: Storage, MX: Storage, MY: Storage>(
     ctx: &Context,
     (rows, cols): (usize, usize),
     op: Op,
+    make: MakeCsr<T, MA>,
     (ax, ay): (Alloc<T, MX>, Alloc<T, MY>),
 ) {
     let csr = matrix(rows, cols);
@@ -118,7 +123,7 @@ fn check_spmv<T: Num, MX: Storage, MY: Storage>(
     let (alpha, beta) = (2.0, -1.0);
     let want = spmv_reference(&csr, op, (rows, cols), alpha, &x, beta, &y0);
     let values: Vec<T> = csr.2.iter().map(|v| T::of(*v)).collect();
-    let a = Csr::new(ctx, rows, cols, &csr.0, &csr.1, &values).expect("a proved CSR matrix");
+    let a = make(ctx, rows, cols, &csr.0, &csr.1, &values).expect("a proved CSR matrix");
     let xs: Vec<T> = x.iter().map(|v| T::of(*v)).collect();
     let ys: Vec<T> = y0.iter().map(|v| T::of(*v)).collect();
     let (xb, yb) = (ax(ctx, &xs).expect("alloc"), ay(ctx, &ys).expect("alloc"));
@@ -135,7 +140,8 @@ fn check_spmv<T: Num, MX: Storage, MY: Storage>(
         let g: f64 = (*g).into();
         assert!(
             (g - w).abs() <= T::TOL * (1.0 + w.abs()),
-            "{rows}x{cols} {op:?} {}/{}: y[{i}] = {g}, expected {w}",
+            "{rows}x{cols} {op:?} {}/{}/{}: y[{i}] = {g}, expected {w}",
+            MA::NAME,
             MX::NAME,
             MY::NAME
         );
@@ -145,20 +151,20 @@ fn check_spmv<T: Num, MX: Storage, MY: Storage>(
 fn every_shape_spmv<T: Num>(ctx: &Context) {
     for shape in [(1, 1), (7, 13), (1000, 777), (4099, 4099)] {
         for op in [Op::N, Op::T] {
-            check_spmv::<T, _, _>(ctx, shape, op, (Managed::from_slice, Managed::from_slice));
-            check_spmv::<T, _, _>(
-                ctx,
-                shape,
-                op,
-                (Managed::from_slice_mirrored, Managed::from_slice_mirrored),
-            );
+            let unified: (Alloc<T, Unified>, Alloc<T, Unified>) =
+                (Managed::from_slice, Managed::from_slice);
+            let mirrored: (Alloc<T, Mirror>, Alloc<T, Mirror>) =
+                (Managed::from_slice_mirrored, Managed::from_slice_mirrored);
+            check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new, unified);
+            check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_mirrored, mirrored);
+            check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_mirrored, unified);
             if ctx.info().concurrent_managed_access {
-                check_spmv::<T, _, _>(
-                    ctx,
-                    shape,
-                    op,
-                    (Managed::from_slice_coherent, Managed::from_slice),
-                );
+                let coherent: (Alloc<T, Coherent>, Alloc<T, Unified>) =
+                    (Managed::from_slice_coherent, Managed::from_slice);
+                check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new, coherent);
+                let all: (Alloc<T, Coherent>, Alloc<T, Coherent>) =
+                    (Managed::from_slice_coherent, Managed::from_slice_coherent);
+                check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_coherent, all);
             }
         }
     }

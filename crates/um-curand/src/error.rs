@@ -16,6 +16,14 @@ pub enum Error {
         "the generator belongs to another stream than the call's: make one `Rng` per stream (its state is ordered by its own stream only)"
     )]
     WrongStream,
+    /// A generator is made while a capture of `um` is in progress on its device (on any
+    /// thread, inside a capture closure among them) or waits to begin there: cuRAND's set-up
+    /// allocates and synchronizes with the legacy default stream, which would fail that
+    /// capture. Nothing was made; make the generator before the capture begins, or after it.
+    #[error(
+        "a cuRAND generator cannot be made while a capture of um is in progress on its device: its set-up synchronizes with the legacy default stream, which would fail the capture (make the generator before the capture begins, or after it ends)"
+    )]
+    CaptureInProgress,
     /// The buffer is owned by another stream of the same stream set than the call's (the
     /// streams of a set share a brand, so this is checked at run time).
     #[error("the buffer is owned by another stream of the set than the call's")]

@@ -56,11 +56,14 @@ impl RngKind {
 /// storage (unified, coherent or mirrored: a mirror's device half, marked written so its `sync`
 /// copies it back). The call is asynchronous: `sync` the buffer to read the numbers.
 ///
-/// **Captures.** A generator cannot belong to a graph's capture stream ([`RandStream`]). Inside
-/// a capture closure, a generator of an eager stream works as anywhere else, its calls made with
-/// the thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]: cuRAND loads its
-/// kernels lazily). Its drop waits for the device, so inside a capture closure it is kept and
-/// made once the capture has ended ([`Context::with_idle_after_captures`]).
+/// **Captures.** A generator cannot belong to a graph's capture stream ([`RandStream`]). It is
+/// made only while no capture of `um` is in progress on its device ([`Error::CaptureInProgress`]
+/// otherwise, on any thread): cuRAND's set-up synchronizes with the legacy default stream, which
+/// would fail the capture. Made before, a generator of an eager stream works inside a capture
+/// closure and beside another thread's capture as anywhere else, its calls made with the
+/// thread's capture mode relaxed ([`um_core::relaxed_while_capturing`]: cuRAND loads its kernels
+/// lazily). Its drop waits for the device, so inside a capture closure it is kept and made once
+/// the capture has ended ([`Context::with_idle_after_captures`]).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -94,6 +97,8 @@ impl<'s, K: RandStream> Rng<'s, K> {
     /// A generator of `kind` seeded with `seed`, belonging to `stream`, with the process's
     /// cuRAND ([`Curand::load`]). Its state is set up on `stream` before this returns
     /// (`curandGenerateSeeds`, enqueued there), so that a failure shows here.
+    /// [`Error::CaptureInProgress`] while a capture of `um` is in progress on the device, or
+    /// waits to begin there (see "Captures" above).
     pub fn new(stream: &Stream<'s, K>, kind: RngKind, seed: u64) -> Result<Self> {
         Self::with_library(stream, Curand::load()?, kind, seed)
     }
@@ -109,20 +114,22 @@ impl<'s, K: RandStream> Rng<'s, K> {
         let ctx = stream.context().clone();
         ctx.make_current()?;
         let api = library.api();
-        // Relaxed inside a capture closure: creating the generator and setting up its state
-        // allocate and load kernels, which the driver refuses on a capturing thread in
-        // thread-local mode.
-        let generator = um_core::relaxed_while_capturing(|| result::create(api, kind.raw()))??;
-        // From here on, drop destroys the generator.
-        let rng = Rng {
-            library,
-            generator,
-            ctx,
-            stream: stream.id(),
-            _brand: PhantomData,
-        };
         let raw = stream.as_raw();
-        um_core::relaxed_while_capturing(|| {
+        // cuRAND's set-up (`curandCreateGenerator`, `curandGenerateSeeds`) allocates and
+        // synchronizes with the legacy default stream: beside a capture in progress on the
+        // device it would invalidate that capture, and on a capturing thread the driver refuses
+        // it. So it runs with captures of `um` held off, and is refused while one is in
+        // progress (on any thread) or waits to begin.
+        let made = ctx.with_captures_held_off(|| -> Result<Self> {
+            let generator = result::create(api, kind.raw())?;
+            // From here on, drop destroys the generator.
+            let rng = Rng {
+                library,
+                generator,
+                ctx: ctx.clone(),
+                stream: stream.id(),
+                _brand: PhantomData,
+            };
             // SAFETY: a live generator of this context (current, above) and a live stream of
             // it, borrowed for this call; the generator is unbound again before it is destroyed
             // (drop), so the binding never outlives what it names in a call.
@@ -130,8 +137,10 @@ impl<'s, K: RandStream> Rng<'s, K> {
             // SAFETY: a live generator.
             unsafe { result::set_seed(api, generator, seed) }?;
             // SAFETY: a live generator, its context current, bound to a live stream.
-            unsafe { result::generate_seeds(api, generator) }
-        })??;
+            unsafe { result::generate_seeds(api, generator) }?;
+            Ok(rng)
+        })?;
+        let rng = made.ok_or(Error::CaptureInProgress)??;
         Ok(rng)
     }
 
@@ -175,7 +184,13 @@ impl<'s, K: RandStream> Rng<'s, K> {
         // (`!Send`, `&mut self`). `out` is the device address of `n` `T`s owned by `stream`, so
         // only work on that stream touches them, and they stay allocated until that work is
         // done (a stream-owned buffer's drop waits for its stream).
-        self.run(|| unsafe { result::uniform(api, generator, out.as_mut_ptr(), n) })
+        self.run(|| {
+            // SAFETY: as above, for the piece `at..at + len` of the buffer (`pieces` covers
+            // `0..n` and no more).
+            pieces(n, |at, len| unsafe {
+                result::uniform(api, generator, out.as_mut_ptr().add(at), len)
+            })
+        })
     }
 
     /// Normally distributed numbers of mean `mean` and standard deviation `stddev` into every
@@ -204,8 +219,12 @@ impl<'s, K: RandStream> Rng<'s, K> {
         }
         let mut out = out.as_device_ptr_mut();
         let (api, generator) = (self.library.api(), self.generator);
-        // SAFETY: as in `uniform`; `n` is even (checked above).
-        self.run(|| unsafe { result::normal(api, generator, out.as_mut_ptr(), n, mean, stddev) })
+        self.run(|| {
+            // SAFETY: as in `uniform`; `n` is even (checked above), and so is every piece.
+            pieces(n, |at, len| unsafe {
+                result::normal(api, generator, out.as_mut_ptr().add(at), len, mean, stddev)
+            })
+        })
     }
 
     /// Random 32-bit values into every element of `out` (`curandGenerate`), on the
@@ -222,8 +241,12 @@ impl<'s, K: RandStream> Rng<'s, K> {
         }
         let mut out = out.as_device_ptr_mut();
         let (api, generator) = (self.library.api(), self.generator);
-        // SAFETY: as in `uniform`, for `n` `u32`s.
-        self.run(|| unsafe { result::generate(api, generator, out.as_mut_ptr(), n) })
+        self.run(|| {
+            // SAFETY: as in `uniform`, for `n` `u32`s.
+            pieces(n, |at, len| unsafe {
+                result::generate(api, generator, out.as_mut_ptr().add(at), len)
+            })
+        })
     }
 
     /// Refuses a call inside um's stream callback, on another stream than the generator's, or
@@ -300,6 +323,25 @@ impl<K: RandStream> Drop for Rng<'_, K> {
     }
 }
 
+/// The most elements one cuRAND call is given. cuRAND takes `size_t` lengths but draws only
+/// the low 32 bits of a longer one (seen on CUDA 13.0: a length of 2^32 + 2 wrote 2
+/// elements), so longer buffers are drawn in pieces; 2^31 is even, so every piece of an even
+/// length is even too (normal numbers come in pairs).
+const PIECE: usize = 1 << 31;
+
+/// Calls `draw(start, len)` for consecutive pieces of at most [`PIECE`] elements covering
+/// `0..n`, in order, stopping at the first error. Consecutive calls of one generator continue
+/// its sequence.
+fn pieces(n: usize, mut draw: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
+    let mut at = 0;
+    while at < n {
+        let len = (n - at).min(PIECE);
+        draw(at, len)?;
+        at += len;
+    }
+    Ok(())
+}
+
 /// The generator, moved into the destroy that drop may leave to another thread.
 struct Raw(sys::Generator);
 
@@ -315,5 +357,37 @@ impl<K: RandStream> std::fmt::Debug for Rng<'_, K> {
             .field("library", &self.library.path())
             .field("version", &self.library.version())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(n: usize) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        pieces(n, |at, len| {
+            v.push((at, len));
+            Ok(())
+        })
+        .expect("no error");
+        v
+    }
+
+    #[test]
+    fn lengths_past_two_to_the_31_are_drawn_in_even_pieces_that_cover_the_buffer() {
+        assert_eq!(cut(0), vec![]);
+        assert_eq!(cut(7), vec![(0, 7)]);
+        assert_eq!(cut(PIECE), vec![(0, PIECE)]);
+        let n = (1usize << 32) + 2;
+        assert_eq!(cut(n), vec![(0, PIECE), (PIECE, PIECE), (2 * PIECE, 2)]);
+        assert!(cut(n).iter().all(|&(_, len)| len % 2 == 0));
+        // A failing piece stops the rest.
+        let mut calls = 0;
+        let r = pieces(n, |_, _| {
+            calls += 1;
+            Err(Error::WrongStream)
+        });
+        assert!(matches!(r, Err(Error::WrongStream)) && calls == 1);
     }
 }

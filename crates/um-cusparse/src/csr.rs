@@ -1,7 +1,10 @@
 //! A CSR matrix whose structure is proved while the CPU owns it, and that moves to a stream as
 //! one unit.
 
-use um_core::{Attachable, Context, HostOwned, Managed, State, Stream, StreamOwned};
+use um_core::{
+    Attachable, Coherent, Context, HostOwned, Managed, Mirror, State, Storage, Stream, StreamOwned,
+    Unified,
+};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -21,12 +24,12 @@ use crate::error::{Error, Result};
 /// **One unit.** [`attach`](Csr::attach) hands all three buffers to one stream, and
 /// [`sync`](Csr::sync) gives all three back: no part can be on the CPU while another is on the
 /// device, or on another stream.
-pub struct Csr<T: Element, S: State = HostOwned> {
+pub struct Csr<T: Element, S: State = HostOwned, M: Storage = Unified> {
     rows: usize,
     cols: usize,
-    row_offsets: Managed<[i32], S>,
-    col_indices: Managed<[i32], S>,
-    values: Managed<[T], S>,
+    row_offsets: Managed<[i32], S, M>,
+    col_indices: Managed<[i32], S, M>,
+    values: Managed<[T], S, M>,
 }
 
 /// The largest dimension or entry count: cuSPARSE's 32-bit indices.
@@ -125,16 +128,82 @@ impl<T: Element> Csr<T, HostOwned> {
         col_indices: &[i32],
         values: &[T],
     ) -> Result<Self> {
+        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
+            ints: Managed::from_slice,
+            values: Managed::from_slice,
+        })
+    }
+}
+
+impl<T: Element> Csr<T, HostOwned, Coherent> {
+    /// [`Csr::new`] in coherent managed memory ([`Coherent`]: attached globally, so no
+    /// transition makes an association call; devices with concurrent managed access only).
+    /// Where a loop synchronizes its stream often (a solver reading a dot product on the host
+    /// every iteration), memory associated with the stream makes each synchronization cost
+    /// time in proportion to its size; coherent memory does not (`docs/performance.md`,
+    /// section 11).
+    pub fn new_coherent(
+        ctx: &Context,
+        rows: usize,
+        cols: usize,
+        row_offsets: &[i32],
+        col_indices: &[i32],
+        values: &[T],
+    ) -> Result<Self> {
+        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
+            ints: Managed::from_slice_coherent,
+            values: Managed::from_slice_coherent,
+        })
+    }
+}
+
+impl<T: Element> Csr<T, HostOwned, Mirror> {
+    /// [`Csr::new`] in mirrored memory ([`Mirror`]: device memory that kernels use, and a
+    /// page-locked host copy that `sync` refreshes only where a kernel wrote, which a product
+    /// never does to its matrix).
+    pub fn new_mirrored(
+        ctx: &Context,
+        rows: usize,
+        cols: usize,
+        row_offsets: &[i32],
+        col_indices: &[i32],
+        values: &[T],
+    ) -> Result<Self> {
+        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
+            ints: Managed::from_slice_mirrored,
+            values: Managed::from_slice_mirrored,
+        })
+    }
+}
+
+/// A storage's constructor of a host-owned buffer from a slice.
+type FromSlice<E, M> = fn(&Context, &[E]) -> um_core::Result<Managed<[E], HostOwned, M>>;
+
+/// How a storage allocates the three parts of a matrix from slices.
+struct Alloc<T: Element, M: Storage> {
+    ints: FromSlice<i32, M>,
+    values: FromSlice<T, M>,
+}
+
+impl<T: Element, M: Storage> Csr<T, HostOwned, M> {
+    /// The structure checked first ([`check_structure`]), then the three parts allocated.
+    fn build(
+        ctx: &Context,
+        (rows, cols): (usize, usize),
+        (row_offsets, col_indices, values): (&[i32], &[i32], &[T]),
+        alloc: Alloc<T, M>,
+    ) -> Result<Self> {
         check_structure(rows, cols, row_offsets, col_indices, values.len())
             .map_err(Error::Structure)?;
         Ok(Csr {
             rows,
             cols,
-            row_offsets: Managed::from_slice(ctx, row_offsets)?,
-            col_indices: Managed::from_slice(ctx, col_indices)?,
-            values: Managed::from_slice(ctx, values)?,
+            row_offsets: (alloc.ints)(ctx, row_offsets)?,
+            col_indices: (alloc.ints)(ctx, col_indices)?,
+            values: (alloc.values)(ctx, values)?,
         })
     }
+
 
     /// The row offsets (`rows + 1`), read-only: the structure is proved.
     pub fn row_offsets(&self) -> &[i32] {
@@ -161,7 +230,7 @@ impl<T: Element> Csr<T, HostOwned> {
     pub fn attach<'s, K: Attachable>(
         self,
         stream: &Stream<'s, K>,
-    ) -> Result<Csr<T, StreamOwned<'s, K>>> {
+    ) -> Result<Csr<T, StreamOwned<'s, K>, M>> {
         let Csr {
             rows,
             cols,
@@ -179,10 +248,10 @@ impl<T: Element> Csr<T, HostOwned> {
     }
 }
 
-impl<'s, T: Element, K: Attachable> Csr<T, StreamOwned<'s, K>> {
+impl<'s, T: Element, K: Attachable, M: Storage> Csr<T, StreamOwned<'s, K>, M> {
     /// Waits for the owning stream and gives the whole matrix back to the CPU. If a part's
     /// `sync` fails, the parts are dropped and the error returned.
-    pub fn sync(self) -> Result<Csr<T, HostOwned>> {
+    pub fn sync(self) -> Result<Csr<T, HostOwned, M>> {
         let Csr {
             rows,
             cols,
@@ -217,7 +286,7 @@ impl<'s, T: Element, K: Attachable> Csr<T, StreamOwned<'s, K>> {
     }
 }
 
-impl<T: Element, S: State> Csr<T, S> {
+impl<T: Element, S: State, M: Storage> Csr<T, S, M> {
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows
@@ -234,7 +303,7 @@ impl<T: Element, S: State> Csr<T, S> {
     }
 }
 
-impl<T: Element, S: State> std::fmt::Debug for Csr<T, S> {
+impl<T: Element, S: State, M: Storage> std::fmt::Debug for Csr<T, S, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Csr")
             .field("rows", &self.rows)

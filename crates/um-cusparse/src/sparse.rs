@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use um_core::{Context, Managed, Storage, Stream, StreamOwned};
+use um_core::{Context, Managed, Mirror, Storage, Stream, StreamOwned};
 
 use crate::stream::SparseStream;
 
@@ -67,8 +67,10 @@ pub struct Sparse<'s, K: SparseStream> {
     ctx: Context,
     /// The [`Stream::id`] of the stream the handle belongs to.
     stream: u64,
-    /// The workspace, owned by that stream; grown when a call needs more.
-    workspace: Option<Managed<[u8], StreamOwned<'s, K>>>,
+    /// The workspace, owned by that stream; grown when a call needs more. Device memory (the
+    /// device half of a mirror, never synced): a workspace in managed memory associated with
+    /// the stream made each call of a CG loop slower (`docs/performance.md`, section 11).
+    workspace: Option<Managed<[u8], StreamOwned<'s, K>, Mirror>>,
     _brand: PhantomData<(Brand<'s>, K)>,
 }
 
@@ -127,12 +129,12 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
     /// ([`Error::Shape`] otherwise, before cuSPARSE runs); `y` is borrowed `&mut`, so it is
     /// neither `x` nor a part of `A`. The call is asynchronous: `sync` `y` to read it.
     #[allow(clippy::too_many_arguments)] // the BLAS argument list
-    pub fn spmv<T: Element, MX: Storage, MY: Storage>(
+    pub fn spmv<T: Element, MA: Storage, MX: Storage, MY: Storage>(
         &mut self,
         stream: &Stream<'s, K>,
         op: Op,
         alpha: T,
-        a: &Csr<T, StreamOwned<'s, K>>,
+        a: &Csr<T, StreamOwned<'s, K>, MA>,
         x: &Managed<[T], StreamOwned<'s, K>, MX>,
         beta: T,
         y: &mut Managed<[T], StreamOwned<'s, K>, MY>,
@@ -187,11 +189,11 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
     /// stream, `B` and `C` dense, column-major and tightly packed: `B` is `A.cols()`×`n`, `C`
     /// is `A.rows()`×`n` ([`Error::Shape`] if a buffer is shorter, or `n` is 0).
     #[allow(clippy::too_many_arguments)] // the BLAS argument list
-    pub fn spmm<T: Element, MB: Storage, MC: Storage>(
+    pub fn spmm<T: Element, MA: Storage, MB: Storage, MC: Storage>(
         &mut self,
         stream: &Stream<'s, K>,
         alpha: T,
-        a: &Csr<T, StreamOwned<'s, K>>,
+        a: &Csr<T, StreamOwned<'s, K>, MA>,
         b: &Managed<[T], StreamOwned<'s, K>, MB>,
         n: usize,
         beta: T,
@@ -263,7 +265,7 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         }
         if self.workspace.as_ref().is_none_or(|w| w.len() < size) {
             // The new one first: if it cannot be made, the old one stays.
-            let fresh = Managed::<[u8]>::zeroed_slice(&self.ctx, size)?.attach(stream)?;
+            let fresh = Managed::<[u8], _, Mirror>::zeroed_slice_mirrored(&self.ctx, size)?.attach(stream)?;
             self.workspace = Some(fresh);
         }
         match self.workspace.as_mut() {

@@ -954,6 +954,30 @@ impl Context {
     /// `wait_idle_unless_capturing` on another thread, say) while a capture waits to begin:
     /// the capture waits for `f`, and the call is refused until the capture has begun.
     pub fn with_idle_unless_capturing<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        self.hold_off_captures(true, f)
+    }
+
+    /// Runs `f` while no capture of `um` is in progress on the device, and none can begin
+    /// until `f` has returned: as
+    /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing), but without its
+    /// wait for the device first. `Ok(Some(f()))`; `Ok(None)`, and `f` not run, where a capture
+    /// of `um` is in progress on the device or on this thread, or waits to begin on the
+    /// device, or inside a driver callback; `Err` where the context cannot be made current.
+    ///
+    /// For a library call that synchronizes with the legacy default stream or allocates (the
+    /// set-up of a cuRAND generator, say): such a call fails a capture in progress on the device
+    /// (an implicit synchronization with a capturing stream invalidates it), and is refused on a
+    /// capturing thread. The same limits hold for `f` as for
+    /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing)'s closure: it must
+    /// not wait for a thread that begins a capture of `um` on this device.
+    pub fn with_captures_held_off<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        self.hold_off_captures(false, f)
+    }
+
+    /// The body of [`with_idle_unless_capturing`](Context::with_idle_unless_capturing)
+    /// (`wait`: after a wait for the context) and of
+    /// [`with_captures_held_off`](Context::with_captures_held_off) (no wait).
+    fn hold_off_captures<R>(&self, wait: bool, f: impl FnOnce() -> R) -> Result<Option<R>> {
         if in_driver_callback() {
             // Inside um's stream callback (a waker dropping a library object): no CUDA call is
             // allowed, and a thread may wait for this callback.
@@ -981,7 +1005,9 @@ impl Context {
         let _hold = IdleHold { shared };
         let _section = IdleSection::enter(shared);
         self.bind()?;
-        driver::ctx_synchronize()?;
+        if wait {
+            driver::ctx_synchronize()?;
+        }
         Ok(Some(f()))
     }
 
