@@ -9,7 +9,7 @@
 //! builds; the ordinary build is std's, as before.
 //!
 //! loom's `Mutex` and `Condvar` are not `const`: a `static` of the ordinary build is made
-//! lazily in the models' build ([`Lazy`]), where no model touches it (each makes its own).
+//! lazily in the models' build (`Lazy`), where no model touches it (each makes its own).
 
 #[cfg(not(all(test, loom)))]
 pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
