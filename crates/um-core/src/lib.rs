@@ -99,6 +99,8 @@ mod driver;
 mod error;
 mod library_search;
 mod sealed;
+// The primitives of the concurrency protocols: std's, or loom's in the loom models.
+mod sync;
 
 // Counters and switches for um's own tests, examples and benchmarks (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::driver;
+use crate::driver::capture_count::{CaptureCount, Quiet, Settle};
 use crate::driver::module::ModuleCache;
 use crate::driver::options::ContextOptions;
 use crate::driver::sys;
@@ -80,35 +81,16 @@ struct Inner {
 struct Shared {
     raw: sys::CUcontext,
     device: sys::CUdevice,
-    quiet: Mutex<Quiet>,
+    /// The device's count of captures and idle sections, with the modules of dropped handles
+    /// and the work kept for the end of its captures (`driver/capture_count.rs`).
+    count: CaptureCount<ModuleCache, (Context, DeviceTask)>,
     /// Modules of handles dropped inside a driver callback (a waker's drop), where `quiet` may
     /// be held by a thread that waits for that very callback: kept here, under a lock that is
     /// never held across a wait, until a later retire, guard or the last handle takes them.
     deferred: Mutex<Vec<ModuleCache>>,
-    /// Signalled when `Quiet::idle` drops to 0: captures waiting to begin go on.
-    idle_done: std::sync::Condvar,
 }
 
-#[derive(Default)]
-struct Quiet {
-    /// Captures of `um` in progress on the device, on any thread and through any handle.
-    captures: usize,
-    /// Idle sections in progress on the device ([`Context::with_idle_unless_capturing`]): while
-    /// one is, no capture of `um` begins (a capture waits for them, outside the lock).
-    idle: usize,
-    /// Captures waiting for the idle sections to end: while one is, no new section begins.
-    waiting: usize,
-    /// Modules of dropped handles, unloaded once `captures` is 0.
-    graves: Vec<ModuleCache>,
-    /// Work that waits for the whole device, given to [`Context::with_idle_after_captures`]
-    /// while a capture of `um` was in progress (or waited to begin) on the device or on the
-    /// giving thread: run, inside an idle section, by the thread that ends the last of them.
-    /// Each with a handle of the device to wait through (which keeps the device's `Shared`
-    /// alive until the work has run).
-    tasks: Vec<(Context, DeviceTask)>,
-}
-
-/// A piece of work kept for the end of a device's captures ([`Quiet::tasks`]).
+/// A piece of work kept for the end of a device's captures (`Quiet::tasks`).
 type DeviceTask = Box<dyn FnOnce() + Send>;
 
 // SAFETY: as for `Inner`: the handles are plain driver handles, usable from any thread; the
@@ -165,18 +147,15 @@ impl Shared {
         let shared = Arc::new(Shared {
             raw,
             device,
-            quiet: Mutex::new(Quiet::default()),
+            count: CaptureCount::new(),
             deferred: Mutex::new(Vec::new()),
-            idle_done: std::sync::Condvar::new(),
         });
         devices.push((device, Arc::downgrade(&shared)));
         shared
     }
 
-    fn quiet(&self) -> std::sync::MutexGuard<'_, Quiet> {
-        self.quiet
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn quiet(&self) -> crate::sync::MutexGuard<'_, Quiet<ModuleCache, (Context, DeviceTask)>> {
+        self.count.quiet()
     }
 
     /// The modules of a dropped handle: unloaded now, or once the device's captures are over.
@@ -218,19 +197,17 @@ impl Shared {
         if in_driver_callback() {
             return;
         }
-        let tasks = {
-            let mut quiet = self.quiet();
-            if quiet.captures > 0 {
-                return;
-            }
-            if thread_is_capturing() {
-                drop(quiet);
+        let unload_graves = |quiet: &mut Quiet<_, _>| {
+            let graves = self.take_graves(quiet);
+            unload(self.raw, graves);
+        };
+        let tasks = match self.count.settle(thread_is_capturing(), unload_graves) {
+            Settle::Busy => return,
+            Settle::AfterThisThread => {
                 self.settle_after_this_threads_captures();
                 return;
             }
-            let graves = self.take_graves(&mut quiet);
-            unload(self.raw, graves);
-            std::mem::take(&mut quiet.tasks)
+            Settle::Run(tasks) => tasks,
         };
         let Some((ctx, _)) = tasks.first() else {
             return;
@@ -260,7 +237,10 @@ impl Shared {
     }
 
     /// The graves and the modules deferred by driver callbacks, taken for unloading.
-    fn take_graves(&self, quiet: &mut Quiet) -> Vec<ModuleCache> {
+    fn take_graves(
+        &self,
+        quiet: &mut Quiet<ModuleCache, (Context, DeviceTask)>,
+    ) -> Vec<ModuleCache> {
         let mut all = std::mem::take(&mut quiet.graves);
         all.append(&mut self.deferred());
         all
@@ -536,14 +516,6 @@ thread_local! {
     static NO_CAPTURE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether work for an idle section of a device must be kept for the end of its captures
-/// rather than run now: a capture of `um` in progress on the device (`quiet.captures`) or on
-/// this thread (`here`, any device), or one waiting to begin on the device unless this thread
-/// is already inside a section of it (`in_section`: the capture waits for that one anyway).
-fn must_keep(quiet: &Quiet, here: bool, in_section: bool) -> bool {
-    quiet.captures > 0 || here || (quiet.waiting > 0 && !in_section)
-}
-
 /// Whether the calling thread runs the closure of an idle section of the device of `shared`.
 fn in_idle_section_of(shared: &Shared) -> bool {
     let me = std::ptr::from_ref(shared) as usize;
@@ -639,11 +611,7 @@ struct IdleHold<'a> {
 
 impl Drop for IdleHold<'_> {
     fn drop(&mut self) {
-        let mut quiet = self.shared.quiet();
-        quiet.idle = quiet.idle.saturating_sub(1);
-        if quiet.idle == 0 {
-            self.shared.idle_done.notify_all();
-        }
+        self.shared.count.end_idle();
     }
 }
 
@@ -686,10 +654,7 @@ pub(crate) struct CaptureGuard {
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
         let last_here = leave_thread_capture();
-        {
-            let mut quiet = self.shared.quiet();
-            quiet.captures = quiet.captures.saturating_sub(1);
-        }
+        self.shared.count.end_capture();
         // The last capture of the device: its graves are unloaded and its kept tasks run,
         // unless this thread still captures (nested scopes, another device), in which case
         // that happens once its last capture has ended.
@@ -873,26 +838,9 @@ impl Context {
     /// would wait for each other.
     pub(crate) fn capture_guard(&self) -> Result<CaptureGuard> {
         let shared = Arc::clone(&self.inner.shared);
-        let mut quiet = shared.quiet();
-        if quiet.idle > 0 && in_any_idle_section() {
+        if !shared.count.begin_capture(in_any_idle_section()) {
             return Err(Error::CaptureRefusedHere);
         }
-        // Not while an idle section of another thread runs (its closure may make a call that
-        // waits for the whole device); this thread is in none of this device
-        // (`may_begin_capture`). While it waits, no new section of the device begins (but a
-        // nested one of a thread already in one), so it waits for the sections in progress only.
-        if quiet.idle > 0 {
-            quiet.waiting += 1;
-            while quiet.idle > 0 {
-                quiet = shared
-                    .idle_done
-                    .wait(quiet)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            quiet.waiting -= 1;
-        }
-        quiet.captures += 1;
-        drop(quiet);
         enter_thread_capture();
         Ok(CaptureGuard {
             shared,
@@ -984,23 +932,15 @@ impl Context {
             return Ok(None);
         }
         let shared = &self.inner.shared;
-        {
-            let mut quiet = shared.quiet();
-            if quiet.captures > 0 || thread_is_capturing() {
-                return Ok(None);
-            }
-            // A capture waits for the sections in progress: no new one begins meanwhile, or
-            // sections of several threads could keep it waiting for ever. A nested one of
-            // this thread does: the capture waits for its outer anyway.
-            if quiet.waiting > 0 && !in_idle_section_of(shared) {
-                return Ok(None);
-            }
-            if IDLE_DEPTH.with(std::cell::Cell::get) >= MAX_NESTED_SECTIONS {
-                return Ok(None);
-            }
-            // From here no capture begins until the hold is dropped (after `f`, or on an
-            // error or a panic).
-            quiet.idle += 1;
+        let full = IDLE_DEPTH.with(std::cell::Cell::get) >= MAX_NESTED_SECTIONS;
+        // From here no capture begins until the hold is dropped (after `f`, or on an error or a
+        // panic).
+        if !shared.count.begin_idle_unless_capturing(
+            thread_is_capturing(),
+            in_idle_section_of(shared),
+            full,
+        ) {
+            return Ok(None);
         }
         let _hold = IdleHold { shared };
         let _section = IdleSection::enter(shared);
@@ -1045,22 +985,23 @@ impl Context {
     /// each under `run_caught` by [`Shared::settle`]).
     fn idle_or_keep(&self, task: DeviceTask) -> Result<bool> {
         let shared = &self.inner.shared;
-        {
-            let mut quiet = shared.quiet();
-            let here = thread_is_capturing();
-            if must_keep(&quiet, here, in_idle_section_of(shared)) {
-                quiet.tasks.push((self.clone(), task));
-                let alone = quiet.captures == 0 && quiet.waiting == 0;
-                drop(quiet);
+        let here = thread_is_capturing();
+        // Decided under the device's lock; from a `Ok` on, no capture begins until the hold is
+        // dropped.
+        let task = match shared.count.begin_idle_or_keep(
+            (self.clone(), task),
+            here,
+            in_idle_section_of(shared),
+        ) {
+            Ok((_, task)) => task,
+            Err(alone) => {
                 if here && alone {
                     // No capture of this device will end to settle it: this thread's will.
                     shared.settle_after_this_threads_captures();
                 }
                 return Ok(false);
             }
-            // From here no capture begins until the hold is dropped.
-            quiet.idle += 1;
-        }
+        };
         let _hold = IdleHold { shared };
         // The thread's mark, where there is room for it (16 deep): kept work begins no capture,
         // so only the count above matters to captures of other threads.
@@ -1161,8 +1102,7 @@ mod tests {
     use std::rc::Rc;
 
     use super::{
-        Quiet, defer_while_capturing, enter_thread_capture, leave_thread_capture, must_keep,
-        run_after_captures,
+        defer_while_capturing, enter_thread_capture, leave_thread_capture, run_after_captures,
     };
 
     /// What a capture scope does with the thread's count: enters before the capture begins,
@@ -1271,36 +1211,6 @@ mod tests {
             assert_eq!(other.ok(), Some(true));
         });
         assert_eq!(*log.borrow(), ["after the panic"]);
-    }
-
-    /// Work for a device-wide wait (a `Blas`'s destroy) is kept while a capture of `um` is in
-    /// progress on the device or on this thread, or waits to begin (unless this thread already
-    /// holds a section of the device, which that capture waits for anyway); otherwise it runs.
-    #[test]
-    fn device_work_is_kept_while_a_capture_is_in_progress_or_waits() {
-        let quiet = |captures, waiting| Quiet {
-            captures,
-            waiting,
-            ..Quiet::default()
-        };
-        assert!(!must_keep(&quiet(0, 0), false, false));
-        assert!(
-            must_keep(&quiet(1, 0), false, false),
-            "another thread's capture"
-        );
-        assert!(
-            must_keep(&quiet(0, 0), true, false),
-            "this thread's capture"
-        );
-        assert!(
-            must_keep(&quiet(0, 1), false, false),
-            "a capture waits to begin"
-        );
-        assert!(
-            !must_keep(&quiet(0, 1), false, true),
-            "... for this thread's section"
-        );
-        assert!(must_keep(&quiet(2, 1), true, true));
     }
 
     /// Inside um's stream callback (a user's waker) every call of `um` that would

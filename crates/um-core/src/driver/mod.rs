@@ -12,6 +12,7 @@ use std::ptr;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod capture_count;
 pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod foreign;

@@ -12,8 +12,9 @@
 //! Poisoning is one-way and can only make `um` do less (leak, refuse), never more, so a handle
 //! that sets it is safe to give to any code.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+
+use crate::sync::{AtomicBool, Ordering};
 
 /// The flag itself, shared by the stream (its [`StreamEvent`](crate::driver::event)), the
 /// memory it gave up, and [`Poisoner`]s (weakly).
@@ -86,7 +87,7 @@ impl Poisoner {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -23,7 +23,7 @@
 //! and one thread that waits for the events in order (`event_thread` below).
 
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Waker};
 
 use crate::driver;
@@ -31,24 +31,31 @@ use crate::driver::context::{Context, DriverCallback, thread_is_capturing};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::Result;
-use crate::reclaim::lock;
-use crate::reclaim::reaper::{self, Orphan};
+use crate::reclaim::reaper::{self, Orphan, Reaper, Reclaim};
+use crate::sync::{Mutex, lock};
 
 /// What a future and the driver callback share.
 pub(crate) struct Completion {
-    slot: Mutex<Slot>,
+    point: Point<Orphan>,
     /// The driver call whose status the completion carries, for errors.
     source: &'static str,
 }
 
-#[derive(Default)]
-struct Slot {
+/// The handoff between the waiting task and the thread that reports the point: the status, the
+/// waker, and what a dropped future left. Generic over what is left (`O`) and given the reaper
+/// it goes to, so that the loom models run it without a GPU; a [`Completion`]'s is of
+/// [`Orphan`]s, for `um`'s reaper.
+pub(crate) struct Point<O> {
+    slot: Mutex<Slot<O>>,
+}
+
+struct Slot<O> {
     /// The status the callback was given; `None` until it has run.
     status: Option<i32>,
     /// The task to wake when the callback runs.
     waker: Option<Waker>,
     /// The buffers of a future dropped before the callback ran.
-    orphans: Vec<Orphan>,
+    orphans: Vec<O>,
 }
 
 /// The stream callback. It makes no CUDA call: it records the status, hands the buffers of a
@@ -80,7 +87,7 @@ pub fn use_event_thread_for_waits(on: bool) {
 impl Completion {
     pub(crate) fn new(source: &'static str) -> Self {
         Completion {
-            slot: Mutex::default(),
+            point: Point::new(),
             source,
         }
     }
@@ -110,13 +117,53 @@ impl Completion {
     }
 
     fn complete(&self, status: i32) {
+        self.point.complete(status, reaper::global());
+    }
+
+    /// The callback's status once it has run; otherwise registers the task's waker.
+    pub(crate) fn poll_status(&self, cx: &mut TaskContext<'_>) -> Poll<i32> {
+        self.point.poll_status(cx)
+    }
+
+    /// The driver call whose status the completion carries, for errors.
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// Whether the stream has reported the point (for `Debug`).
+    pub(crate) fn is_reported(&self) -> bool {
+        self.point.is_reported()
+    }
+
+    /// Leaves `orphans` to the completion: the reaper frees them once the stream has passed the
+    /// point, or leaks them if it met an error. Whether the callback has run or not, no CUDA
+    /// call is made here (`cuMemFree` may wait for the device).
+    pub(crate) fn leave(&self, orphans: Vec<Orphan>) {
+        self.point.leave(orphans, reaper::global());
+    }
+}
+
+impl<O: Reclaim> Point<O> {
+    pub(crate) fn new() -> Self {
+        Point {
+            slot: Mutex::new(Slot {
+                status: None,
+                waker: None,
+                orphans: Vec::new(),
+            }),
+        }
+    }
+
+    /// The report of the point (the callback's side): records `status`, hands what a dropped
+    /// future left to `reaper`, and wakes the registered task.
+    pub(crate) fn complete(&self, status: i32, reaper: &Reaper<O>) {
         let (waker, orphans) = {
             let mut slot = lock(&self.slot);
             slot.status = Some(status);
             (slot.waker.take(), std::mem::take(&mut slot.orphans))
         };
         if !orphans.is_empty() {
-            reaper::hand_over(orphans, status == sys::SUCCESS);
+            reaper.hand_over(orphans, status == sys::SUCCESS);
         }
         if let Some(waker) = waker {
             waker.wake();
@@ -136,35 +183,29 @@ impl Completion {
         Poll::Pending
     }
 
-    /// The driver call whose status the completion carries, for errors.
-    pub(crate) fn source(&self) -> &'static str {
-        self.source
-    }
-
-    /// Whether the stream has reported the point (for `Debug`).
+    /// Whether the point was reported.
     pub(crate) fn is_reported(&self) -> bool {
         lock(&self.slot).status.is_some()
     }
 
-    /// Leaves `orphans` to the completion: the reaper frees them once the stream has passed the
-    /// point, or leaks them if it met an error. Whether the callback has run or not, no CUDA
-    /// call is made here (`cuMemFree` may wait for the device).
-    pub(crate) fn leave(&self, orphans: Vec<Orphan>) {
-        if let Some((status, orphans)) = self.abandon(orphans) {
-            reaper::expect(orphans.len());
-            reaper::hand_over(orphans, status == sys::SUCCESS);
+    /// Leaves `orphans` to the point: `reaper` frees them once the point is reported with
+    /// success, or leaks them.
+    pub(crate) fn leave(&self, orphans: Vec<O>, reaper: &Reaper<O>) {
+        if let Some((status, orphans)) = self.abandon(orphans, reaper) {
+            reaper.expect(orphans.len());
+            reaper.hand_over(orphans, status == sys::SUCCESS);
         }
     }
 
     /// For a future dropped unfinished: leaves `orphans` to the callback, or, if it has run
     /// already, gives them back with its status.
-    fn abandon(&self, orphans: Vec<Orphan>) -> Option<(i32, Vec<Orphan>)> {
+    fn abandon(&self, orphans: Vec<O>, reaper: &Reaper<O>) -> Option<(i32, Vec<O>)> {
         let mut slot = lock(&self.slot);
         if let Some(status) = slot.status {
             return Some((status, orphans));
         }
         // Counted before the callback can see them, so `reap_pending` never misses them.
-        reaper::expect(orphans.len());
+        reaper.expect(orphans.len());
         slot.orphans = orphans;
         slot.waker = None;
         None
@@ -269,7 +310,7 @@ mod event_thread {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -277,6 +318,7 @@ mod tests {
 
     use super::{Completion, on_stream_point};
     use crate::driver::sys;
+    use crate::reclaim::reaper;
 
     #[derive(Default)]
     struct CountingWaker(AtomicUsize);
@@ -326,9 +368,15 @@ mod tests {
     #[test]
     fn a_future_dropped_before_the_callback_leaves_its_buffers_to_it() {
         let completion = Arc::new(Completion::new("test"));
-        assert!(completion.abandon(Vec::new()).is_none(), "not run: kept");
+        assert!(
+            completion
+                .point
+                .abandon(Vec::new(), reaper::global())
+                .is_none(),
+            "not run: kept"
+        );
         run_callback(&completion, sys::SUCCESS);
-        let after = completion.abandon(Vec::new());
+        let after = completion.point.abandon(Vec::new(), reaper::global());
         assert!(
             matches!(after, Some((sys::SUCCESS, ref v)) if v.is_empty()),
             "run: given back"
@@ -350,5 +398,134 @@ mod tests {
         // SAFETY: as in `run_callback`.
         unsafe { on_stream_point(std::ptr::null_mut(), sys::SUCCESS, data) };
         assert!(weak.upgrade().is_none(), "released inside the callback");
+    }
+}
+
+/// The loom models of a completion's handoff (`docs/safety.md`, "What loom checks"), which is
+/// all that a sync future's `poll` (`poll_status`) and drop (`leave`) share with the stream
+/// callback (`complete`): no wakeup is lost, the task woken is the one that polled last, and
+/// the buffers of a future dropped before or after its callback are settled once. With a
+/// stream's poison mark (`driver/poison.rs`): a mark set before the abort that lets the stream
+/// report is seen by every transition after the report, on whichever thread (the future's poll,
+/// and the reaper, which then leaks what the stream gave up).
+#[cfg(all(test, loom))]
+mod loom_model {
+    use std::future::poll_fn;
+    use std::task::{Context as TaskContext, Waker};
+
+    use super::Point;
+    use crate::driver::poison::{PoisonFlag, Poisoner};
+    use crate::driver::sys;
+    use crate::reclaim::reaper::Reaper;
+    use crate::reclaim::reaper::loom_model::{Log, Token, reaper_thread};
+    use crate::sync::{Arc, block_on, model, thread};
+
+    /// The callback on the driver's thread, a task awaiting the future on the user's: the task
+    /// is woken after it registered its waker, or sees the status at its poll, and so returns
+    /// (a lost wakeup would leave it parked for ever: loom reports the deadlock).
+    #[test]
+    fn a_poll_and_the_callback_never_lose_the_wakeup() {
+        model(|| {
+            let point = Arc::new(Point::<Token>::new());
+            let reaper = Arc::new(Reaper::new(|| true));
+            let callback = {
+                let point = Arc::clone(&point);
+                thread::spawn(move || point.complete(sys::SUCCESS, &reaper))
+            };
+            let status = block_on(poll_fn(|cx| point.poll_status(cx)));
+            assert_eq!(status, sys::SUCCESS);
+            callback.join().unwrap();
+        });
+    }
+
+    /// A future polled by one task and then awaited by another (moved between executors): the
+    /// callback wakes the later task, never only the first, and carries the stream's error.
+    #[test]
+    fn the_task_that_polled_last_is_the_one_woken() {
+        model(|| {
+            let point = Arc::new(Point::<Token>::new());
+            let reaper = Arc::new(Reaper::new(|| true));
+            let callback = {
+                let point = Arc::clone(&point);
+                thread::spawn(move || point.complete(700, &reaper))
+            };
+            let _ = point.poll_status(&mut TaskContext::from_waker(Waker::noop()));
+            let status = block_on(poll_fn(|cx| point.poll_status(cx)));
+            assert_eq!(status, 700);
+            callback.join().unwrap();
+        });
+    }
+
+    /// A future dropped on the user's thread while its callback runs on the driver's: its buffer
+    /// goes to the reaper once, through the callback or through the drop, whichever came second,
+    /// and `reap_pending` returns only once it is freed.
+    #[test]
+    fn the_buffer_of_a_future_dropped_around_its_callback_is_freed_once() {
+        model(|| {
+            let log = std::sync::Arc::new(Log::default());
+            let point = Arc::new(Point::new());
+            let reaper = Arc::new(Reaper::new(|| true));
+            let worker = reaper_thread(&reaper, 1);
+            let callback = {
+                let (point, reaper) = (Arc::clone(&point), Arc::clone(&reaper));
+                thread::spawn(move || point.complete(sys::SUCCESS, &reaper))
+            };
+            point.leave(vec![Token::new(0, &log)], &reaper);
+            reaper.wait_settled(|| false);
+            assert_eq!(log.of(0), (1, 1), "freed once before reap_pending returned");
+            callback.join().unwrap();
+            worker.join().unwrap();
+            assert_eq!(log.of(0), (1, 1), "and only once");
+        });
+    }
+
+    /// A library aborts the stream's work on its own thread: it sets the mark, and the abort
+    /// lets the stream report success. The task awaiting the point sees the mark.
+    #[test]
+    fn a_poison_mark_set_before_the_stream_reports_is_seen_by_the_poll_that_follows() {
+        model(|| {
+            let flag = std::sync::Arc::new(PoisonFlag::default());
+            let poisoner = Poisoner::new(&flag);
+            let point = Arc::new(Point::<Token>::new());
+            let reaper = Arc::new(Reaper::new(|| true));
+            let aborter = {
+                let point = Arc::clone(&point);
+                thread::spawn(move || {
+                    poisoner.poison();
+                    point.complete(sys::SUCCESS, &reaper);
+                })
+            };
+            let status = block_on(poll_fn(|cx| point.poll_status(cx)));
+            assert_eq!(status, sys::SUCCESS);
+            assert!(flag.is_set(), "the poll after the report sees the mark");
+            aborter.join().unwrap();
+        });
+    }
+
+    /// The same abort while a future of the stream is dropped on the user's thread: the buffer
+    /// it gave up watches the mark, and the reaper leaks it, never frees it, whether the drop
+    /// came before the report or after.
+    #[test]
+    fn memory_given_up_to_a_stream_poisoned_before_it_reports_is_leaked() {
+        model(|| {
+            let log = std::sync::Arc::new(Log::default());
+            let flag = std::sync::Arc::new(PoisonFlag::default());
+            let poisoner = Poisoner::new(&flag);
+            let point = Arc::new(Point::new());
+            let reaper = Arc::new(Reaper::new(|| true));
+            let worker = reaper_thread(&reaper, 1);
+            let aborter = {
+                let (point, reaper) = (Arc::clone(&point), Arc::clone(&reaper));
+                thread::spawn(move || {
+                    poisoner.poison();
+                    point.complete(sys::SUCCESS, &reaper);
+                })
+            };
+            point.leave(vec![Token::new(0, &log).watching(&flag)], &reaper);
+            reaper.wait_settled(|| false);
+            assert_eq!(log.of(0), (0, 1), "leaked, never freed");
+            aborter.join().unwrap();
+            worker.join().unwrap();
+        });
     }
 }

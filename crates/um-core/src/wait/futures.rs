@@ -22,6 +22,10 @@
 //! The drop gives the buffers up as orphans and leaves them to the completion; the callback,
 //! when it runs, passes them to the reaper (`crate::reclaim::reaper`), which frees them. If the
 //! stream met an error, the memory is leaked, as a failed `sync` leaks it.
+//!
+//! What a future shares with its callback is the completion's handoff: `poll` is its
+//! `poll_status`, the drop its `leave`. The loom models of `reclaim/completion.rs` check it over
+//! every interleaving (no lost wakeup, the last task woken, the buffers settled once).
 
 use std::fmt;
 use std::future::Future;
