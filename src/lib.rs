@@ -10,6 +10,8 @@
 //!   launches.
 //! * [`kernels`]: um's own kernels, with their launchers (for example
 //!   [`kernels::run_task::transform`]).
+//! * Device copies, fills and timing on a stream's own buffers: [`Stream::copy`],
+//!   [`Stream::fill`], [`Stream::mark_time`] and [`TimeSpan`].
 //! * Errors: [`Error`], [`Result`].
 //!
 //! * Libraries on owned buffers: [`cublas`] (GEMM, GEMV, level 1), [`cusparse`] (SpMV and SpMM
@@ -24,14 +26,19 @@
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
-    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Error, Foreign, Graph,
-    HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, Linear, Managed,
-    Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Result, Scalars, State, Storage,
-    Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture, SyncFuture,
-    SyncGroup, Transfer, Unified, Zeroable, capturing_on_this_thread, defer_while_capturing,
-    device_count, include_kernels, ptx_isa_version, reap_pending, refuse_inside_capture,
-    refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
+    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Elapsed, Error, Foreign,
+    Graph, HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, Linear,
+    Managed, Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Result, Scalars, State,
+    Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture,
+    SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer, Unified, Zeroable,
+    capturing_on_this_thread, defer_while_capturing, device_count, include_kernels,
+    ptx_isa_version, reap_pending, refuse_inside_capture, refuse_inside_stream_callback,
+    relaxed_while_capturing, state, storage,
 };
+
+// bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
+#[doc(no_inline)]
+pub use um_core::NoUninit;
 
 pub mod prelude {
     //! What most programs name, for `use um::prelude::*;`: a device and its streams, managed

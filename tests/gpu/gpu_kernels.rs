@@ -8,7 +8,7 @@ use crate::common;
 
 use common::gpu;
 use um::kernels::{run_task, streams};
-use um::{Context, Error, Linear, Managed, StreamOptions};
+use um::{Context, Error, LaunchConfig, Linear, Managed, StreamOptions};
 use um_test_kernels::{reference, testing};
 
 /// Odd sizes and one element; the largest is smaller under the sanitizer.
@@ -199,6 +199,48 @@ fn modules_and_kernels_load_once_per_context() {
         "axpy was cached {} times",
         kernels - kernels_before
     );
+}
+
+/// `load_ptx` takes a text made at run time: the module outlives the text, the same contents
+/// load once (again from another copy, and through the `'static` text), and its kernel runs.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_module_loads_once_from_a_text_made_at_run_time_and_outlives_it() {
+    let _serial = crate::common::serial();
+    let ctx = gpu();
+    let (modules_before, _) = ctx.cache_stats();
+    let text = String::from(testing::PTX);
+    let module = ctx.load_ptx(&text).expect("a text made at run time");
+    drop(text);
+    let again = String::from(testing::PTX);
+    ctx.load_ptx(&again).expect("the same contents again");
+    drop(again);
+    ctx.kernel(testing::PTX, "add_scalar")
+        .expect("the static text finds the same module");
+    let (modules, _) = ctx.cache_stats();
+    assert!(
+        modules - modules_before <= 1,
+        "one text was loaded {} times",
+        modules - modules_before
+    );
+    let kernel = module.kernel("add_scalar").expect("kernel");
+    let x = Managed::from_slice(&ctx, &[1.0f32; 300]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            // SAFETY: add_scalar(float *data, float value, um::len32 n) with n = 300, the
+            // buffer's length, under a grid that covers it.
+            unsafe {
+                s.launch(
+                    &kernel,
+                    LaunchConfig::grid_1d(2, 256),
+                    (&mut x, 2.0f32, 300u32),
+                )
+            }?;
+            x.sync()
+        })
+        .expect("launch");
+    assert!(x.iter().all(|v| *v == 3.0));
 }
 
 #[test]

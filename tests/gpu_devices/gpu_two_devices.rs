@@ -584,3 +584,23 @@ fn a_device_released_after_a_capture_of_another_leaves_a_new_capture_of_it_valid
         "a capture of device 1 failed by the wait kept from device 1's previous shared state"
     );
 }
+
+/// The driver times two events of one context only: marks of two devices make no span, and
+/// each device's own marks still do.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn time_marks_of_two_devices_make_no_span() {
+    let _serial = common::serial();
+    let (a, b) = two_contexts();
+    let mark = |ctx: &Context| {
+        ctx.with_stream(StreamOptions::new(), |s| s.mark_time())
+            .expect("a mark")
+    };
+    let (a0, b0, a1) = (mark(&a), mark(&b), mark(&a));
+    for (start, end) in [(&a0, &b0), (&b0, &a1)] {
+        let err = start.until(end).expect_err("marks of two contexts");
+        assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+    }
+    let elapsed = a0.until(&a1).expect("one device").wait();
+    assert!(elapsed.is_ok(), "{elapsed:?}");
+}

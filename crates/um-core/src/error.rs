@@ -143,6 +143,38 @@ pub enum Error {
         /// The block asked for.
         block: (u32, u32, u32),
     },
+    /// A time span that cannot be read: its marks belong to two contexts, its end was marked
+    /// before its start ([`TimeMark::until`](crate::TimeMark::until)), or its end completed
+    /// before its start on the device (streams the program did not order; found by the wait or
+    /// query that reads it).
+    #[error("invalid time span: {reason}")]
+    TimeSpan {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A copy between buffers of different lengths ([`Stream::copy`](crate::Stream::copy)):
+    /// refused before anything is enqueued.
+    #[error(
+        "a copy moves a whole buffer into one of the same length: the source has {src} elements, \
+         the destination {dst}"
+    )]
+    CopyLengths {
+        /// Elements in the source.
+        src: usize,
+        /// Elements in the destination.
+        dst: usize,
+    },
+    /// A fill ([`Stream::fill`](crate::Stream::fill)) with a value that is not one byte, 16-bit
+    /// or 32-bit word repeated, which is all the driver's fills write: refused before anything
+    /// is enqueued.
+    #[error(
+        "a fill repeats one byte, 16-bit or 32-bit word, and this value of {elem_size} bytes is \
+         none repeated: fill_zero fills any zeroable type; write other values with a kernel"
+    )]
+    FillPattern {
+        /// `size_of` the element type.
+        elem_size: usize,
+    },
     /// A handle given to [`Context::with_foreign_stream`](crate::Context::with_foreign_stream)
     /// that cannot be one: a special handle, a stream of another context, or a stream that is
     /// being captured into a graph.

@@ -110,6 +110,9 @@ pub use test_hooks::*;
 
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
+// bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
+#[doc(no_inline)]
+pub use cust::memory::bytemuck::NoUninit;
 pub use driver::context::{
     Context, DeviceInfo, capturing_on_this_thread, defer_while_capturing, device_count,
     refuse_inside_capture, refuse_inside_stream_callback, relaxed_while_capturing,
@@ -123,6 +126,7 @@ pub use driver::stream::{
     Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,
     Transfer,
 };
+pub use driver::timing::{Elapsed, TimeMark, TimeSpan};
 pub use error::{Error, Result};
 pub use graph::exec::Graph;
 pub use graph::node::{Node, Scalars};
@@ -216,6 +220,10 @@ mod facts {
 
     // A poisoner may be kept anywhere, by any thread: it only ever makes um leak or refuse.
     assert_impl_all!(Poisoner: Send, Sync, Clone);
+
+    // A time mark names a point of a stream's work, not the stream: read on any thread.
+    assert_impl_all!(TimeMark: Send, Sync, Clone);
+    assert_impl_all!(TimeSpan: Send, Sync);
 
     // The legacy default stream is one stream for the whole context.
     assert_impl_all!(Stream<'static, Legacy>: Send, Sync);

@@ -22,7 +22,9 @@ use crate::driver::poison::PoisonFlag;
 use crate::driver::sys;
 use crate::error::Result;
 
-/// An owned CUDA event (`CU_EVENT_DISABLE_TIMING`) of one context, destroyed on drop.
+/// An owned CUDA event of one context, destroyed on drop: for ordering only
+/// (`CU_EVENT_DISABLE_TIMING`), or, made by [`Event::new_timed`], recording a time
+/// ([`crate::driver::timing`]).
 pub(crate) struct Event {
     raw: sys::CUevent,
     /// The context the event belongs to: kept alive, and made current to destroy the event.
@@ -44,6 +46,27 @@ impl Event {
             raw,
             ctx: ctx.clone(),
         })
+    }
+
+    /// Creates an event in `ctx` that records the time the device reaches it, for
+    /// [`crate::driver::timing`]: a waiting thread sleeps on it.
+    pub(crate) fn new_timed(ctx: &Context) -> Result<Event> {
+        ctx.bind()?;
+        let raw = driver::event_create_timed()?;
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The driver's handle, alive while `self` is.
+    pub(crate) fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// The context the event belongs to.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
     }
 
     /// Records the work queued on `from` (a stream of this event's context), then makes `to`

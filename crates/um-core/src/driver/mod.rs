@@ -5,7 +5,8 @@
 //! [`Result`]. Every `unsafe` block of the crate that calls the driver lives here or names the
 //! invariant it relies on; the safe types call only these functions. Below it is [`sys`] (the
 //! raw entry points); beside it, the objects built on it: contexts ([`context`], [`options`]),
-//! modules and kernels ([`module`]), streams ([`stream`]) and events ([`event`]).
+//! modules and kernels ([`module`]), streams ([`stream`]), events ([`event`]) and the timing
+//! of the device's work ([`timing`]).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
@@ -22,6 +23,7 @@ pub(crate) mod order;
 pub(crate) mod poison;
 pub(crate) mod stream;
 pub(crate) mod sys;
+pub(crate) mod timing;
 
 /// Turns a raw `CUresult` into `Ok` or a [`Error::Driver`] naming `call`.
 pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
@@ -282,6 +284,67 @@ pub(crate) unsafe fn memcpy_dtoh_async(
     })
 }
 
+/// Enqueues a copy of `bytes` from `src` to `dst` on `s` (`cuMemcpyAsync`: the driver tells
+/// managed from device memory by the unified address space). On a capturing stream it is
+/// recorded as a copy node.
+///
+/// # Safety
+/// `src..src + bytes` and `dst..dst + bytes` are live, device-accessible (managed or device)
+/// memory of two allocations, which no other work reads or writes (`dst`) or writes (`src`)
+/// until `s` has run the copy; `s` is a live stream (or a special handle) of the current
+/// context.
+pub(crate) unsafe fn memcpy_async(
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyAsync", unsafe {
+        sys::cuMemcpyAsync(dst, src, bytes, s)
+    })
+}
+
+/// One value repeated over memory: a byte, a 16-bit or a 32-bit word, and how many of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memset {
+    /// `cuMemsetD8Async`: `count` bytes.
+    D8 { value: u8, count: usize },
+    /// `cuMemsetD16Async`: `count` 16-bit words.
+    D16 { value: u16, count: usize },
+    /// `cuMemsetD32Async`: `count` 32-bit words.
+    D32 { value: u32, count: usize },
+}
+
+/// Enqueues the fill `fill` at `dst` on `s` (`cuMemsetD8Async`, `D16`, `D32`). On a capturing
+/// stream it is recorded as a memset node.
+///
+/// # Safety
+/// `dst` is live, device-accessible (managed or device) memory of at least the fill's count
+/// times its width in bytes, aligned to that width, which no other work reads or writes until
+/// `s` has run the fill; `s` is a live stream (or a special handle) of the current context.
+pub(crate) unsafe fn memset_async(
+    dst: sys::CUdeviceptr,
+    fill: Memset,
+    s: sys::CUstream,
+) -> Result<()> {
+    let (call, code) = match fill {
+        // SAFETY: guaranteed by the caller (bytes need no alignment).
+        Memset::D8 { value, count } => ("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(dst, value, count, s)
+        }),
+        // SAFETY: guaranteed by the caller (`dst` aligned to 2 bytes).
+        Memset::D16 { value, count } => ("cuMemsetD16Async", unsafe {
+            sys::cuMemsetD16Async(dst, value, count, s)
+        }),
+        // SAFETY: guaranteed by the caller (`dst` aligned to 4 bytes).
+        Memset::D32 { value, count } => ("cuMemsetD32Async", unsafe {
+            sys::cuMemsetD32Async(dst, value, count, s)
+        }),
+    };
+    check(call, code)
+}
+
 /// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.
 ///
 /// # Safety
@@ -503,11 +566,60 @@ pub(crate) unsafe fn stream_wait_event(s: sys::CUstream, e: sys::CUevent) -> Res
 /// Destroys an event. Work that recorded or waits for it still completes.
 ///
 /// # Safety
-/// `e` came from [`event_create`] or [`event_create_blocking`] and is destroyed once, with its
-/// context current.
+/// `e` came from [`event_create`], [`event_create_blocking`] or [`event_create_timed`] and is
+/// destroyed once, with its context current.
 pub(crate) unsafe fn event_destroy(e: sys::CUevent) -> Result<()> {
     // SAFETY: guaranteed by the caller.
     check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e) })
+}
+
+/// Creates an event in the current context that records a time (timing enabled; a waiting
+/// thread sleeps on it).
+pub(crate) fn event_create_timed() -> Result<sys::CUevent> {
+    EVENTS_CREATED.with(|n| n.set(n.get() + 1));
+    let mut e: sys::CUevent = ptr::null_mut();
+    // SAFETY: `e` is a valid out-pointer; the flag is a valid CUevent_flags value.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, sys::EVENT_BLOCKING_SYNC)
+    })?;
+    Ok(e)
+}
+
+/// Whether the work `e` captured at its last record has completed (`cuEventQuery`), without
+/// waiting; the error the work met, if any.
+///
+/// # Safety
+/// `e` is a live event.
+pub(crate) unsafe fn event_query(e: sys::CUevent) -> Result<bool> {
+    // SAFETY: guaranteed by the caller.
+    let code = unsafe { sys::cuEventQuery(e) };
+    if code == sys::ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check("cuEventQuery", code).map(|()| true)
+}
+
+/// Waits for the work `e` captured at its last record (`cuEventSynchronize`).
+///
+/// # Safety
+/// `e` is a live event.
+pub(crate) unsafe fn event_synchronize(e: sys::CUevent) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(e) })
+}
+
+/// The time from `start` to `end` in milliseconds (`cuEventElapsedTime`): negative where `end`
+/// completed first. `CUDA_ERROR_NOT_READY` where either has not completed.
+///
+/// # Safety
+/// `start` and `end` are live events of the current context, made with timing enabled.
+pub(crate) unsafe fn event_elapsed_ms(start: sys::CUevent, end: sys::CUevent) -> Result<f32> {
+    let mut ms: f32 = 0.0;
+    // SAFETY: `ms` is a valid out-pointer; the events are the caller's guarantee.
+    check("cuEventElapsedTime", unsafe {
+        sys::cuEventElapsedTime(&mut ms, start, end)
+    })?;
+    Ok(ms)
 }
 
 pub(crate) fn module_load(image: &CString) -> Result<sys::CUmodule> {

@@ -1,5 +1,6 @@
 //! PTX modules, loaded once per context, and the kernels in them.
 
+use std::borrow::Cow;
 use std::ffi::CString;
 use std::sync::{Arc, PoisonError};
 
@@ -12,8 +13,9 @@ use crate::error::{Error, Result};
 /// with the context current, because every handle also holds the context).
 pub(crate) struct LoadedModule {
     raw: sys::CUmodule,
-    /// The PTX it was loaded from (for lookups by text).
-    text: &'static str,
+    /// The PTX it was loaded from, for lookups by text: the `'static` text itself (no copy), or
+    /// a copy of a text that lives shorter.
+    text: Cow<'static, str>,
 }
 
 // SAFETY: module handles are driver tokens usable from any thread once loaded.
@@ -29,12 +31,49 @@ impl Drop for LoadedModule {
     }
 }
 
-/// The modules of a context, keyed by the address of their `'static` PTX text, and the kernels
-/// looked up through [`Context::kernel`], keyed by module and name.
+/// The modules of a context, found by the address of a `'static` PTX text or by the text, and
+/// the kernels looked up through [`Context::kernel`], keyed by module and name.
 #[derive(Default)]
 pub(crate) struct ModuleCache {
-    entries: Vec<(usize, Arc<LoadedModule>)>,
+    /// Each module, with the address of a `'static` text it was found by (`None` for the entry
+    /// of a module loaded from a text that lives shorter: its address may later hold another
+    /// text, so it never keys a lookup).
+    entries: Vec<(Option<usize>, Arc<LoadedModule>)>,
     kernels: Vec<CachedKernel>,
+}
+
+/// A PTX text to find or load: `'static` (found by its address first, and kept without a copy)
+/// or living shorter (found by its contents only, and copied if loaded).
+#[derive(Clone, Copy)]
+enum Ptx<'a> {
+    Static(&'static str),
+    Borrowed(&'a str),
+}
+
+impl<'a> Ptx<'a> {
+    fn text(self) -> &'a str {
+        match self {
+            Ptx::Static(text) => text,
+            Ptx::Borrowed(text) => text,
+        }
+    }
+
+    /// The address that keys a lookup: a `'static` text's only. Such a text is never freed, so
+    /// its address never holds another text: one at that address, of that length, is it.
+    fn key(self) -> Option<usize> {
+        match self {
+            Ptx::Static(text) => Some(text.as_ptr() as usize),
+            Ptx::Borrowed(_) => None,
+        }
+    }
+
+    /// The text a newly loaded module keeps: the static one, or a copy.
+    fn keep(self) -> Cow<'static, str> {
+        match self {
+            Ptx::Static(text) => Cow::Borrowed(text),
+            Ptx::Borrowed(text) => Cow::Owned(text.to_owned()),
+        }
+    }
 }
 
 /// A kernel without its context: a cached `Kernel` would hold the context that holds this
@@ -52,26 +91,34 @@ impl ModuleCache {
         self.entries.is_empty()
     }
 
-    /// The module loaded from `ptx`: by address first, then by text. Rust does not promise that
-    /// the same `'static` text has one address everywhere (a `const` may be copied at each use),
-    /// so a miss by address compares the texts before the caller loads the module again; the
-    /// new address is remembered.
-    fn find_module(&mut self, key: usize, ptx: &'static str) -> Option<Arc<LoadedModule>> {
+    /// The module loaded from `ptx`: by address first (a `'static` text), then by text. Rust
+    /// does not promise that the same `'static` text has one address everywhere (a `const` may
+    /// be copied at each use), so a miss by address compares the texts before the caller loads
+    /// the module again; a new `'static` address is remembered.
+    fn find_module(&mut self, ptx: Ptx<'_>) -> Option<Arc<LoadedModule>> {
+        let (key, text) = (ptx.key(), ptx.text());
         // The address and the length: a shorter text may start at the same address.
         if let Some((_, m)) = self
             .entries
             .iter()
-            .find(|(k, m)| *k == key && m.text.len() == ptx.len())
+            .find(|(k, m)| key.is_some() && *k == key && m.text.len() == text.len())
         {
             return Some(Arc::clone(m));
         }
         let m = self
             .entries
             .iter()
-            .find(|(_, m)| m.text == ptx)
+            .find(|(_, m)| m.text == text)
             .map(|(_, m)| Arc::clone(m))?;
-        self.entries.push((key, Arc::clone(&m)));
+        if key.is_some() {
+            self.entries.push((key, Arc::clone(&m)));
+        }
         Some(m)
+    }
+
+    /// Records `module`, loaded from `ptx`.
+    fn insert(&mut self, ptx: Ptx<'_>, module: &Arc<LoadedModule>) {
+        self.entries.push((ptx.key(), Arc::clone(module)));
     }
 }
 
@@ -113,30 +160,40 @@ pub fn ptx_isa_version(ptx: &str) -> Option<&str> {
 }
 
 impl Context {
-    /// Loads a PTX module, once per context: later calls with the same `'static` text return
-    /// the module already loaded.
+    /// Loads a PTX module, once per context: later calls with the same text (wherever it is)
+    /// return the module already loaded.
+    ///
+    /// Any text: one made at run time (by NVRTC, read from a file) may be dropped as soon as
+    /// this returns. The driver copies the image it loads (`cuModuleLoadData` reads it during
+    /// the call only), and the context keeps a copy of the text to find the module by. The
+    /// launchers that `um-build` generates go through [`Context::kernel`] with their `'static`
+    /// text instead, which is found by its address and never copied.
     ///
     /// A driver too old for the PTX gives [`Error::PtxUnsupported`], naming both versions.
-    pub fn load_ptx(&self, ptx: &'static str) -> Result<Module> {
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
+        self.load_module(Ptx::Borrowed(ptx))
+    }
+
+    fn load_module(&self, ptx: Ptx<'_>) -> Result<Module> {
         refuse_inside_stream_callback("loading a module")?;
-        let key = ptx.as_ptr() as usize;
         let mut cache = self
             .modules()
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(m) = cache.find_module(key, ptx) {
+        if let Some(m) = cache.find_module(ptx) {
             return Ok(Module {
                 ctx: self.clone(),
                 inner: m,
             });
         }
-        let image = CString::new(ptx).map_err(|_| Error::InteriorNul { what: "PTX image" })?;
+        let text = ptx.text();
+        let image = CString::new(text).map_err(|_| Error::InteriorNul { what: "PTX image" })?;
         self.bind()?;
         let raw = driver::module_load(&image).map_err(|e| {
             if driver::is_unsupported_ptx(&e) {
                 let (driver_major, driver_minor) = self.info().driver_version;
                 Error::PtxUnsupported {
-                    ptx_isa: ptx_isa_version(ptx).unwrap_or("unknown").to_owned(),
+                    ptx_isa: ptx_isa_version(text).unwrap_or("unknown").to_owned(),
                     driver_major,
                     driver_minor,
                 }
@@ -144,8 +201,11 @@ impl Context {
                 e
             }
         })?;
-        let inner = Arc::new(LoadedModule { raw, text: ptx });
-        cache.entries.push((key, Arc::clone(&inner)));
+        let inner = Arc::new(LoadedModule {
+            raw,
+            text: ptx.keep(),
+        });
+        cache.insert(ptx, &inner);
         Ok(Module {
             ctx: self.clone(),
             inner,
@@ -163,7 +223,7 @@ impl Context {
                 .modules()
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(module) = cache.find_module(ptx.as_ptr() as usize, ptx) {
+            if let Some(module) = cache.find_module(Ptx::Static(ptx)) {
                 if let Some(c) = cache
                     .kernels
                     .iter()
@@ -179,7 +239,7 @@ impl Context {
                 }
             }
         }
-        let kernel = self.load_ptx(ptx)?.kernel(name)?;
+        let kernel = self.load_module(Ptx::Static(ptx))?.kernel(name)?;
         self.modules()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -345,7 +405,57 @@ impl std::fmt::Debug for Module {
 
 #[cfg(test)]
 mod tests {
-    use super::{function_key, ptx_isa_version};
+    use super::{LoadedModule, ModuleCache, Ptx, function_key, ptx_isa_version};
+    use std::sync::Arc;
+
+    /// A cache entry without a driver module (never unloaded: the cache is forgotten).
+    fn module(ptx: Ptx<'_>) -> Arc<LoadedModule> {
+        Arc::new(LoadedModule {
+            raw: std::ptr::null_mut(),
+            text: ptx.keep(),
+        })
+    }
+
+    #[test]
+    fn a_text_is_found_by_its_contents_and_only_a_static_one_by_its_address() {
+        let mut cache = ModuleCache::default();
+        let fixed: &'static str = ".version 9.0\n.entry a()";
+        let a = module(Ptx::Static(fixed));
+        cache.insert(Ptx::Static(fixed), &a);
+        // A copy made at run time, dropped after: found by its contents.
+        let copy = fixed.to_owned();
+        let found = cache.find_module(Ptx::Borrowed(&copy));
+        assert!(found.is_some_and(|m| Arc::ptr_eq(&m, &a)));
+        drop(copy);
+        // A text of the same length and other contents, and a prefix at the same address: not.
+        let other = ".version 9.0\n.entry b()".to_owned();
+        assert!(cache.find_module(Ptx::Borrowed(&other)).is_none());
+        assert!(cache.find_module(Ptx::Static(&fixed[..12])).is_none());
+
+        // A module loaded from a run-time text keeps a copy, and its address keys nothing.
+        let text = ".version 9.0\n.entry c()".to_owned();
+        let c = module(Ptx::Borrowed(&text));
+        cache.insert(Ptx::Borrowed(&text), &c);
+        assert!(cache.entries.iter().filter(|(k, _)| k.is_none()).count() == 1);
+        assert_ne!(c.text.as_ptr(), text.as_ptr(), "the module keeps a copy");
+        drop(text);
+        let again = ".version 9.0\n.entry c()".to_owned();
+        let found = cache.find_module(Ptx::Borrowed(&again));
+        assert!(found.is_some_and(|m| Arc::ptr_eq(&m, &c)));
+        // A static text with those contents is found too, and its address is remembered.
+        let fixed_c: &'static str = ".version 9.0\n.entry c()";
+        let found = cache.find_module(Ptx::Static(fixed_c));
+        assert!(found.is_some_and(|m| Arc::ptr_eq(&m, &c)));
+        assert!(
+            cache
+                .entries
+                .iter()
+                .any(|(k, m)| *k == Some(fixed_c.as_ptr() as usize) && Arc::ptr_eq(m, &c))
+        );
+        // The fake modules were never loaded: nothing to unload.
+        drop((a, c));
+        std::mem::forget(cache);
+    }
 
     #[test]
     fn a_name_inside_another_name_is_another_function() {

@@ -177,6 +177,32 @@ unsafe extern "C" {
         bytes: usize,
         stream: CUstream,
     ) -> i32;
+    // Stream-ordered copies and fills between device-accessible addresses (managed or device
+    // memory: the driver tells which from the unified address space).
+    pub(crate) fn cuMemcpyAsync(
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> i32;
+    pub(crate) fn cuMemsetD8Async(
+        dst: CUdeviceptr,
+        value: u8,
+        count: usize,
+        stream: CUstream,
+    ) -> i32;
+    pub(crate) fn cuMemsetD16Async(
+        dst: CUdeviceptr,
+        value: u16,
+        count: usize,
+        stream: CUstream,
+    ) -> i32;
+    pub(crate) fn cuMemsetD32Async(
+        dst: CUdeviceptr,
+        value: c_uint,
+        count: usize,
+        stream: CUstream,
+    ) -> i32;
     // The CUDA 12.2+ form, which CUDA 13's header maps `cuMemAdvise` to.
     pub(crate) fn cuMemAdvise_v2(
         ptr: CUdeviceptr,
@@ -218,6 +244,10 @@ unsafe extern "C" {
     pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> i32;
     pub(crate) fn cuEventSynchronize(event: CUevent) -> i32;
     pub(crate) fn cuEventDestroy_v2(event: CUevent) -> i32;
+    pub(crate) fn cuEventQuery(event: CUevent) -> i32;
+    // The first form, which every driver exports; CUDA 13's header maps the name to
+    // `cuEventElapsedTime_v2` (CUDA 12.8 and later), which takes the same arguments.
+    pub(crate) fn cuEventElapsedTime(milliseconds: *mut f32, start: CUevent, end: CUevent) -> i32;
     pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> i32;
     pub(crate) fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32;
 

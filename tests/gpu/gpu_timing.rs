@@ -1,0 +1,254 @@
+//! Timing the device's work (`Stream::mark_time`, `TimeMark::until`, `TimeSpan`): a span around
+//! a kernel that spins for a known GPU time reads at least that time, on created, per-thread and
+//! legacy streams; it is read only once both marks have completed (a query before says "not
+//! yet"); an end marked before its start, or reached before it on a stream not ordered after
+//! it, is an `Err`, never a negative time; an unread span is dropped without a wait; on a thread
+//! that captures, every timing call is refused before the driver sees it, and the capture stays
+//! valid.
+//!
+//! The lower bounds come from `spin_then_add`, which waits until the GPU's global timer has
+//! advanced by a given time before it writes: no assertion depends on how fast the host is, and
+//! each bound is half the spin (the two clocks are the device's own).
+#![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{device_for_captures, gpu, serial};
+use um::{Context, Error, Managed, StreamOptions, TimeSpan};
+use um_test_kernels::testing::{add_scalar, spin_then_add};
+
+/// GPU time the timed kernel takes at least.
+const SPIN_NS: u64 = 20_000_000;
+
+/// Half of [`SPIN_NS`]: what a span around the kernel reads at least.
+fn at_least() -> Duration {
+    Duration::from_nanos(SPIN_NS / 2)
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_span_around_a_kernel_reads_its_time_on_every_stream_kind() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    let (x, created) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            let start = s.mark_time()?;
+            spin_then_add(s, &mut x, 1.0, SPIN_NS)?;
+            let end = s.mark_time()?;
+            let span = start.until(&end)?;
+            Ok((x.sync()?, span))
+        })
+        .expect("created stream");
+    // Read after the stream's scope: the marks outlive their stream.
+    let created = created.wait().expect("wait").duration();
+    assert!(created >= at_least(), "created stream: {created:?}");
+    assert!(x.iter().all(|v| *v == 1.0));
+
+    let per_thread = ctx
+        .with_per_thread_stream(|pts| {
+            let mut x = x.attach(pts)?;
+            let start = pts.mark_time()?;
+            spin_then_add(pts, &mut x, 1.0, SPIN_NS)?;
+            let span = start.until(&pts.mark_time()?)?;
+            let elapsed = span.wait()?;
+            x.sync()?;
+            Ok(elapsed.duration())
+        })
+        .expect("per-thread stream");
+    assert!(
+        per_thread >= at_least(),
+        "per-thread stream: {per_thread:?}"
+    );
+
+    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("y");
+    let legacy = ctx
+        .with_legacy_stream(|legacy| {
+            let mut y = y.attach_global(legacy)?;
+            let start = legacy.mark_time()?;
+            spin_then_add(legacy, &mut y, 1.0, SPIN_NS)?;
+            let end = legacy.mark_time()?;
+            y.sync()?;
+            Ok(start.until(&end)?.wait()?.duration())
+        })
+        .expect("legacy stream");
+    assert!(legacy >= at_least(), "legacy stream: {legacy:?}");
+
+    // A mark may end one span and start the next: the laps add up to the whole.
+    let z = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("z");
+    let (whole, laps) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut z = z.attach(s)?;
+            let t0 = s.mark_time()?;
+            spin_then_add(s, &mut z, 1.0, SPIN_NS)?;
+            let t1 = s.mark_time()?;
+            spin_then_add(s, &mut z, 1.0, SPIN_NS)?;
+            let t2 = s.mark_time()?;
+            let whole = t0.until(&t2)?.wait()?.duration();
+            let laps = t0.until(&t1)?.wait()?.duration() + t1.until(&t2)?.wait()?.duration();
+            let none = t1.until(&t1)?.wait()?.duration();
+            assert_eq!(none, Duration::ZERO, "a mark to itself");
+            z.sync()?;
+            Ok((whole, laps))
+        })
+        .expect("laps");
+    assert!(laps >= at_least() * 2, "{laps:?}");
+    // The driver's milliseconds are f32: a few microseconds of rounding between the two sums.
+    let gap = whole.abs_diff(laps);
+    assert!(gap < Duration::from_micros(50), "{whole:?} vs {laps:?}");
+}
+
+/// A query before the marks are reached says "not yet" and waits for nothing; once the stream
+/// is idle it reads the time, and the wait reads the same.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_span_is_read_only_once_both_marks_have_completed() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut x = x.attach(s)?;
+        let start = s.mark_time()?;
+        // Long enough that the query below is made before the kernel ends.
+        spin_then_add(s, &mut x, 1.0, 10 * SPIN_NS)?;
+        let span = start.until(&s.mark_time()?)?;
+        assert_eq!(span.try_elapsed()?, None, "the end is not reached yet");
+        s.wait_idle()?;
+        let queried = span.try_elapsed()?.expect("both marks reached");
+        assert!(queried >= Duration::from_nanos(5 * SPIN_NS), "{queried:?}");
+        assert_eq!(span.wait()?.duration(), queried);
+        x.sync().map(drop)
+    })
+    .expect("query, then wait");
+}
+
+/// Across two streams the program orders the marks: after a `hand_off` the span is right; on two
+/// streams it did not order, an end the device reached before the start is an `Err`. An end
+/// marked before its start is refused at once.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_end_before_its_start_is_an_error_never_a_negative_time() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    let y = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("y");
+    ctx.with_stream_set(2, StreamOptions::new(), |s| {
+        let (a, b) = (&s[0], &s[1]);
+        // Marked in the wrong order on the host.
+        let first = a.mark_time()?;
+        let second = a.mark_time()?;
+        let err = second.until(&first).expect_err("the end was marked first");
+        assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+
+        // Ordered: the start on `a`, the buffer handed to `b`, the spin and the end there.
+        let mut x = x.attach(a)?;
+        add_scalar(a, &mut x, 1.0)?;
+        let start = a.mark_time()?;
+        let mut x = x.hand_off(b)?;
+        spin_then_add(b, &mut x, 1.0, SPIN_NS)?;
+        let end = b.mark_time()?;
+        let ordered = start.until(&end)?.wait()?.duration();
+        assert!(ordered >= at_least(), "{ordered:?}");
+
+        // Not ordered: `a` spins before its mark, `b` is idle when it marks the end.
+        let mut y = y.attach(a)?;
+        spin_then_add(a, &mut y, 1.0, 5 * SPIN_NS)?;
+        let late_start = a.mark_time()?;
+        b.wait_idle()?;
+        let early_end = b.mark_time()?;
+        let span: TimeSpan = late_start.until(&early_end)?;
+        let err = span.wait().expect_err("the end completed before the start");
+        assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+        Ok((x.sync()?, y.sync()?))
+    })
+    .map(drop)
+    .expect("two streams");
+}
+
+/// An unread span frees its events without a wait: dropped while its kernel still runs, the
+/// stream is still busy after the drop, and every later call works.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_unread_span_is_dropped_without_waiting_for_its_marks() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut x = x.attach(s)?;
+        let start = s.mark_time()?;
+        spin_then_add(s, &mut x, 1.0, 10 * SPIN_NS)?;
+        let end = s.mark_time()?;
+        drop(start.until(&end)?);
+        drop((start, end));
+        assert!(!s.is_idle()?, "the drop did not wait for the kernel");
+        x.sync().map(drop)
+    })
+    .expect("drop unread");
+    common::assert_context_usable(&ctx);
+}
+
+/// Two handles of one device are one context: their marks make a span.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn marks_of_two_handles_of_one_device_make_a_span() {
+    let _serial = serial();
+    let (a, b) = (gpu(), Context::new(0).expect("a second handle"));
+    let start = a
+        .with_stream(StreamOptions::new(), |s| s.mark_time())
+        .expect("mark on a");
+    let end = b
+        .with_stream(StreamOptions::new(), |s| s.mark_time())
+        .expect("mark on b");
+    let elapsed = start.until(&end).expect("one context").wait();
+    assert!(elapsed.is_ok(), "{elapsed:?}");
+}
+
+/// Inside a capture closure every timing call is `InsideCapture` (no mark, no wait, no query:
+/// the driver would refuse the waits and fail the capture), a span dropped there is freed after
+/// it, and the capture stays valid; outside, a span around a replay reads its time.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn timing_inside_a_capture_closure_is_refused_and_the_capture_stays_valid() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    let (x, elapsed) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let before = s.mark_time()?;
+            let kept = before.until(&s.mark_time()?)?;
+            let waited = before.until(&s.mark_time()?)?;
+            let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                spin_then_add(cap, &mut x, 1.0, SPIN_NS)?;
+                for err in [
+                    s.mark_time().map(drop).expect_err("a mark"),
+                    kept.try_elapsed().map(drop).expect_err("a query"),
+                    // The span is consumed, so dropped here: its events are destroyed once the
+                    // capture has ended.
+                    waited.wait().map(drop).expect_err("a wait"),
+                ] {
+                    assert!(matches!(err, Error::InsideCapture { .. }), "{err}");
+                }
+                drop(before);
+                Ok(((x,), ()))
+            })?;
+            let start = s.mark_time()?;
+            graph.launch(s)?;
+            let end = s.mark_time()?;
+            let elapsed = start.until(&end)?.wait()?.duration();
+            assert!(
+                kept.wait().is_ok(),
+                "the span kept across the capture reads"
+            );
+            let (x,) = graph.sync()?;
+            Ok((x, elapsed))
+        })
+        .expect("capture around refused timing calls");
+    assert!(x.iter().all(|v| *v == 1.0), "the replay ran");
+    assert!(elapsed >= at_least(), "a replay timed: {elapsed:?}");
+}
