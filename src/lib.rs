@@ -24,14 +24,19 @@
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
-    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Error, Foreign, Graph,
-    HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, Linear, Managed,
-    Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Result, Scalars, State, Storage,
-    Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture, SyncFuture,
-    SyncGroup, Transfer, Unified, Zeroable, capturing_on_this_thread, defer_while_capturing,
-    device_count, include_kernels, ptx_isa_version, reap_pending, refuse_inside_capture,
-    refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
+    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Error, ErrorKind, Foreign,
+    Graph, HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy,
+    LibrarySearch, Linear, Managed, Mirror, MirroredManaged, Module, Node, PerThread, Poisoner,
+    Result, Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned,
+    SyncAllFuture, SyncFuture, SyncGroup, Transfer, Unified, Zeroable, capturing_on_this_thread,
+    defer_while_capturing, device_count, include_kernels, ptx_isa_version, reap_pending,
+    refuse_inside_capture, refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
 };
+
+// Named in the compiler's errors only (um-core says why): public, so that the errors name them
+// by their short names.
+#[doc(hidden)]
+pub use um_core::{CaptureStaysOnItsThread, PerThreadStreamIsThreadLocal};
 
 pub mod prelude {
     //! What most programs name, for `use um::prelude::*;`: a device and its streams, managed
@@ -49,8 +54,8 @@ pub mod prelude {
     //! }
     //! ```
     pub use um_core::{
-        Coherent, Context, Error, Graph, HostOwned, Linear, Managed, Mirror, Result, Stream,
-        StreamOptions, StreamOwned, Transfer, Unified,
+        Coherent, Context, Error, ErrorKind, Graph, HostOwned, Linear, Managed, Mirror, Result,
+        Stream, StreamOptions, StreamOwned, Transfer, Unified,
     };
 }
 #[doc(inline)]
