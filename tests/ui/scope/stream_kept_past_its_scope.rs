@@ -1,6 +1,6 @@
 // Rule: a stream lives for its scope's closure only, so it cannot be kept past it: the scope
 // destroys it (`cuStreamDestroy`) when the closure returns, and a handle kept outside would name
-// a destroyed stream (seed 002: a destroyed stream's associations silently revert).
+// a destroyed stream (the cuStreamAttachMemAsync reference: its associations silently revert).
 use um::{Context, StreamOptions};
 
 fn keep(ctx: &Context) -> um::Result<()> {
