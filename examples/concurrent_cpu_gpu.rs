@@ -1,4 +1,5 @@
-//! Seed 001, "Managing data visibility and concurrent CPU + GPU access with streams": memory
+//! The CUDA Programming Guide's "Managing Data Visibility and Concurrent CPU + GPU Access
+//! with Streams": memory
 //! attached to stream A is the CPU's again as soon as A's work is done, "regardless of whether
 //! other streams are active".
 //!
@@ -11,7 +12,7 @@
 //! B's work must outlast the CPU's on every machine, whatever the CPU's speed (a
 //! 33 ms kernel against a 34-38 ms CPU pass failed on some machines). So the example first
 //! times one CPU pass, then has B spin on the GPU's clock (`%globaltimer`, one block, so A's
-//! kernel still finds room) for four times that plus 100 ms before its seed kernel: the check
+//! kernel still finds room) for four times that plus 100 ms before its kernel (the streams post's, `kernels-ptx/streams.cu`): the check
 //! fails only if the CPU pass slows down more than fourfold between the two measurements.
 
 mod common;
@@ -57,7 +58,7 @@ fn host_process(data: &mut [f32]) {
     }
 }
 
-/// How long B keeps the GPU busy before its seed kernel: four times one CPU pass, timed now on
+/// How long B keeps the GPU busy before its kernel: four times one CPU pass, timed now on
 /// the data the CPU will process, plus 100 ms.
 fn b_spin_ns(cpu_pass_ms: f64) -> u64 {
     ((4.0 * cpu_pass_ms + 100.0) * 1e6) as u64
@@ -114,7 +115,7 @@ fn run(ctx: &Context) -> um::Result<bool> {
             let mut want: Vec<f32> = (0..small()).map(|i| i as f32 + 1.0).collect();
             host_process(&mut want);
             let a_ok = a_kernel_ok && *a_host == *want;
-            let b_ok = reference::matches_seed_kernel(&b_data) && b_spin.iter().all(|v| *v == 1.0);
+            let b_ok = reference::matches_streams_kernel(&b_data) && b_spin.iter().all(|v| *v == 1.0);
             println!("stream B's work (GPU timer): {kernel_ms:.2} ms");
             println!("CPU work on stream A's memory: {cpu_ms:.2} ms");
             println!("stream B busy when the CPU work started: {busy_before}, when it ended: {busy_after}");

@@ -226,7 +226,6 @@ fn solve<M: Storage>(
         Ok((x.sync()?.to_vec(), last.0, last.1))
     })?;
     Ok(out)
-
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -238,11 +237,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     let ctx = Context::new(0)?;
     let blas = Blas::new(&ctx)?;
     let (offsets, cols, vals) = (&host.0, &host.1, &host.2);
-    let storage = args.storage.unwrap_or(if ctx.info().concurrent_managed_access {
-        StorageArg::Coherent
-    } else {
-        StorageArg::Unified
-    });
+    let storage = args
+        .storage
+        .unwrap_or(if ctx.info().concurrent_managed_access {
+            StorageArg::Coherent
+        } else {
+            StorageArg::Unified
+        });
     let (x, done, residual) = match storage {
         StorageArg::Unified => {
             let a = Csr::new(&ctx, rows, rows, offsets, cols, vals)?;

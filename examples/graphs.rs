@@ -6,7 +6,7 @@
 //!   on A, a wait on B), 4 launches and 1 handoff per batch. As a graph, the same loop is
 //!   captured once on two capture streams (`capture_streams`, where `hand_off` is a fork of the
 //!   graph), and each replay runs every batch through both stages with one `cuGraphLaunch`.
-//! * **The seed-000 loop** (`examples/multithreaded_run_task.rs`): transform on the GPU, a pass
+//! * **The `run_task` loop** (`examples/multithreaded_run_task.rs`): transform on the GPU, a pass
 //!   on the host, convert on the GPU. The graph holds `[convert; transform]`, the stretch of GPU
 //!   work between two host passes; `Graph::host` waits for it, gives the host its pass, and
 //!   hands the buffers back, without a new capture. Unified and mirrored memory.
@@ -116,13 +116,13 @@ fn pipeline_graph(
     Ok((secs, pipeline_correct(&out, 3.0 * rounds as f32)))
 }
 
-/// The host's pass of seed 000: `data[i] -= 1`.
+/// The host's pass of the `run_task` loop: `data[i] -= 1`.
 fn host_process(data: &mut [f32]) {
     data.iter_mut().for_each(|v| *v -= 1.0);
 }
 
-/// What seed 000 must produce after `iters` iterations.
-fn seed_reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
+/// What the `run_task` loop must produce after `iters` iterations.
+fn run_task_reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
     let (mut data, mut out) = (vec![0.0f32; input.len()], vec![0.0f32; input.len()]);
     for _ in 0..iters {
         data.iter_mut().zip(input).for_each(|(d, x)| *d += 2.0 * x);
@@ -132,16 +132,16 @@ fn seed_reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
     (data, out)
 }
 
-/// The seed's launch geometry.
-const SEED_CONFIG: Linear = match Linear::checked(100, 256) {
+/// The `run_task` loop's launch geometry (the Programming Guide's `<<<100, 256>>>`).
+const RUN_TASK_CONFIG: Linear = match Linear::checked(100, 256) {
     Some(l) => l,
     None => panic!("not a valid launch"),
 };
 
 type Alloc<M> = fn(&Context, &[f32]) -> um::Result<Managed<[f32], HostOwned, M>>;
 
-/// Seed 000 eagerly: transform, sync, host pass, attach, convert, `iters` times.
-fn seed_eager<M: Storage>(
+/// The `run_task` loop eagerly: transform, sync, host pass, attach, convert, `iters` times.
+fn run_task_eager<M: Storage>(
     ctx: &Context,
     alloc: Alloc<M>,
     len: usize,
@@ -157,23 +157,23 @@ fn seed_eager<M: Storage>(
     let (data, out) = ctx.with_stream(StreamOptions::new(), |s| {
         let (inp, mut out, mut data) = (inp.attach(s)?, out.attach(s)?, data.attach(s)?);
         for _ in 0..iters {
-            run_task::transform_with(s, SEED_CONFIG, &inp, &mut data)?;
+            run_task::transform_with(s, RUN_TASK_CONFIG, &inp, &mut data)?;
             let mut host = data.sync()?;
             host_process(&mut host);
             data = host.attach(s)?;
-            run_task::convert_with(s, SEED_CONFIG, &mut out, &data)?;
+            run_task::convert_with(s, RUN_TASK_CONFIG, &mut out, &data)?;
         }
         let (data, out, _inp) = s.sync_all((data, out, inp))?;
         Ok((data, out))
     })?;
     let secs = start.elapsed().as_secs_f64();
-    let (want_data, want_out) = seed_reference(&input, iters);
+    let (want_data, want_out) = run_task_reference(&input, iters);
     Ok((secs, *data == *want_data && *out == *want_out))
 }
 
-/// Seed 000 with a graph of `[convert; transform]`: the first transform eagerly, then per
+/// The `run_task` loop with a graph of `[convert; transform]`: the first transform eagerly, then per
 /// iteration the host pass (`Graph::host`) and a replay, and the last convert eagerly.
-fn seed_graph<M: Storage>(
+fn run_task_graph<M: Storage>(
     ctx: &Context,
     alloc: Alloc<M>,
     len: usize,
@@ -188,10 +188,10 @@ fn seed_graph<M: Storage>(
     let start = Instant::now();
     let (data, out) = ctx.with_stream(StreamOptions::new(), |s| {
         let (inp, out, mut data) = (inp.attach(s)?, out.attach(s)?, data.attach(s)?);
-        run_task::transform_with(s, SEED_CONFIG, &inp, &mut data)?; // iteration 0's transform
+        run_task::transform_with(s, RUN_TASK_CONFIG, &inp, &mut data)?; // iteration 0's transform
         let (mut graph, ()) = s.capture((inp, data, out), |cap, (inp, mut data, mut out)| {
-            run_task::convert_with(cap, SEED_CONFIG, &mut out, &data)?; // iteration i's convert
-            run_task::transform_with(cap, SEED_CONFIG, &inp, &mut data)?; // iteration i+1's transform
+            run_task::convert_with(cap, RUN_TASK_CONFIG, &mut out, &data)?; // iteration i's convert
+            run_task::transform_with(cap, RUN_TASK_CONFIG, &inp, &mut data)?; // iteration i+1's transform
             Ok(((inp, data, out), ()))
         })?;
         for i in 0..iters {
@@ -201,12 +201,12 @@ fn seed_graph<M: Storage>(
             }
         }
         let (inp, data, mut out) = graph.into_buffers()?;
-        run_task::convert_with(s, SEED_CONFIG, &mut out, &data)?; // the last convert
+        run_task::convert_with(s, RUN_TASK_CONFIG, &mut out, &data)?; // the last convert
         let (data, out, _inp) = s.sync_all((data, out, inp))?;
         Ok((data, out))
     })?;
     let secs = start.elapsed().as_secs_f64();
-    let (want_data, want_out) = seed_reference(&input, iters);
+    let (want_data, want_out) = run_task_reference(&input, iters);
     Ok((secs, *data == *want_data && *out == *want_out))
 }
 
@@ -229,24 +229,24 @@ fn run(ctx: &Context) -> um::Result<bool> {
         eager / graph
     );
     all_ok &= ok_e && ok_g;
-    // Seed 000, one thread, unified and mirrored memory.
+    // The `run_task` loop, one thread, unified and mirrored memory.
     let (len, iters) = (common::workload(1 << 20, 1 << 12), 10);
     let unified: Alloc<um::Unified> = |ctx, v| Managed::from_slice(ctx, v);
     let mirror: Alloc<um::Mirror> = |ctx, v| Managed::from_slice_mirrored(ctx, v);
     for (name, eager, graph) in [
         (
             "unified",
-            seed_eager(ctx, unified, len, iters)?,
-            seed_graph(ctx, unified, len, iters)?,
+            run_task_eager(ctx, unified, len, iters)?,
+            run_task_graph(ctx, unified, len, iters)?,
         ),
         (
             "mirror",
-            seed_eager(ctx, mirror, len, iters)?,
-            seed_graph(ctx, mirror, len, iters)?,
+            run_task_eager(ctx, mirror, len, iters)?,
+            run_task_graph(ctx, mirror, len, iters)?,
         ),
     ] {
         println!(
-            "seed 000, {len} floats x {iters} iterations, {name}: eager {:.2} ms{}, graph {:.2} ms{}",
+            "run_task loop, {len} floats x {iters} iterations, {name}: eager {:.2} ms{}, graph {:.2} ms{}",
             eager.0 * 1e3,
             if eager.1 { "" } else { " WRONG" },
             graph.0 * 1e3,

@@ -1,5 +1,6 @@
-//! Seed 000, "Stream attach with multithreaded host programs": N host threads, each with its
-//! own stream and its own managed memory, iterate
+//! One stream per host thread, as the CUDA Programming Guide's "Stream Attach With
+//! Multithreaded Host Programs" (`run_task`) shows it: N host threads, each with its own
+//! stream and its own managed memory, iterate
 //! `transform` kernel -> sync -> host processing -> `convert` kernel,
 //! and every thread's result is checked against a CPU reference.
 //!
@@ -54,9 +55,9 @@ fn host_process(data: &mut [f32]) {
     data.iter_mut().for_each(|v| *v -= 1.0);
 }
 
-/// The seed launches `<<<100, 256>>>`; the kernels use grid-stride loops, so any grid covers
+/// The guide's `run_task` launches `<<<100, 256>>>`; the kernels use grid-stride loops, so any grid covers
 /// any length.
-const SEED_CONFIG: Linear = match Linear::checked(100, 256) {
+const RUN_TASK_CONFIG: Linear = match Linear::checked(100, 256) {
     Some(l) => l,
     None => panic!("not a valid launch"),
 };
@@ -73,7 +74,7 @@ fn reference(input: &[f32], iters: usize) -> (Vec<f32>, Vec<f32>) {
     (data, out)
 }
 
-/// One thread's task, in its own private stream (the seed's `run_task`).
+/// One thread's task, in its own private stream (the guide's `run_task`).
 fn run_task(ctx: &Context, task: usize, iters: usize, len: usize) -> um::Result<bool> {
     let input = Managed::from_fn(ctx, len, |i| ((i + task) % 1000) as f32 * 0.25)?;
     let expected = reference(&input, iters);
@@ -85,11 +86,11 @@ fn run_task(ctx: &Context, task: usize, iters: usize, len: usize) -> um::Result<
         let mut out = out.attach(stream)?;
         let mut data = data.attach(stream)?;
         for _ in 0..iters {
-            run_task::transform_with(stream, SEED_CONFIG, &input, &mut data)?;
+            run_task::transform_with(stream, RUN_TASK_CONFIG, &input, &mut data)?;
             let mut host = data.sync()?; // cudaStreamSynchronize(stream)
             host_process(&mut host); // the CPU uses the managed data
             data = host.attach(stream)?; // same stream: no driver call
-            run_task::convert_with(stream, SEED_CONFIG, &mut out, &data)?;
+            run_task::convert_with(stream, RUN_TASK_CONFIG, &mut out, &data)?;
         }
         let (data, out, _input) = stream.sync_all((data, out, input))?;
         Ok((data, out))

@@ -1,7 +1,7 @@
-//! Seed 004, "A multi-threading example": eight host threads each launch the kernel on the
+//! The "multi-threading example" of NVIDIA's "GPU Pro Tip: CUDA 7 Streams Simplify Concurrency": eight host threads each launch the kernel on the
 //! default stream and synchronize it.
 //!
-//! 1. On the legacy default stream (the seed compiled without options): every thread's kernel
+//! 1. On the legacy default stream (the post's program compiled without options): every thread's kernel
 //!    lands on the one NULL stream, so they run one after another.
 //! 2. On the per-thread default stream (`--default-stream per-thread`, here the handle
 //!    `CU_STREAM_PER_THREAD`): each thread has its own stream, so the kernels run at once.
@@ -47,7 +47,7 @@ enum Default {
 /// kernels). It orders host calls only; what runs concurrently on the GPU is up to the streams.
 static ENQUEUE: Mutex<()> = Mutex::new(());
 
-/// The seed's `launch_kernel` body, on any stream: stamp, kernel, stamp.
+/// The post's `launch_kernel` body, on any stream: stamp, kernel, stamp.
 fn launch<'s, K: StreamKind>(
     s: &Stream<'s, K>,
     x: &mut Managed<[f32], StreamOwned<'s, K>>,
@@ -83,7 +83,7 @@ fn thread_task(ctx: &Context, which: Default, start: &Barrier) -> um::Result<((u
             s.sync_all((x, t))
         })?,
     };
-    let correct = reference::matches_seed_kernel(&x);
+    let correct = reference::matches_streams_kernel(&x);
     Ok(((t[0], t[1]), correct))
 }
 
@@ -162,15 +162,16 @@ fn main() -> ExitCode {
     );
     common::publish_timeline(
         "per_thread_streams",
-        "Eight host threads, one kernel each on the default stream (seed 004)",
+        "Eight host threads, one kernel each on the default stream (CUDA 7 streams post)",
         "thread",
         &[
             ("legacy default stream", &legacy),
             ("per-thread default stream", &per_thread),
         ],
     );
-    let shows_seed = common::shows_seed(f_legacy, f_pt);
-    if legacy_ok && per_thread_ok && shows_seed {
+    let legacy_serializes_and_per_thread_overlaps =
+        common::legacy_serializes_and_per_thread_overlaps(f_legacy, f_pt);
+    if legacy_ok && per_thread_ok && legacy_serializes_and_per_thread_overlaps {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -1,4 +1,5 @@
-// The two kernels of the run_task loop (seed 000): each CPU thread iterates
+// The two kernels of the run_task loop (the CUDA Programming Guide's "Stream Attach With
+// Multithreaded Host Programs"): each CPU thread iterates
 // transform -> sync -> host processing -> convert on its own stream.
 // Grid-stride loops (um::indices): any one-dimensional grid covers any length, each index once.
 #include "um.cuh"

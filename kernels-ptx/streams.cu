@@ -1,4 +1,5 @@
-// The kernel of the multi-stream and multi-threaded examples (seed 004):
+// The kernel of the multi-stream and multi-threaded examples of NVIDIA's "GPU Pro Tip: CUDA 7
+// Streams Simplify Concurrency":
 // x[i] = sqrt(pow(3.14159, i)) over a grid-stride loop.
 #include <math.h>
 #include "um.cuh"
@@ -9,7 +10,7 @@ UM_SAFE_KERNEL void kernel(float *x, um::ilen32 n) {
     }
 }
 
-// The seed's dummy launches on the default stream: a kernel that does no work.
+// The post's dummy launches on the default stream: a kernel that does no work.
 UM_SAFE_KERNEL void empty() {}
 
 // t[slot] = the GPU's global nanosecond timer (%globaltimer), written by one thread (thread 0

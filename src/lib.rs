@@ -26,11 +26,11 @@
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
-    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Elapsed, Error, Foreign,
-    Graph, HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, Linear,
-    Managed, Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Result, Scalars, State,
-    Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture,
-    SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer, Unified, Zeroable,
+    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Elapsed, Error, ErrorKind,
+    Foreign, Graph, HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy,
+    LibrarySearch, Linear, Managed, Mirror, MirroredManaged, Module, Node, PerThread, Poisoner,
+    Result, Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned,
+    SyncAllFuture, SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer, Unified, Zeroable,
     capturing_on_this_thread, defer_while_capturing, device_count, include_kernels,
     ptx_isa_version, reap_pending, refuse_inside_capture, refuse_inside_stream_callback,
     relaxed_while_capturing, state, storage,
@@ -39,6 +39,11 @@ pub use um_core::{
 // bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
 #[doc(no_inline)]
 pub use um_core::NoUninit;
+
+// Named in the compiler's errors only (um-core says why): public, so that the errors name them
+// by their short names.
+#[doc(hidden)]
+pub use um_core::{CaptureStaysOnItsThread, PerThreadStreamIsThreadLocal};
 
 pub mod prelude {
     //! What most programs name, for `use um::prelude::*;`: a device and its streams, managed
@@ -56,8 +61,8 @@ pub mod prelude {
     //! }
     //! ```
     pub use um_core::{
-        Coherent, Context, Error, Graph, HostOwned, Linear, Managed, Mirror, Result, Stream,
-        StreamOptions, StreamOwned, Transfer, Unified,
+        Coherent, Context, Error, ErrorKind, Graph, HostOwned, Linear, Managed, Mirror, Result,
+        Stream, StreamOptions, StreamOwned, Transfer, Unified,
     };
 }
 #[doc(inline)]

@@ -191,6 +191,86 @@ fn the_product_names_rules_not_its_review_history() {
     }
 }
 
+/// The documentation names where its rules and scenarios come from by document and section (the
+/// CUDA Programming Guide's "Stream Attach With Multithreaded Host Programs", the
+/// `cuStreamAttachMemAsync` reference, ...), linked to NVIDIA's pages: no file outside the
+/// repository (`../shared/...`, which a clone does not have), and no number that only such a
+/// file explains ("seed 004"). Checked in what a reader of the crate or the repository reads:
+/// the README, docs, sources, examples and benchmarks.
+#[test]
+fn the_docs_name_their_sources_not_files_outside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["crates", "src", "docs", "examples", "bench", "benches"] {
+        text_files_deep(&root.join(dir), &mut files);
+    }
+    files.push(root.join("README.md"));
+    let mut found = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        for (n, line) in text.lines().enumerate() {
+            if let Some(what) = outside_source(line) {
+                let shown = file
+                    .strip_prefix(root)
+                    .unwrap_or(file)
+                    .display()
+                    .to_string();
+                found.push(format!("{shown}:{}: {what}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} line(s) name a source by a file outside the repository, or by its number:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+    for line in [
+        "the CUDA documentation in `../shared/seeds/`",
+        "## default_streams (seed 004, \"a multi-stream example\")",
+        "* the seed-000 loop (transform, host pass, convert)",
+        "the seeds' rules stay literal",
+        "| # | rule (seed) | enforced | shown by |",
+    ] {
+        assert!(outside_source(line).is_some(), "not seen: {line}");
+    }
+    for line in [
+        "one kind and seed give one sequence",
+        "`--seed S` gives the sample's tasks",
+        "a fixed seed (2022)",
+        "see ../docs/design.md",
+    ] {
+        assert_eq!(outside_source(line), None, "seen in: {line}");
+    }
+}
+
+/// What in `line` names a source outside the repository, if anything (case-insensitive): a
+/// path into `../shared/`, a numbered seed ("seed 004", "seed-000"), or the seeds as a whole.
+fn outside_source(line: &str) -> Option<&'static str> {
+    let lower = line.to_lowercase();
+    if lower.contains("../shared/") || lower.contains("shared/seeds") {
+        return Some("a path outside the repository");
+    }
+    if lower.contains("seeds'") || lower.contains("rule (seed)") {
+        return Some("the seeds");
+    }
+    let mut rest = lower.as_str();
+    while let Some(at) = rest.find("seed") {
+        let tail = &rest[at + "seed".len()..];
+        let number = tail
+            .strip_prefix(' ')
+            .or_else(|| tail.strip_prefix('-'))
+            .unwrap_or("");
+        if number.len() >= 3 && number[..3].bytes().all(|b| b.is_ascii_digit()) {
+            return Some("a numbered seed");
+        }
+        rest = tail;
+    }
+    None
+}
+
 /// The first word of review history in `line`, if any (case-insensitive).
 fn history_word(line: &str) -> Option<&'static str> {
     let lower = line.to_lowercase();

@@ -128,7 +128,11 @@ impl RawGemm {
     ) -> um::Result<()> {
         let (one, zero) = (T::of(1.0), T::of(0.0));
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        let f = if T::NAME == "f32" { self.api.sgemm } else { self.api.dgemm };
+        let f = if T::NAME == "f32" {
+            self.api.sgemm
+        } else {
+            self.api.dgemm
+        };
         // SAFETY: the caller's promise; the scalars are host locals of `T` (host pointer mode,
         // cuBLAS's default), the entry point the one for `T`.
         let st = unsafe {

@@ -165,9 +165,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
          attach was 3.4x its `cudaMalloc` time at 1M rows and 4.7x at 16M, 1× H200, 2026-11-28).\n\n\
          | rows | {} ms | {} ms | {} ms | C++ ms | coherent / C++ | mirror / C++ | unified / C++ | min ms (coherent, mirror, unified, C++) |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        UM_VARIANTS[0].2,
-        UM_VARIANTS[1].2,
-        UM_VARIANTS[2].2
+        UM_VARIANTS[0].2, UM_VARIANTS[1].2, UM_VARIANTS[2].2
     );
     for grid in GRIDS {
         let v = format!("cg{}", grid * grid);

@@ -167,10 +167,13 @@ pub fn timing_counts() -> bool {
     counts
 }
 
-/// Whether the two runs show what seed 004 shows: the legacy default stream serializes
+/// Whether the two runs show what NVIDIA's CUDA 7 streams post shows: the legacy default stream serializes
 /// (overlap < 1.5x) and the per-thread default stream overlaps (> 4x). Says so when not.
 /// Under a sanitizer ([`timing_counts`]), true whatever the overlaps.
-pub fn shows_seed(legacy_overlap: f64, per_thread_overlap: f64) -> bool {
+pub fn legacy_serializes_and_per_thread_overlaps(
+    legacy_overlap: f64,
+    per_thread_overlap: f64,
+) -> bool {
     let shows = legacy_overlap < 1.5 && per_thread_overlap > 4.0;
     if !shows {
         println!(

@@ -34,7 +34,7 @@ use crate::common::serial;
 
 /// Device 0 as it is, whatever the environment says; it must have concurrent managed access.
 fn coherent_gpu() -> Context {
-    let ctx = Context::with_options(0, ContextOptions::new())
+    let ctx = Context::new_with_options(0, ContextOptions::new())
         .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
     assert!(
         ctx.info().concurrent_managed_access,

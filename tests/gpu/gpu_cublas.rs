@@ -717,7 +717,7 @@ fn a_blas_dropped_during_a_capture_moves_in_order_is_destroyed_after_it_and_leav
     let _serial = serial(); // a capture of another test refuses a Blas move
     // Device 0 as it is, whatever the environment emulates: unified memory enters graphs only
     // with concurrent managed access (rule 183's refusal has its own test in gpu_graphs).
-    let ctx = Context::with_options(0, ContextOptions::new())
+    let ctx = Context::new_with_options(0, ContextOptions::new())
         .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
     assert!(
         ctx.info().concurrent_managed_access,
@@ -801,7 +801,7 @@ fn a_blas_dropped_beside_captures_never_fails_one_and_is_destroyed_after_them() 
     use std::sync::atomic::{AtomicBool, Ordering};
     use um_cublas::{Blas, Gemm};
     // The device as it is: captures of unified memory need concurrent managed access (rule 183).
-    let ctx = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
+    let ctx = Context::new_with_options(0, um::ContextOptions::new()).expect("device 0");
     if !ctx.info().concurrent_managed_access {
         eprintln!("skipped: the device lacks concurrent managed access");
         return;

@@ -42,7 +42,7 @@ use crate::common::serial;
 
 /// Device 0 as it is, whatever the environment says.
 fn gpu_as_is() -> Context {
-    let ctx = Context::with_options(0, ContextOptions::new())
+    let ctx = Context::new_with_options(0, ContextOptions::new())
         .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
     assert!(
         ctx.info().concurrent_managed_access,
@@ -698,8 +698,9 @@ fn fault_inside_a_replay_is_an_err() {
 #[ignore = "needs a CUDA device"]
 fn unified_memory_is_refused_without_concurrent_managed_access() {
     let _serial = serial();
-    let ctx = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
-        .expect("an emulating context");
+    let ctx =
+        Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
+            .expect("an emulating context");
     let x = Managed::from_fn(&ctx, 256, |_| 0.0f32).expect("x");
     let m = Managed::from_fn_mirrored(&ctx, 256, |_| 0.0f32).expect("m");
     let m = ctx

@@ -242,7 +242,7 @@ fn stream_order_outlives_the_stream_it_recorded() {
                 eprintln!("inconclusive under the tool: the inner scope waited {inner:?}");
             }
             let waited = ctx.with_stream(StreamOptions::new().non_blocking(), |next| {
-                order.wait(next)?;
+                order.enqueue_wait(next)?;
                 let mut y = y.attach(next)?;
                 add_scalar(next, &mut y, 1.0)?;
                 let _ = y.sync()?;
@@ -271,7 +271,7 @@ fn stream_order_across_context_handles() {
     let order = StreamOrder::new(&ctx1).expect("order");
     ctx2.with_per_thread_stream(|s| {
         order.record(s)?;
-        ctx1.with_per_thread_stream(|t| order.wait(t))
+        ctx1.with_per_thread_stream(|t| order.enqueue_wait(t))
     })
     .expect("one primary context, two handles");
     if let Ok(other) = Context::new(1) {

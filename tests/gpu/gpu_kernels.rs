@@ -45,7 +45,7 @@ fn transform_and_convert_match_the_cpu() {
 
 #[test]
 #[ignore = "needs a CUDA device"]
-fn seed_kernel_matches_the_cpu_with_any_grid() {
+fn streams_kernel_matches_the_cpu_with_any_grid() {
     let _serial = crate::common::serial();
     let ctx = gpu();
     for n in sizes() {
@@ -67,7 +67,7 @@ fn seed_kernel_matches_the_cpu_with_any_grid() {
                 })
                 .expect("launch");
             assert_eq!(
-                reference::first_seed_kernel_mismatch(&x),
+                reference::first_streams_kernel_mismatch(&x),
                 None,
                 "n = {n}, {config:?}: (index, got, want)"
             );

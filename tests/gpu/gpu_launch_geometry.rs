@@ -99,7 +99,7 @@ fn a_grid_whose_index_would_wrap_the_count_type_is_refused_before_launch() {
         other => panic!("expected IndexOverflow, got {other:?}"),
     }
     assert!(wraps.iter().all(|v| *v == 0.0), "the refused launch ran");
-    assert_eq!(reference::first_seed_kernel_mismatch(&fits), None);
+    assert_eq!(reference::first_streams_kernel_mismatch(&fits), None);
 }
 
 #[test]

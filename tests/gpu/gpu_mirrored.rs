@@ -290,7 +290,7 @@ fn dropping_mirrored_memory_with_a_kernel_or_copy_in_flight_waits_for_it() {
             p.sync()
         })
         .expect("context still usable");
-    assert!(um_test_kernels::reference::matches_seed_kernel(&probe));
+    assert!(um_test_kernels::reference::matches_streams_kernel(&probe));
 }
 
 #[test]

@@ -18,13 +18,13 @@ use um_test_kernels::testing::{self, add_scalar, axpy};
 
 /// Device 0, as if it lacked concurrent managed access.
 fn emulated() -> Context {
-    Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
+    Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
         .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"))
 }
 
 /// Device 0 as it is, whatever the environment says.
 fn as_it_is() -> Context {
-    Context::with_options(0, ContextOptions::new())
+    Context::new_with_options(0, ContextOptions::new())
         .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"))
 }
 
@@ -407,8 +407,9 @@ fn coherent_memory_follows_its_own_handle_on_a_stream_of_an_emulating_one() {
 fn buffers_follow_their_own_handle_beside_an_emulating_one() {
     let _serial = crate::common::serial();
     let real = common::gpu();
-    let emu = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
-        .expect("emulating handle");
+    let emu =
+        Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
+            .expect("emulating handle");
     assert!(real.same_as(&emu));
     if !real.info().concurrent_managed_access {
         return;

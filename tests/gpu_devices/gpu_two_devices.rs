@@ -284,7 +284,7 @@ fn coherent_memory_is_not_handed_to_a_device_whose_context_emulates_no_concurren
     }
     // Device 1 through a handle that takes the path of a device without concurrent access:
     // the handoff asks the receiver's handle, as for unified memory.
-    let emulated = Context::with_options(
+    let emulated = Context::new_with_options(
         1,
         um::ContextOptions::new().emulate_no_concurrent_access(true),
     )
@@ -404,9 +404,9 @@ fn a_foreign_stream_of_another_device_is_refused() {
 fn the_last_handle_of_device_1_dropped_in_a_device_0_capture_leaves_it_valid() {
     // Captures in one test fail whole-device waits in another: one test at a time.
     let _serial = common::serial();
-    let ctx0 = Context::with_options(0, um::ContextOptions::new()).expect("device 0");
+    let ctx0 = Context::new_with_options(0, um::ContextOptions::new()).expect("device 0");
     assert!(ctx0.info().concurrent_managed_access);
-    let ctx1 = Context::with_options(1, um::ContextOptions::new()).expect("device 1");
+    let ctx1 = Context::new_with_options(1, um::ContextOptions::new()).expect("device 1");
     // A module in device 1's handle, and work that finished.
     let y = Managed::from_slice(&ctx1, &vec![0.0f32; 1 << 20]).expect("alloc");
     ctx1.with_stream(StreamOptions::new(), |s| {

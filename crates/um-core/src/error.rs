@@ -313,6 +313,18 @@ pub enum Error {
         /// Its value.
         value: String,
     },
+    /// A library that a wrapper of `um`'s (`um-cublas`, say) loads at run time could not be
+    /// loaded: the wrapper's own "not found" error, carried through `?` inside the closures of
+    /// [`Context::with_stream`](crate::Context::with_stream) and its siblings as
+    /// [`Error::Library`] carries its other errors. Its message lists what was tried and says
+    /// what to install.
+    #[error("{library}: {message}")]
+    LibraryNotFound {
+        /// The wrapper, for example `um-cublas`.
+        library: &'static str,
+        /// Its error, as it displays it.
+        message: String,
+    },
     /// A library that works on `um`'s buffers (`um-cublas`, say) refused or failed a call.
     /// Such a library has an error type of its own, with every detail; this variant carries
     /// its message, so that its calls can use `?` inside the closures of
@@ -487,6 +499,74 @@ pub enum Error {
         /// What the name was (a kernel name, a PTX image).
         what: &'static str,
     },
+}
+
+/// The coarse kind of an [`Error`] ([`Error::kind`]): what a caller does about it, for a
+/// `match` that handles the common cases and passes the rest on.
+///
+/// ```
+/// use um_core::{Error, ErrorKind};
+///
+/// fn advice(e: &Error) -> &'static str {
+///     match e.kind() {
+///         ErrorKind::Device => "no usable GPU here: skip the GPU work",
+///         ErrorKind::LibraryMissing => "install the library the message names",
+///         ErrorKind::OutOfMemory => "retry with smaller buffers",
+///         ErrorKind::Poisoned => "the GPU work failed for good: restart the process",
+///         _ => "a bug: report the message",
+///     }
+/// }
+/// let e = Error::WouldOversubscribe { bytes: 1 << 40, free: 1 << 30 };
+/// assert_eq!(e.kind(), ErrorKind::OutOfMemory);
+/// assert_eq!(advice(&e), "retry with smaller buffers");
+/// ```
+///
+/// Every variant of [`Error`] has exactly one kind ([`Error::kind`] is one exhaustive `match`),
+/// and a driver failure ([`Error::Driver`]) is classified by its code: out of memory, a sticky
+/// fault of the context, a refusal because of a capture, or [`ErrorKind::Driver`] with the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No usable device, or the device lacks what the call needs: no GPU
+    /// ([`Error::NoDevice`], the answer on a machine without one), an ordinal past the last
+    /// device, no managed memory, no concurrent managed access where the call needs it, a
+    /// driver too old for the PTX.
+    Device,
+    /// A buffer, kernel, node or handle used with a stream, context, device or graph that it
+    /// does not belong to, where only the running program can tell (the streams of a stream
+    /// set share one brand; everything else is a compile error): [`Error::StreamMismatch`],
+    /// [`Error::ContextMismatch`], [`Error::WrongDevice`], [`Error::InvalidForeignStream`],
+    /// [`Error::NodeOfAnotherGraph`].
+    WrongOwner,
+    /// A size, length, alignment, launch geometry or other value that `um` refuses before the
+    /// driver sees it: buffers of different lengths, an empty allocation, a block too large, a
+    /// rank outside a communicator, an environment variable it cannot read. Nothing was
+    /// enqueued.
+    Invalid,
+    /// Not enough device memory: [`Error::WouldOversubscribe`] (refused before the driver is
+    /// asked) or the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+    OutOfMemory,
+    /// A call made where it cannot run: a wait on a thread that captures, a capture begun where
+    /// it could wait for itself, a call inside a stream callback or a thread-exit destructor,
+    /// the driver's refusal of a call because of a capture; or a capture closure that did not
+    /// give back every buffer. Nothing is broken: make the call elsewhere.
+    NotHere,
+    /// Work was lost for good and what it touched cannot be used again: a kernel fault (the
+    /// driver's sticky errors: every later call of the process on that device fails too), a
+    /// stream poisoned by an aborted library call, an aborted NCCL communicator, a graph that
+    /// lost its buffers. Memory the work may still touch is leaked, never freed.
+    Poisoned,
+    /// A wait with a time limit ran out ([`Error::Timeout`]).
+    Timeout,
+    /// A library loaded at run time (cuBLAS, cuSPARSE, cuRAND, NCCL) is not installed, or not
+    /// where it is looked for: the message says what to install.
+    LibraryMissing,
+    /// A library refused or failed a call ([`Error::Library`], [`Error::Nccl`], NCCL's
+    /// bootstrap, two ranks' calls that do not match).
+    Library,
+    /// Any other failure of a driver call, with its `CUresult` code (the message names the call
+    /// and the error).
+    Driver(i32),
 }
 
 /// `Result` with [`Error`].

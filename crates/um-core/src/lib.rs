@@ -122,12 +122,17 @@ pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::order::StreamOrder;
 pub use driver::poison::Poisoner;
+// Named in the compiler's errors only: a per-thread or capture stream's work moved to another
+// thread is refused with "`*const PerThreadStreamIsThreadLocal` cannot be sent between threads
+// safely" (public, so that the compiler names them by their short names).
 pub use driver::stream::{
     Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,
     Transfer,
 };
+#[doc(hidden)]
+pub use driver::stream::{CaptureStaysOnItsThread, PerThreadStreamIsThreadLocal};
 pub use driver::timing::{Elapsed, TimeMark, TimeSpan};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use graph::exec::Graph;
 pub use graph::node::{Node, Scalars};
 #[doc(hidden)]

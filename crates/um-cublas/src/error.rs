@@ -1,6 +1,7 @@
 //! `um-cublas`'s error type: what the checks before a call refuse, and what cuBLAS reports.
 
 use crate::sys::Api;
+use um_core::ErrorKind;
 
 /// Why a matrix or vector does not fit the call: checked before cuBLAS runs, so a refused call
 /// enqueues nothing and writes nothing.
@@ -144,6 +145,24 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The coarse kind of this error, as [`um_core::Error::kind`] gives it for um's own (a
+    /// driver error keeps its kind): [`ErrorKind::LibraryMissing`] where the library could not
+    /// be loaded, [`ErrorKind::WrongOwner`] for a buffer or stream the call may not use,
+    /// [`ErrorKind::Invalid`] for what the checks before the call refuse,
+    /// [`ErrorKind::Library`] for what the library itself reports.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } => ErrorKind::LibraryMissing,
+            Error::Shape(_) => ErrorKind::Invalid,
+            Error::ContextMismatch | Error::StreamMismatch { .. } => ErrorKind::WrongOwner,
+            Error::CaptureInProgress => ErrorKind::NotHere,
+            Error::NoSymbol { .. } | Error::Status { .. } => ErrorKind::Library,
+            Error::Um(inner) => inner.kind(),
+        }
+    }
+}
+
+impl Error {
     /// `Ok` for `CUBLAS_STATUS_SUCCESS`, else [`Error::Status`] with the name and description
     /// cuBLAS gives (`cublasGetStatusName`/`String`, or this crate's table where the library
     /// lacks them).
@@ -209,16 +228,58 @@ fn known(code: i32) -> (&'static str, &'static str) {
 }
 
 /// Inside `um`'s stream closures (whose result is `um_core::Result`), `?` on a `um-cublas`
-/// result converts here: a driver error stays itself, everything else becomes
-/// [`um_core::Error::Library`] with this error's message.
+/// result converts here: a driver error stays itself, a library that could not be loaded
+/// becomes [`um_core::Error::LibraryNotFound`], everything else [`um_core::Error::Library`],
+/// each with this error's message (so [`um_core::Error::kind`] still tells a missing library
+/// from a refused call).
 impl From<Error> for um_core::Error {
     fn from(e: Error) -> Self {
         match e {
             Error::Um(inner) => inner,
+            missing @ Error::NotFound { .. } => um_core::Error::LibraryNotFound {
+                library: "um-cublas",
+                message: missing.to_string(),
+            },
             other => um_core::Error::Library {
                 library: "um-cublas",
                 message: other.to_string(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, ShapeError};
+    use um_core::ErrorKind;
+
+    /// A missing cuBLAS stays a missing library through `?` into um's error, and a refused call
+    /// stays a refusal: `kind` tells them apart on both sides of the conversion.
+    #[test]
+    fn a_missing_library_keeps_its_kind_through_the_conversion() {
+        let missing = Error::NotFound {
+            tried: vec!["libcublas.so.13: not found".into()],
+        };
+        assert_eq!(missing.kind(), ErrorKind::LibraryMissing);
+        let text = missing.to_string();
+        let um: um_core::Error = missing.into();
+        assert_eq!(um.kind(), ErrorKind::LibraryMissing);
+        assert_eq!(um.to_string(), format!("um-cublas: {text}"));
+        let short = Error::Shape(ShapeError::TooLarge {
+            what: "m",
+            value: usize::MAX,
+        });
+        assert_eq!(short.kind(), ErrorKind::Invalid);
+        let um: um_core::Error = short.into();
+        assert!(matches!(
+            um,
+            um_core::Error::Library {
+                library: "um-cublas",
+                ..
+            }
+        ));
+        assert_eq!(um.kind(), ErrorKind::Library);
+        let driver = Error::Um(um_core::Error::StreamPoisoned);
+        assert_eq!(driver.kind(), ErrorKind::Poisoned);
     }
 }

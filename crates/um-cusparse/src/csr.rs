@@ -128,10 +128,15 @@ impl<T: Element> Csr<T, HostOwned> {
         col_indices: &[i32],
         values: &[T],
     ) -> Result<Self> {
-        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
-            ints: Managed::from_slice,
-            values: Managed::from_slice,
-        })
+        Csr::build(
+            ctx,
+            (rows, cols),
+            (row_offsets, col_indices, values),
+            Alloc {
+                ints: Managed::from_slice,
+                values: Managed::from_slice,
+            },
+        )
     }
 }
 
@@ -150,10 +155,15 @@ impl<T: Element> Csr<T, HostOwned, Coherent> {
         col_indices: &[i32],
         values: &[T],
     ) -> Result<Self> {
-        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
-            ints: Managed::from_slice_coherent,
-            values: Managed::from_slice_coherent,
-        })
+        Csr::build(
+            ctx,
+            (rows, cols),
+            (row_offsets, col_indices, values),
+            Alloc {
+                ints: Managed::from_slice_coherent,
+                values: Managed::from_slice_coherent,
+            },
+        )
     }
 }
 
@@ -169,10 +179,15 @@ impl<T: Element> Csr<T, HostOwned, Mirror> {
         col_indices: &[i32],
         values: &[T],
     ) -> Result<Self> {
-        Csr::build(ctx, (rows, cols), (row_offsets, col_indices, values), Alloc {
-            ints: Managed::from_slice_mirrored,
-            values: Managed::from_slice_mirrored,
-        })
+        Csr::build(
+            ctx,
+            (rows, cols),
+            (row_offsets, col_indices, values),
+            Alloc {
+                ints: Managed::from_slice_mirrored,
+                values: Managed::from_slice_mirrored,
+            },
+        )
     }
 }
 
@@ -203,7 +218,6 @@ impl<T: Element, M: Storage> Csr<T, HostOwned, M> {
             values: (alloc.values)(ctx, values)?,
         })
     }
-
 
     /// The row offsets (`rows + 1`), read-only: the structure is proved.
     pub fn row_offsets(&self) -> &[i32] {

@@ -1,5 +1,7 @@
 //! `um-cusparse`'s error type: what the checks before a call refuse, and what cuSPARSE reports.
 
+use um_core::ErrorKind;
+
 /// Everything `um-cusparse` reports.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -57,6 +59,23 @@ pub enum Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The coarse kind of this error, as [`um_core::Error::kind`] gives it for um's own (a
+    /// driver error keeps its kind): [`ErrorKind::LibraryMissing`] where the library could not
+    /// be loaded, [`ErrorKind::WrongOwner`] for a buffer or stream the call may not use,
+    /// [`ErrorKind::Invalid`] for what the checks before the call refuse,
+    /// [`ErrorKind::Library`] for what the library itself reports.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound { .. } => ErrorKind::LibraryMissing,
+            Error::WrongStream | Error::StreamMismatch { .. } => ErrorKind::WrongOwner,
+            Error::Structure(_) | Error::Shape(_) => ErrorKind::Invalid,
+            Error::NoSymbol { .. } | Error::Status { .. } => ErrorKind::Library,
+            Error::Um(inner) => inner.kind(),
+        }
+    }
+}
 
 impl Error {
     /// `Ok` for `CUSPARSE_STATUS_SUCCESS`, else [`Error::Status`] with the name and description
@@ -125,16 +144,42 @@ fn known(code: i32) -> (&'static str, &'static str) {
 }
 
 /// Inside `um`'s stream closures (whose result is `um_core::Result`), `?` on a `um-cusparse`
-/// result converts here: a driver error stays itself, everything else becomes
-/// [`um_core::Error::Library`] with this error's message.
+/// result converts here: a driver error stays itself, a library that could not be loaded
+/// becomes [`um_core::Error::LibraryNotFound`], everything else [`um_core::Error::Library`],
+/// each with this error's message (so [`um_core::Error::kind`] still tells a missing library
+/// from a refused call).
 impl From<Error> for um_core::Error {
     fn from(e: Error) -> Self {
         match e {
             Error::Um(inner) => inner,
+            missing @ Error::NotFound { .. } => um_core::Error::LibraryNotFound {
+                library: "um-cusparse",
+                message: missing.to_string(),
+            },
             other => um_core::Error::Library {
                 library: "um-cusparse",
                 message: other.to_string(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use um_core::ErrorKind;
+
+    /// A missing cuSPARSE stays a missing library through `?` into um's error; a matrix that is
+    /// not CSR is `Invalid` here and a library error there.
+    #[test]
+    fn a_missing_library_keeps_its_kind_through_the_conversion() {
+        let missing = Error::NotFound { tried: vec![] };
+        assert_eq!(missing.kind(), ErrorKind::LibraryMissing);
+        let um: um_core::Error = missing.into();
+        assert_eq!(um.kind(), ErrorKind::LibraryMissing);
+        let structure = Error::Structure("offsets decrease".into());
+        assert_eq!(structure.kind(), ErrorKind::Invalid);
+        let um: um_core::Error = structure.into();
+        assert_eq!(um.kind(), ErrorKind::Library);
     }
 }

@@ -265,7 +265,8 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         }
         if self.workspace.as_ref().is_none_or(|w| w.len() < size) {
             // The new one first: if it cannot be made, the old one stays.
-            let fresh = Managed::<[u8], _, Mirror>::zeroed_slice_mirrored(&self.ctx, size)?.attach(stream)?;
+            let fresh = Managed::<[u8], _, Mirror>::zeroed_slice_mirrored(&self.ctx, size)?
+                .attach(stream)?;
             self.workspace = Some(fresh);
         }
         match self.workspace.as_mut() {

@@ -74,7 +74,7 @@ fn owned<'s, T, K: StreamKind, M: Storage>(
     buf: &Buf<'s, T, K, M>,
     argument: usize,
 ) -> Result<()> {
-    if !buf.is_owned_by(stream) {
+    if !stream.owns(buf) {
         return Err(Error::StreamMismatch { argument });
     }
     if M::STREAM_ASSOCIATED && !comm.context().info().concurrent_managed_access {

@@ -7,6 +7,6 @@ fn main() -> um::Result<()> {
     let order = StreamOrder::new(&ctx)?;
     std::thread::scope(|scope| {
         scope.spawn(|| ctx.with_per_thread_stream(|s| order.record(s)));
-        ctx.with_per_thread_stream(|s| order.wait(s))
+        ctx.with_per_thread_stream(|s| order.enqueue_wait(s))
     })
 }

@@ -10,7 +10,7 @@ fn main() -> um::Result<()> {
         order.record(s)?;
         let x = x.attach(s)?;
         let (_graph, ()) = s.capture((x,), |cap, b| {
-            order.wait(cap)?;
+            order.enqueue_wait(cap)?;
             Ok((b, ()))
         })?;
         Ok(())

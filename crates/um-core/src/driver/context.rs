@@ -706,11 +706,22 @@ impl Context {
     /// cannot allocate managed memory, and [`Error::InvalidEnvironment`] for a value of the
     /// environment variable that is neither `0` nor `1`.
     pub fn new(ordinal: usize) -> Result<Context> {
-        Context::with_options(ordinal, ContextOptions::from_env()?)
+        Context::new_with_options(ordinal, ContextOptions::from_env()?)
+    }
+
+    /// The old name of [`Context::new_with_options`]: a constructor, which read like the
+    /// `with_*` methods of a context (`with_stream`, `with_stream_set`, ...), each of which opens
+    /// a scope and runs a closure in it.
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed `Context::new_with_options`: every other `with_*` of a context opens a scope"
+    )]
+    pub fn with_options(ordinal: usize, options: ContextOptions) -> Result<Context> {
+        Context::new_with_options(ordinal, options)
     }
 
     /// As [`Context::new`], with explicit `options`; the environment is not read.
-    pub fn with_options(ordinal: usize, options: ContextOptions) -> Result<Context> {
+    pub fn new_with_options(ordinal: usize, options: ContextOptions) -> Result<Context> {
         refuse_inside_stream_callback("making a context")?;
         driver::init()?;
         let count = driver::device_count()?;

@@ -11,7 +11,7 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) mod capture_count;
 pub(crate) mod context;
@@ -69,6 +69,69 @@ impl Error {
     /// abort, or leak, because of it).
     pub fn is_capture_refusal(&self) -> bool {
         is_capture_refusal(self)
+    }
+
+    /// The coarse kind of this error, for a `match` on the common cases ([`ErrorKind`] lists
+    /// which variants each kind holds). A driver failure is classified by its code: out of
+    /// memory, a sticky fault ([`ErrorKind::Poisoned`]), a refusal because of a capture
+    /// ([`ErrorKind::NotHere`]), else [`ErrorKind::Driver`] with the code.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Driver { code, .. } => match *code {
+                sys::ERROR_OUT_OF_MEMORY => ErrorKind::OutOfMemory,
+                c if sys::STICKY_ERRORS.contains(&c) => ErrorKind::Poisoned,
+                _ if is_capture_refusal(self) => ErrorKind::NotHere,
+                c => ErrorKind::Driver(c),
+            },
+            Error::NoDevice { .. }
+            | Error::InvalidDevice { .. }
+            | Error::ManagedMemoryUnsupported { .. }
+            | Error::PtxUnsupported { .. }
+            | Error::HandOffAcrossDevices { .. }
+            | Error::NeedsConcurrentManagedAccess { .. }
+            | Error::GraphNeedsConcurrentManagedAccess { .. }
+            | Error::CollectiveStorage { .. } => ErrorKind::Device,
+            Error::StreamMismatch { .. }
+            | Error::ContextMismatch
+            | Error::WrongDevice { .. }
+            | Error::InvalidForeignStream { .. }
+            | Error::NodeOfAnotherGraph => ErrorKind::WrongOwner,
+            Error::ZeroSized { .. }
+            | Error::SizeOverflow { .. }
+            | Error::OverAligned { .. }
+            | Error::EmptyLaunch { .. }
+            | Error::BlockTooLarge { .. }
+            | Error::LengthMismatch { .. }
+            | Error::LengthTooLarge { .. }
+            | Error::InvalidGeometry { .. }
+            | Error::IndexOverflow { .. }
+            | Error::NodeScalarMismatch { .. }
+            | Error::InvalidEnvironment { .. }
+            | Error::CollectiveSize { .. }
+            | Error::InvalidRank { .. }
+            | Error::InvalidGroup { .. }
+            | Error::InteriorNul { .. }
+            | Error::TimeSpan { .. }
+            | Error::CopyLengths { .. }
+            | Error::FillPattern { .. } => ErrorKind::Invalid,
+            Error::WouldOversubscribe { .. } => ErrorKind::OutOfMemory,
+            Error::CaptureRefusedHere
+            | Error::CaptureLostBuffer { .. }
+            | Error::ThreadExiting { .. }
+            | Error::InsideDriverCallback { .. }
+            | Error::InsideCapture { .. } => ErrorKind::NotHere,
+            Error::StreamPoisoned | Error::CommunicatorAborted { .. } | Error::GraphEmptied => {
+                ErrorKind::Poisoned
+            }
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::LibraryNotFound { .. } | Error::NcclUnavailable { .. } => {
+                ErrorKind::LibraryMissing
+            }
+            Error::Library { .. }
+            | Error::Nccl { .. }
+            | Error::CollectiveMismatch { .. }
+            | Error::Bootstrap { .. } => ErrorKind::Library,
+        }
     }
 }
 
@@ -894,7 +957,7 @@ pub(crate) unsafe fn graph_exec_set_kernel_params(
 #[cfg(test)]
 mod tests {
     use super::is_capture_refusal;
-    use crate::error::Error;
+    use crate::error::{Error, ErrorKind};
 
     fn driver(code: i32) -> Error {
         Error::Driver {
@@ -921,5 +984,71 @@ mod tests {
             call: "cuInit",
             name: String::new()
         }));
+    }
+
+    /// A driver failure's kind comes from its code: out of memory, the sticky faults (the
+    /// context is lost), the capture refusals (the call was made in the wrong place), and every
+    /// other code as itself.
+    #[test]
+    fn a_driver_errors_kind_follows_its_code() {
+        assert_eq!(driver(2).kind(), ErrorKind::OutOfMemory);
+        for code in [700, 702, 710, 714, 715, 716, 717, 718, 719] {
+            assert_eq!(driver(code).kind(), ErrorKind::Poisoned, "{code}");
+        }
+        for code in 900..=908 {
+            assert_eq!(driver(code).kind(), ErrorKind::NotHere, "{code}");
+        }
+        for code in [1, 201, 400, 600, 701, 720, 899, 909, 999] {
+            assert_eq!(driver(code).kind(), ErrorKind::Driver(code), "{code}");
+        }
+    }
+
+    /// The errors a program most often meets fall into the kind that says what to do about
+    /// them: the machine (no GPU), a missing library, the memory, a lost context, a bug.
+    #[test]
+    fn the_common_errors_have_the_kind_that_says_what_to_do() {
+        let no_device = Error::NoDevice {
+            call: "cuInit",
+            name: "CUDA_ERROR_NO_DEVICE".into(),
+        };
+        assert_eq!(no_device.kind(), ErrorKind::Device);
+        let missing = Error::LibraryNotFound {
+            library: "um-cublas",
+            message: String::new(),
+        };
+        assert_eq!(missing.kind(), ErrorKind::LibraryMissing);
+        let nccl = Error::NcclUnavailable {
+            reason: String::new(),
+        };
+        assert_eq!(nccl.kind(), ErrorKind::LibraryMissing);
+        let oversubscribe = Error::WouldOversubscribe { bytes: 2, free: 1 };
+        assert_eq!(oversubscribe.kind(), ErrorKind::OutOfMemory);
+        assert_eq!(Error::StreamPoisoned.kind(), ErrorKind::Poisoned);
+        assert_eq!(Error::GraphEmptied.kind(), ErrorKind::Poisoned);
+        assert_eq!(
+            Error::StreamMismatch { argument: 1 }.kind(),
+            ErrorKind::WrongOwner
+        );
+        assert_eq!(Error::ContextMismatch.kind(), ErrorKind::WrongOwner);
+        let lengths = Error::LengthMismatch {
+            kernel: "axpy",
+            first: "x",
+            expected: 3,
+            buffer: "y",
+            len: 4,
+        };
+        assert_eq!(lengths.kind(), ErrorKind::Invalid);
+        let capture = Error::InsideCapture { what: "sync" };
+        assert_eq!(capture.kind(), ErrorKind::NotHere);
+        let timeout = Error::Timeout {
+            what: "all_reduce".into(),
+            after_ms: 10,
+        };
+        assert_eq!(timeout.kind(), ErrorKind::Timeout);
+        let library = Error::Library {
+            library: "um-cublas",
+            message: String::new(),
+        };
+        assert_eq!(library.kind(), ErrorKind::Library);
     }
 }

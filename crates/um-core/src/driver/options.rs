@@ -4,13 +4,13 @@ use std::ffi::OsStr;
 
 use crate::error::{Error, Result};
 
-/// Options for [`Context::with_options`](crate::Context::with_options).
+/// Options for [`Context::new_with_options`](crate::Context::new_with_options).
 ///
 /// ```no_run
 /// # fn main() -> um_core::Result<()> {
 /// use um_core::{Context, ContextOptions};
 /// // Take the code paths of a device without concurrent managed access, on any device.
-/// let ctx = Context::with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))?;
+/// let ctx = Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))?;
 /// assert!(!ctx.info().concurrent_managed_access);
 /// # Ok(()) }
 /// ```

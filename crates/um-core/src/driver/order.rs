@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 ///
 /// For a library handle that keeps state of its own on the device and is bound to one stream
 /// at a time (a cuBLAS handle and its workspace): [`record`](StreamOrder::record) after each
-/// call that enqueued work, [`wait`](StreamOrder::wait) on the next stream before the first
+/// call that enqueued work, [`enqueue_wait`](StreamOrder::enqueue_wait) on the next stream before the first
 /// call there. Work queued on that stream after the wait begins only once the work recorded
 /// last has completed, even where the first stream has been destroyed meanwhile.
 ///
@@ -120,8 +120,10 @@ impl StreamOrder {
     }
 
     /// Makes the work queued on `stream` from now on wait, on the device, for the work
-    /// recorded last (`cuStreamWaitEvent`). The calling thread does not wait.
-    pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>) -> Result<()> {
+    /// recorded last (`cuStreamWaitEvent`). The calling thread does not wait: the wait is
+    /// enqueued, like a kernel, unlike [`Context::wait_idle`] and [`Stream::wait_idle`], which
+    /// block the host.
+    pub fn enqueue_wait<K: Eager>(&self, stream: &Stream<'_, K>) -> Result<()> {
         if !stream.context().same_as(&self.ctx) {
             return Err(Error::ContextMismatch);
         }
@@ -130,6 +132,16 @@ impl StreamOrder {
         }
         // SAFETY: `stream` is borrowed, so alive, and of the event's context (checked above).
         unsafe { self.event.wait_on(stream.raw().handle) }
+    }
+
+    /// The old name of [`enqueue_wait`](StreamOrder::enqueue_wait): a device-side wait, which
+    /// read like the host-blocking `wait_idle` beside it.
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed `enqueue_wait`: the wait is enqueued on the stream; the host does not block"
+    )]
+    pub fn wait<K: Eager>(&self, stream: &Stream<'_, K>) -> Result<()> {
+        self.enqueue_wait(stream)
     }
 }
 
@@ -181,14 +193,14 @@ impl StreamOrder {
                 // order holds; the event is of that context.
                 if unsafe { self.event.record(std::ptr::null_mut()) }.is_ok() {
                     self.recorded.set(true);
-                    self.wait(stream)?;
+                    self.enqueue_wait(stream)?;
                     true
                 } else {
                     false
                 }
             }
             On::Eager { .. } => {
-                self.wait(stream)?;
+                self.enqueue_wait(stream)?;
                 true
             }
         };

@@ -77,8 +77,16 @@ pub struct Created {
 /// nor `Sync`.
 #[derive(Debug)]
 pub struct PerThread {
-    _not_send_not_sync: PhantomData<*const ()>,
+    _not_send_not_sync: PhantomData<*const PerThreadStreamIsThreadLocal>,
 }
+
+/// Never made: named only so that the compiler's refusal to move per-thread work to another
+/// thread says why. A raw pointer is neither `Send` nor `Sync`, and the compiler names the
+/// innermost type that lacks the trait, so the error reads "`*const
+/// PerThreadStreamIsThreadLocal` cannot be sent between threads safely" rather than "`*const
+/// ()` ..." (`tests/ui/threads/send_per_thread_memory`).
+#[derive(Debug)]
+pub enum PerThreadStreamIsThreadLocal {}
 
 /// The legacy default stream (the NULL stream). Kernels may run on it, with its implicit
 /// synchronization with every blocking stream. Memory cannot be attached to it singly; it can
@@ -98,8 +106,14 @@ pub struct Legacy {
 /// it, and the buffers of a capture must be dropped (if they are) on that thread.
 #[derive(Debug)]
 pub struct Capture {
-    _not_send_not_sync: PhantomData<*const ()>,
+    _not_send_not_sync: PhantomData<*const CaptureStaysOnItsThread>,
 }
+
+/// Never made: the name the compiler gives when capture work is moved to another thread, as
+/// [`PerThreadStreamIsThreadLocal`] does for the per-thread stream ("`*const
+/// CaptureStaysOnItsThread` cannot be sent between threads safely").
+#[derive(Debug)]
+pub enum CaptureStaysOnItsThread {}
 
 impl Sealed for Created {}
 impl Sealed for PerThread {}
@@ -500,7 +514,7 @@ impl Context {
     }
 
     /// Creates a stream set of `n` streams, runs `f` with them, and destroys them: for a number
-    /// of streams known only at run time (seed 004's eight streams, say).
+    /// of streams known only at run time (the eight streams of NVIDIA's CUDA 7 streams post, say).
     ///
     /// The streams of one set share a brand `'s`: memory attached to any of them still cannot
     /// leave `f` or reach a stream outside the set, but the compiler cannot tell the set's

@@ -20,6 +20,14 @@ pub(crate) use cust::sys::{
 
 /// `CUDA_SUCCESS`.
 pub(crate) const SUCCESS: i32 = 0;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) const ERROR_OUT_OF_MEMORY: i32 = 2;
+/// The driver's sticky errors: a kernel fault that leaves the context unusable, every later
+/// call of the process on it failing the same way (`CUDA_ERROR_ILLEGAL_ADDRESS`,
+/// `..._LAUNCH_TIMEOUT`, `..._ASSERT`, `..._HARDWARE_STACK_ERROR`, `..._ILLEGAL_INSTRUCTION`,
+/// `..._MISALIGNED_ADDRESS`, `..._INVALID_ADDRESS_SPACE`, `..._INVALID_PC`, `..._LAUNCH_FAILED`:
+/// each documented as "the process must be terminated and relaunched").
+pub(crate) const STICKY_ERRORS: [i32; 9] = [700, 702, 710, 714, 715, 716, 717, 718, 719];
 /// `CUDA_ERROR_NO_DEVICE`.
 pub(crate) const ERROR_NO_DEVICE: i32 = 100;
 /// `CUDA_ERROR_NOT_READY`.

@@ -112,11 +112,12 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
         }
     }
 
-    /// Whether `stream` owns the buffer. The brand already says so for a stream of its own
-    /// (`with_stream`); between the streams of a stream set (`with_stream_set`,
-    /// `with_stream_set_across`), which share a brand, only this run-time check does. A library that enqueues work on
-    /// `stream` with this buffer's address checks it first (um's launches check it too, and
-    /// return `Error::StreamMismatch`).
+    /// Whether `stream` owns the buffer: [`Stream::owns`], the same check, asked from the
+    /// buffer's side. Kept for the programs that call it; one check has one name.
+    #[deprecated(
+        since = "0.1.0",
+        note = "the same check as `stream.owns(&buffer)`: use that"
+    )]
     pub fn is_owned_by(&self, stream: &Stream<'s, K>) -> bool {
         self.stream().id == stream.id()
     }
@@ -129,6 +130,10 @@ impl<'s, K: StreamKind> Stream<'s, K> {
     /// ([`Managed::as_device_ptr`]): `um`'s own launches make this check on every buffer
     /// (`Error::StreamMismatch`), and a library wrapper must make it too before it enqueues
     /// work on this stream (`um-cublas` does). For singly created streams it is always `true`.
+    ///
+    /// The one ownership check of `um`'s API: the brand already says as much for a stream of
+    /// its own (`with_stream`); between the streams of a stream set (`with_stream_set`,
+    /// `with_stream_set_across`), which share a brand, only this run-time check does.
     pub fn owns<T: ?Sized, M: Storage>(&self, buffer: &Managed<T, StreamOwned<'s, K>, M>) -> bool {
         buffer.stream().id == self.raw().id
     }

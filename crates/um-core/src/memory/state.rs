@@ -141,7 +141,7 @@ impl<T: ?Sized, M: Storage> Managed<T, HostOwned, M> {
     /// driver-level association is global. The types still restrict the memory to launches on
     /// the legacy stream (it carries that scope's brand), and the CPU regains it with `sync`,
     /// which waits for the legacy stream. Use it where kernels run on the legacy stream (the
-    /// seed's single-threaded, no-option programs); everywhere else, `attach` to a stream of
+    /// single-threaded programs of NVIDIA's CUDA 7 streams post, built without options); everywhere else, `attach` to a stream of
     /// your own.
     pub fn attach_global<'s>(
         self,
