@@ -2,11 +2,12 @@
 # What crates.io, docs.rs and a user without nvcc get. Run by .ci/run; needs what
 # scripts/setup.sh installs, and the network (crates.io's index, for the packages' dependencies).
 #
-#  1. `cargo package --workspace` (own-kernels and um-test-kernels, `publish = false`,
-#     excluded), verified: cargo builds every package from its own .crate file. Prints each
-#     package's files and size.
+#  1. `cargo package --workspace`, verified: cargo builds every package from its own .crate
+#     file, the `publish = false` ones (own-kernels, um-test-kernels, xtask) too, which cargo
+#     packages with the others. Prints each published package's files and size. What it leaves
+#     in target/package/ is what `cargo xtask readme-check` (run next by .ci/run) builds on.
 #  2. With no nvcc anywhere um-build looks (off PATH; NVCC, CUDA_PATH, UM_LOCAL_NVCC unset or
-#     empty):
+#     empty; HOME an empty folder, cargo and rustup keeping theirs):
 #     a. `DOCS_RS=1 cargo doc` of the workspace, without the driver library either: the docs
 #        must hold the launchers of um's own kernels;
 #     b. a fresh crate with no kernels of its own, depending on `um-cuda = "0.1"` patched to the
@@ -24,6 +25,8 @@ die() { echo "package-check: FAILED: $*" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 packages=(um-build um-core um-kernels um-cublas um-curand um-cusparse um-nccl um-cuda)
+# Packaged and verified as well, never published.
+unpublished=(own-kernels um-test-kernels)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 # ---------------------------------------------------------------- 1. package and verify
@@ -36,13 +39,14 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # The verification builds in target/package/ are keyed on name and version too (a registry
 # crate is taken to never change), so they go as well.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
-for p in "${packages[@]}"; do
+for p in "${packages[@]}" "${unpublished[@]}"; do
   rm -rf "$cargo_home"/registry/src/-*/"$p-$version"
 done
+rm -rf "$cargo_home"/registry/src/-*/xtask-0.0.0
 rm -rf target/package
 # --allow-dirty: the check is of the files as they are; a clean clone has nothing dirty.
 # (Its warnings that tests, examples and benchmarks are not in the packages are left out.)
-cargo package --workspace --exclude own-kernels --exclude um-test-kernels --exclude xtask --allow-dirty >"$tmp/package.log" 2>&1 ||
+cargo package --workspace --allow-dirty >"$tmp/package.log" 2>&1 ||
   { grep -v '^warning: ignoring ' "$tmp/package.log" >&2; die "cargo package"; }
 grep -E '^ +(Packaged|Verifying|Finished)' "$tmp/package.log"
 for p in "${packages[@]}"; do
@@ -60,8 +64,13 @@ done
 if [ -e /usr/local/cuda/bin/nvcc ]; then
   say "NOTE: /usr/local/cuda/bin/nvcc exists and um-build finds it there: step 2 runs with it"
 fi
-# UM_LOCAL_NVCC empty rather than unset: the workspace's .cargo/config.toml would set it.
-no_nvcc() { env -u NVCC -u CUDA_PATH UM_LOCAL_NVCC= PATH="$nonvcc_path" "$@"; }
+# UM_LOCAL_NVCC empty rather than unset: the workspace's .cargo/config.toml would set it. HOME
+# an empty folder: um-build also looks under ~/.local/share/um-cuda/ (README's pip install).
+mkdir -p "$tmp/home"
+no_nvcc() {
+  env -u NVCC -u CUDA_PATH UM_LOCAL_NVCC= PATH="$nonvcc_path" HOME="$tmp/home" \
+    CARGO_HOME="$cargo_home" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" "$@"
+}
 prebuilt_said() { grep -q 'um-build: nvcc not found: using the prebuilt PTX of' "$1"; }
 
 # 2a. docs.rs: DOCS_RS=1, no nvcc, no driver library (cust_raw skips its link step).

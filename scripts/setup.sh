@@ -95,7 +95,8 @@ mkdir -p "$tools/cuda/lib64"
 ln -sfn "$libcuda" "$tools/cuda/lib64/libcuda.so"
 
 # ---------------------------------------------------------------- 2. nvcc
-# Pins: every wheel of the toolchain at 13.0.x (see the header).
+# Pins: every wheel of the toolchain at 13.0.x (see the header). README's Quick start and
+# um-build's "nvcc not found" give users the same pins (`cargo xtask readme-check` compares).
 NVCC_PINS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88)
 local_nvcc="$tools/nvcc/nvidia/cu13/bin/nvcc"
 stamp="$tools/nvcc/.um-pins"

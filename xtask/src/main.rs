@@ -8,9 +8,12 @@
 //! xtask verdict-call LIMIT_S [run.sh options]
 //!                               one call of a verdict split across device calls, from the
 //!                               repository root (scripts/verdict-call.sh execs it)
+//! xtask readme-check            README's Quick start done as a newcomer does it, on the
+//!                               packages of `cargo package --workspace` (.ci/run; readme_check.rs)
 //! ```
 
 mod nccl_call;
+mod readme_check;
 mod run;
 mod verdict_call;
 
@@ -20,9 +23,10 @@ fn main() {
         Some("run") => run::main(args.collect()),
         Some("nccl-call") => nccl_call::main(args.collect()),
         Some("verdict-call") => verdict_call::main(args.collect()),
+        Some("readme-check") => readme_check::main(args.collect()),
         _ => {
             eprintln!(
-                "usage: xtask run [--repeat N | --sanitize [TOOL ...] | --all OUT ...] | xtask nccl-call OUT [BUDGET_S] | xtask verdict-call LIMIT_S [...]"
+                "usage: xtask run [--repeat N | --sanitize [TOOL ...] | --all OUT ...] | xtask nccl-call OUT [BUDGET_S] | xtask verdict-call LIMIT_S [...] | xtask readme-check"
             );
             2
         }

@@ -42,7 +42,9 @@
 //! with status 1, which is what a build script wants; [`Kernels::build`] returns it.
 //!
 //! nvcc is found through [`Kernels::nvcc`], `$NVCC`, `$CUDA_PATH/bin/nvcc`,
-//! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`, then `PATH`. `$UM_CUDA_ARCH` overrides the
+//! `/usr/local/cuda/bin/nvcc`, `$UM_LOCAL_NVCC`,
+//! `~/.local/share/um-cuda/cuda-13.0/nvidia/cu13/bin/nvcc` (where the command of `um`'s README
+//! installs nvcc 13.0 from PyPI, which the "nvcc not found" error repeats), then `PATH`. `$UM_CUDA_ARCH` overrides the
 //! architecture set with [`Kernels::arch`]. A crate that ships its PTX
 //! ([`Kernels::prebuilt_ptx`], an `unsafe fn`: the caller promises the files are um-build's
 //! own output for these inputs) builds without nvcc, as `um-kernels` does on machines without

@@ -7,10 +7,23 @@ use std::process::Command;
 use crate::error::{Error, Result};
 
 /// The environment variables nvcc discovery reads, in order.
-pub(crate) const VARS: &[&str] = &["NVCC", "CUDA_PATH", "UM_LOCAL_NVCC", "PATH"];
+pub(crate) const VARS: &[&str] = &["NVCC", "CUDA_PATH", "UM_LOCAL_NVCC", "HOME", "PATH"];
+
+/// The folder under `$HOME` where README's command installs nvcc 13.0 from PyPI
+/// ([`PIP_INSTALL`]); um-build finds `nvidia/cu13/bin/nvcc` there with no variable set.
+pub(crate) const HOME_TOOLKIT: &str = ".local/share/um-cuda/cuda-13.0";
+
+/// The one command that installs nvcc where um-build finds it: the PyPI wheels of nvcc 13.0.x
+/// (the pins of `um`'s `scripts/setup.sh`; 13.0 because a newer nvvm writes PTX that a CUDA 13.0
+/// driver refuses), without their unpinned dependencies, into [`HOME_TOOLKIT`]. README's Quick
+/// start gives the same command (`cargo xtask readme-check` compares them).
+pub(crate) const PIP_INSTALL: &str = "python3 -m pip install --no-deps --only-binary=:all: \
+     --target ~/.local/share/um-cuda/cuda-13.0 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 \
+     nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88";
 
 /// nvcc: `explicit`, then `$NVCC`, `$CUDA_PATH/bin/nvcc`, `/usr/local/cuda/bin/nvcc`,
-/// `$UM_LOCAL_NVCC` (the copy `um`'s `scripts/setup.sh` installs), then `nvcc` on `PATH`.
+/// `$UM_LOCAL_NVCC` (the copy `um`'s `scripts/setup.sh` installs), the copy README's command
+/// installs (`~/.local/share/um-cuda/cuda-13.0/nvidia/cu13/bin/nvcc`), then `nvcc` on `PATH`.
 pub(crate) fn find(explicit: Option<&Path>) -> Result<PathBuf> {
     let executable = |p: PathBuf| p.is_file().then_some(p);
     explicit
@@ -27,18 +40,25 @@ pub(crate) fn find(explicit: Option<&Path>) -> Result<PathBuf> {
                 .and_then(executable)
         })
         .or_else(|| {
+            // Only an absolute HOME: a relative one would name a folder of the build's own.
+            env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|home| home.is_absolute())
+                .and_then(|home| executable(home.join(HOME_TOOLKIT).join("nvidia/cu13/bin/nvcc")))
+        })
+        .or_else(|| {
             env::var_os("PATH")
                 .and_then(|paths| env::split_paths(&paths).find_map(|d| executable(d.join("nvcc"))))
         })
         .ok_or_else(|| {
-            Error::new("nvcc not found").help(
-                "install a CUDA toolkit, and unless it is in /usr/local/cuda, set NVCC to its \
-                 nvcc, for example in the `[env]` table of the crate's .cargo/config.toml \
-                 (`NVCC = \"/opt/cuda/bin/nvcc\"`; $CUDA_PATH/bin/nvcc is tried too, but \
-                 CUDA_PATH does not tell the link step where libcuda.so is: set \
-                 CUDA_LIBRARY_PATH for that). In the um repository, `bash scripts/setup.sh` \
-                 installs nvcc 13.0 into .tools/",
-            )
+            Error::new("nvcc not found").help(format!(
+                "install nvcc 13.0 from PyPI where um-build finds it with no variable set \
+                 (Debian and Ubuntu: `sudo apt-get install python3-pip g++` first):\n    \
+                 {PIP_INSTALL}\n  or set NVCC to the nvcc of a CUDA toolkit of your own, for example in \
+                 the `[env]` table of the crate's .cargo/config.toml. Looked for: $NVCC, \
+                 $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc, $UM_LOCAL_NVCC, \
+                 ~/{HOME_TOOLKIT}/nvidia/cu13/bin/nvcc, then PATH"
+            ))
         })
 }
 

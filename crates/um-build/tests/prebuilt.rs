@@ -3,10 +3,11 @@
 //! inputs (its first line, `// um-build inputs <hash>`, must be that of this `.cu` file, `um.cuh`,
 //! architecture and flags), and used; a missing file, a file without that line or with another,
 //! or a declaration that does not match fails the build; without `prebuilt_ptx`, "nvcc not
-//! found" still fails it.
+//! found" still fails it, saying the command that installs nvcc where um-build finds it (under
+//! `HOME`, which is looked at too).
 //!
 //! Each case runs in a child process of this test binary whose environment leads to no nvcc
-//! (`NVCC`, `CUDA_PATH`, `UM_LOCAL_NVCC` unset, `PATH` without one): um-build reads the
+//! (`NVCC`, `CUDA_PATH`, `UM_LOCAL_NVCC`, `HOME` unset, `PATH` without one): um-build reads the
 //! environment, which one process's threads share. Needs no nvcc; skipped where
 //! `/usr/local/cuda/bin/nvcc` exists, since um-build would find it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -14,6 +15,7 @@
 mod common;
 use common::said;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 const SAFE: &str = "#include \"um.cuh\"\n\
@@ -187,13 +189,51 @@ fn a_safe_kernel_whose_prebuilt_ptx_uses_dynamic_shared_memory_is_refused() {
     );
 }
 
+/// The message says the one command that installs nvcc where um-build then finds it, on a
+/// line of its own (README's Quick start gives the same command).
 #[test]
 fn without_prebuilt_ptx_nvcc_not_found_fails_the_build() {
     let Some(out) = without_nvcc("none") else {
         return;
     };
+    let said = said(&out);
     assert!(
-        said(&out).starts_with("refused: nvcc not found |   help: install a CUDA toolkit"),
+        said.starts_with("refused: nvcc not found |   help: install nvcc 13.0 from PyPI"),
+        "{out}"
+    );
+    let command = "python3 -m pip install --no-deps --only-binary=:all: --target \
+                   ~/.local/share/um-cuda/cuda-13.0 nvidia-cuda-nvcc==13.0.88 \
+                   nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88";
+    assert!(
+        said.contains(&format!(" |     {command} |   or set NVCC")),
+        "{out}"
+    );
+}
+
+/// The nvcc of README's install command (`~/.local/share/um-cuda/cuda-13.0/nvidia/cu13/bin/nvcc`)
+/// is found with no variable set: here a stand-in there, whose run fails the build naming it.
+#[test]
+fn the_nvcc_installed_under_home_is_found_with_no_variable() {
+    let home = std::env::temp_dir().join(format!("um-build-home-{}", std::process::id()));
+    let bin = home.join(".local/share/um-cuda/cuda-13.0/nvidia/cu13/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let nvcc = bin.join("nvcc");
+    std::fs::write(
+        &nvcc,
+        "#!/bin/sh\necho 'the nvcc under HOME ran' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = common::with_home("child", "UM_PREBUILT_CASE", "none", Some(&home));
+    let _ = std::fs::remove_dir_all(&home);
+    let Some(out) = out else {
+        return;
+    };
+    let said = said(&out);
+    assert!(
+        said.contains("nvcc failed (exit status: 3)")
+            && said.contains(&format!("command: {:?}", nvcc.display().to_string()))
+            && said.contains("the nvcc under HOME ran"),
         "{out}"
     );
 }

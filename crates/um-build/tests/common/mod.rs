@@ -33,9 +33,15 @@ pub(crate) fn inputs_line(cu: &str, arch: &str, flags: &[&str]) -> String {
 }
 
 /// Runs the test `child` of this binary alone, with `var` set to `case`, in a process that finds
-/// no nvcc (none of the variables um-build reads for it, and no `PATH` folder holding one): its
-/// stdout, or `None` where nvcc cannot be hidden (`/usr/local/cuda/bin/nvcc` exists).
+/// no nvcc (none of the variables um-build reads for it, no `HOME`, and no `PATH` folder holding
+/// one): its stdout, or `None` where nvcc cannot be hidden (`/usr/local/cuda/bin/nvcc` exists).
 pub(crate) fn without_nvcc(child: &str, var: &str, case: &str) -> Option<String> {
+    with_home(child, var, case, None)
+}
+
+/// [`without_nvcc`], with `HOME` set to `home` where given: the one place left where um-build
+/// may find an nvcc (`~/.local/share/um-cuda/cuda-13.0/nvidia/cu13/bin/nvcc`).
+pub(crate) fn with_home(child: &str, var: &str, case: &str, home: Option<&Path>) -> Option<String> {
     if Path::new("/usr/local/cuda/bin/nvcc").exists() {
         eprintln!("skipped: /usr/local/cuda/bin/nvcc exists, and um-build would find it");
         return None;
@@ -44,16 +50,19 @@ pub(crate) fn without_nvcc(child: &str, var: &str, case: &str) -> Option<String>
     let path: OsString =
         std::env::join_paths(std::env::split_paths(&path).filter(|d| !d.join("nvcc").exists()))
             .unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", child, "--nocapture", "--test-threads=1"])
         .env(var, case)
         .env_remove("NVCC")
         .env_remove("CUDA_PATH")
         .env_remove("UM_LOCAL_NVCC")
         .env_remove("UM_CUDA_ARCH")
-        .env("PATH", path)
-        .output()
-        .unwrap();
+        .env("PATH", path);
+    match home {
+        Some(home) => cmd.env("HOME", home),
+        None => cmd.env_remove("HOME"),
+    };
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
