@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::{device_for_captures, gpu, serial};
+use common::{Contents, device_for_captures, gpu, serial};
 use um::{Context, HostOwned, Managed, Storage, StreamOptions};
 use um_cusparse::{Csr, Element, Error, Op, Sparse};
 use um_test_kernels::testing::add_scalar;
@@ -102,7 +102,7 @@ fn spmv_reference(
 /// How one storage allocates a host-owned buffer from a slice.
 type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
 
-fn check_spmv<T: Num, MX: Storage, MY: Storage>(
+fn check_spmv<T: Num, MX: Storage, MY: Contents>(
     ctx: &Context,
     (rows, cols): (usize, usize),
     op: Op,
@@ -131,8 +131,8 @@ fn check_spmv<T: Num, MX: Storage, MY: Storage>(
             y.sync()
         })
         .expect("spmv");
-    for (i, (g, w)) in y.iter().zip(&want).enumerate() {
-        let g: f64 = (*g).into();
+    for (i, (g, w)) in MY::contents(&y).into_iter().zip(&want).enumerate() {
+        let g: f64 = g.into();
         assert!(
             (g - w).abs() <= T::TOL * (1.0 + w.abs()),
             "{rows}x{cols} {op:?} {}/{}: y[{i}] = {g}, expected {w}",
@@ -151,6 +151,12 @@ fn every_shape_spmv<T: Num>(ctx: &Context) {
                 shape,
                 op,
                 (Managed::from_slice_mirrored, Managed::from_slice_mirrored),
+            );
+            check_spmv::<T, _, _>(
+                ctx,
+                shape,
+                op,
+                (Managed::from_slice_device, Managed::from_slice_device),
             );
             if ctx.info().concurrent_managed_access {
                 check_spmv::<T, _, _>(

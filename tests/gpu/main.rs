@@ -16,6 +16,7 @@ mod gpu_coherent;
 mod gpu_cublas;
 mod gpu_curand;
 mod gpu_cusparse;
+mod gpu_device_storage;
 mod gpu_graphs;
 mod gpu_handoff;
 mod gpu_idle_sections;

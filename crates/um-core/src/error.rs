@@ -179,6 +179,17 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
+    /// A copy between a device-only buffer ([`Device`](crate::Device)) and host memory of
+    /// another length: refused before any driver call.
+    #[error("{what}: the buffer has {buffer} elements, the host side {host}")]
+    CopyLength {
+        /// The copy (`copy_from_host`, `copy_to_host`).
+        what: &'static str,
+        /// The buffer's length.
+        buffer: usize,
+        /// The host slice's length.
+        host: usize,
+    },
     /// A buffer is longer than the kernel's count parameter can express.
     #[error("kernel {kernel}: {len} elements do not fit its `{param}` count parameter")]
     LengthTooLarge {

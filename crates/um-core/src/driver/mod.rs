@@ -213,8 +213,22 @@ pub(crate) fn mem_alloc_managed(bytes: usize, global: bool) -> Result<sys::CUdev
 /// `p` came from [`mem_alloc_managed`] or [`mem_alloc_device`], is freed once, and no
 /// kernel or copy can still use it.
 pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
+    #[cfg(test)]
+    MEM_FREES.with(|n| n.set(n.get() + 1));
     // SAFETY: guaranteed by the caller.
     check("cuMemFree", unsafe { sys::cuMemFree_v2(p) })
+}
+
+#[cfg(test)]
+thread_local! {
+    static MEM_FREES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `cuMemFree` calls this thread has made (unit tests: a free that must not reach the
+/// driver).
+#[cfg(test)]
+pub(crate) fn mem_frees_on_this_thread() -> u64 {
+    MEM_FREES.with(std::cell::Cell::get)
 }
 
 /// Allocates `bytes` (> 0) of device memory (`cuMemAlloc`).
@@ -279,6 +293,93 @@ pub(crate) unsafe fn memcpy_dtoh_async(
     check("cuMemcpyDtoHAsync", unsafe {
         sys::cuMemcpyDtoHAsync_v2(dst, src, bytes, s)
     })
+}
+
+/// How a copy or fill that waits for itself failed: the driver's error, and whether the copy may
+/// still run (its call was made, and it or its wait failed), in which case the memory it writes
+/// must not be freed.
+pub(crate) struct WaitFailed {
+    pub(crate) error: Error,
+    pub(crate) may_run: bool,
+}
+
+impl WaitFailed {
+    fn before(error: Error) -> Self {
+        WaitFailed {
+            error,
+            may_run: false,
+        }
+    }
+
+    fn after(error: Error) -> Self {
+        WaitFailed {
+            error,
+            may_run: true,
+        }
+    }
+}
+
+/// Fills `bytes` at `dst` with zero bytes on the calling thread's default stream, and waits for
+/// the fill.
+///
+/// # Safety
+/// `dst..dst + bytes` is live device memory of the current context that nothing else uses until
+/// this returns (or, where the fill may still run, ever).
+pub(crate) unsafe fn memset_zero_wait(
+    dst: sys::CUdeviceptr,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller; the per-thread handle names a stream of the current
+    // context.
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(dst, 0, bytes, sys::STREAM_PER_THREAD)
+    })
+    .map_err(WaitFailed::before)?;
+    stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
+}
+
+/// Copies `bytes` from host `src` to device `dst` and waits until the device memory holds them.
+///
+/// `cuMemcpyHtoD` (its per-thread-stream form) returns once the source has been read (staged,
+/// for pageable memory), while the transfer to `dst` may still be in flight on the calling
+/// thread's default stream; the wait for that stream that follows makes the bytes visible to
+/// work of every stream.
+///
+/// # Safety
+/// `src..src + bytes` is readable host memory, and `dst..dst + bytes` live device memory of the
+/// current context that nothing else uses until this returns (or, where the copy may still run,
+/// ever).
+pub(crate) unsafe fn memcpy_htod_wait(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2_ptds(dst, src, bytes)
+    })
+    .map_err(WaitFailed::after)?;
+    stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
+}
+
+/// Copies `bytes` from device `src` to host `dst`; returns once they are in `dst`
+/// (`cuMemcpyDtoH`, per-thread-stream form: "returns only once the copy has completed", for
+/// pageable and pinned memory alike).
+///
+/// # Safety
+/// `dst..dst + bytes` is writable host memory that nothing else reads or writes until this
+/// returns, and `src..src + bytes` live device memory of the current context that nothing
+/// writes meanwhile.
+pub(crate) unsafe fn memcpy_dtoh_wait(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2_ptds(dst, src, bytes)
+    })
+    .map_err(WaitFailed::after)
 }
 
 /// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.

@@ -177,6 +177,18 @@ unsafe extern "C" {
         bytes: usize,
         stream: CUstream,
     ) -> i32;
+    // The synchronous copies in their per-thread-default-stream form (`_ptds`, what `cuda.h`
+    // maps the plain names to under `CU_API_PER_THREAD_DEFAULT_STREAM`): ordered on the calling
+    // thread's default stream instead of the legacy one, so that they wait for no other
+    // thread's blocking streams.
+    pub(crate) fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> i32;
+    pub(crate) fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> i32;
+    pub(crate) fn cuMemsetD8Async(
+        dst: CUdeviceptr,
+        value: u8,
+        count: usize,
+        stream: CUstream,
+    ) -> i32;
     // The CUDA 12.2+ form, which CUDA 13's header maps `cuMemAdvise` to.
     pub(crate) fn cuMemAdvise_v2(
         ptr: CUdeviceptr,

@@ -26,7 +26,7 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
 use crate::memory::marker::HostOwned;
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage};
+use crate::memory::storage::parts::{Allocation, HasParts, HostVisible, Size, Storage};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::memory::storage::unified::{Unified, managed_alloc, managed_orphan};
 use crate::reclaim::reaper::Orphan;
@@ -64,6 +64,7 @@ pub struct Coherent {
 pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
 
 impl Sealed for Coherent {}
+impl HostVisible for Coherent {}
 impl Storage for Coherent {
     const NAME: &'static str = "coherent";
     const STREAM_ASSOCIATED: bool = false;

@@ -35,7 +35,9 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
 use crate::memory::marker::HostOwned;
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
+use crate::memory::storage::parts::{
+    Allocation, HasParts, HostVisible, Size, Storage, null_pointer,
+};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
 
@@ -57,6 +59,7 @@ pub struct Mirror {
 pub type MirroredManaged<T, S = HostOwned> = Managed<T, S, Mirror>;
 
 impl Sealed for Mirror {}
+impl HostVisible for Mirror {}
 impl Storage for Mirror {
     const NAME: &'static str = "mirror";
     const STREAM_ASSOCIATED: bool = false;

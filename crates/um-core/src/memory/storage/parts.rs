@@ -27,7 +27,8 @@ use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
 /// The storages of a [`Managed`](crate::Managed) allocation: [`Unified`](crate::Unified),
-/// [`Coherent`](crate::Coherent) and [`Mirror`](crate::Mirror). Sealed.
+/// [`Coherent`](crate::Coherent), [`Mirror`](crate::Mirror) and [`Device`](crate::Device).
+/// Sealed.
 pub trait Storage: Sealed + HasParts + 'static {
     /// What the storage is called in messages.
     #[doc(hidden)]
@@ -40,6 +41,22 @@ pub trait Storage: Sealed + HasParts + 'static {
     const STREAM_ASSOCIATED: bool;
 }
 
+/// The storages whose host-owned buffers the CPU may read and write in place: [`Unified`](crate::Unified),
+/// [`Coherent`](crate::Coherent) and [`Mirror`](crate::Mirror), whose host address is memory the
+/// CPU can touch (managed, or pinned). Sealed (it needs [`Storage`]), and implemented for no
+/// other type: [`Device`](crate::Device) memory has no host side, so `Deref`, `DerefMut`,
+/// `Index`, `IndexMut`, `iter`, `iter_mut`, a `Debug` of the contents and a graph's host step
+/// ([`Graph::host`](crate::Graph::host)), all bounded by it, do not exist for a device buffer in
+/// any state. Its contents cross only through copies that say where they wait
+/// (`copy_to_host`, `to_vec`, `copy_from_host`).
+#[diagnostic::on_unimplemented(
+    message = "the CPU cannot read or write `{Self}` memory in place: it has no host side",
+    label = "device memory: no CPU access in any state",
+    note = "copy it: `buf.to_vec()?`, `buf.copy_to_host(&mut out)?`, `buf.copy_from_host(&data)?` (each waits for its copy)",
+    note = "or allocate a storage the CPU can touch: `Managed::from_slice` (unified), `from_slice_mirrored`, `from_slice_coherent`"
+)]
+pub trait HostVisible: Storage {}
+
 /// What a storage keeps besides the host address, and its part of every transition.
 ///
 /// Public only because it bounds [`Storage`]; it lives in a module no other crate can name, and
@@ -47,9 +64,15 @@ pub trait Storage: Sealed + HasParts + 'static {
 /// takes the token [`Private`], which no other crate can make: none of them can be called from
 /// outside `um`, through a `Storage` bound or otherwise.
 ///
-/// `host` is always the allocation's host address (what [`alloc`](HasParts::alloc) returned)
-/// and `a` the rest of it. The `unsafe` methods enqueue work on streams; their callers (the
-/// transitions) guarantee what each `# Safety` says.
+/// `host` is always what [`alloc`](HasParts::alloc) returned as the allocation's host address,
+/// and `a` the rest of it. For a storage of [`HostVisible`] it is memory the CPU may touch in
+/// the host state. For one without a host side ([`Device`](crate::Device)) it is a sentinel,
+/// [`NO_HOST`], which nothing dereferences: the only code that reads or writes through a host
+/// address (`Managed`'s `Deref` and `DerefMut`, the constructors' writes in `Fresh`, a
+/// graph's host views, the host-state `Debug`) is bounded by `HostVisible`, and every method
+/// below that such a storage implements ignores `host`; the address the device uses is in its
+/// part ([`device_ptr`](HasParts::device_ptr)). The `unsafe` methods enqueue work on streams;
+/// their callers (the transitions) guarantee what each `# Safety` says.
 #[allow(unreachable_pub)]
 pub trait HasParts: Sized {
     /// What the storage keeps per allocation besides the host address. Dropping it frees
@@ -218,6 +241,17 @@ pub(crate) fn byte_size<T>(len: usize) -> Result<Size> {
     Ok(Size { bytes, align })
 }
 
+/// The host address of an allocation that has no host side ([`Device`](crate::Device)): 256,
+/// aligned for every element type a constructor admits ([`MAX_ALIGN`]), so that it passes
+/// [`allocate`]'s checks, and in the first page of the address space, which is never mapped: it
+/// is never dereferenced (see [`HasParts`]), and were it ever, the access would fault instead
+/// of reading memory of someone else.
+pub(crate) const NO_HOST: NonNull<u8> = NonNull::<NoHostAlign>::dangling().cast::<u8>();
+
+/// A type aligned to [`MAX_ALIGN`], whose dangling pointer is [`NO_HOST`].
+#[repr(C, align(256))]
+struct NoHostAlign;
+
 /// The alignment every allocation of every storage has: the driver's guarantee for
 /// `cuMemAlloc` and `cuMemAllocManaged` ("aligned to at least 256 bytes"), and checked on
 /// every address anyway (see [`check_aligned`]).
@@ -282,7 +316,7 @@ pub(crate) fn null_pointer(call: &'static str) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{Size, byte_size, check_aligned, check_capacity};
+    use super::{MAX_ALIGN, NO_HOST, Size, byte_size, check_aligned, check_capacity};
     use crate::error::Error;
 
     #[test]
@@ -327,6 +361,19 @@ mod tests {
         ] {
             assert_eq!(got, Err(Error::OverAligned { align, max: 256 }));
         }
+    }
+
+    /// The host address of device-only memory passes every alignment check an allocation makes
+    /// (every admitted element type is aligned to at most 256 bytes), and lies in the first
+    /// page, which no allocation ever returns.
+    #[test]
+    fn the_sentinel_host_address_is_aligned_for_every_admitted_type_and_never_memory() {
+        let at = NO_HOST.as_ptr() as usize;
+        assert_eq!(at, MAX_ALIGN);
+        for align in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
+            assert_eq!(check_aligned(at, align), Ok(()), "{align}");
+        }
+        assert!(at < 4096);
     }
 
     #[test]

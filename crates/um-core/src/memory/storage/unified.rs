@@ -26,7 +26,9 @@ use crate::driver::context::{Context, device_lacking_concurrent_access};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
+use crate::memory::storage::parts::{
+    Allocation, HasParts, HostVisible, Size, Storage, null_pointer,
+};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
@@ -39,6 +41,7 @@ pub struct Unified {
 }
 
 impl Sealed for Unified {}
+impl HostVisible for Unified {}
 impl Storage for Unified {
     const NAME: &'static str = "unified";
     const STREAM_ASSOCIATED: bool = true;
