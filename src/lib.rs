@@ -26,12 +26,12 @@ pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
     Created, Device, DeviceCopy, DeviceInfo, DeviceManaged, DevicePtr, DevicePtrMut, Eager, Error,
     Foreign, Graph, HostAccess, HostOwned, HostViews, HostVisible, Kernel, KernelArg, KernelArgs,
-    LaunchConfig, Legacy, Linear, Managed, Mirror, MirroredManaged, Module, Node, PerThread,
-    Poisoner, Result, Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder,
-    StreamOwned, SyncAllFuture, SyncFuture, SyncGroup, Transfer, Unified, Zeroable,
-    capturing_on_this_thread, defer_while_capturing, device_count, include_kernels,
-    ptx_isa_version, reap_pending, refuse_inside_capture, refuse_inside_stream_callback,
-    relaxed_while_capturing, state, storage,
+    LaunchConfig, Legacy, Linear, Managed, MemPool, Mirror, MirroredManaged, Module, Node,
+    PerThread, Poisoner, Pooled, PooledManaged, Result, Scalars, State, Storage, Stream,
+    StreamKind, StreamOptions, StreamOrder, StreamOwned, SyncAllFuture, SyncFuture, SyncGroup,
+    Transfer, Unified, Zeroable, capturing_on_this_thread, defer_while_capturing, device_count,
+    include_kernels, ptx_isa_version, reap_pending, refuse_inside_capture,
+    refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
 };
 
 pub mod prelude {

@@ -265,6 +265,8 @@ fn dropping_a_device_buffer_in_flight_waits_for_its_kernel_and_frees_it() {
     let _serial = serial();
     let ctx = gpu();
     let n = workload(64 << 20, 1 << 20); // 256 MiB of f32 (4 MiB under the sanitizer)
+    // Warm-up: the kernels' module is loaded (and what its launches reserve) before measuring.
+    assert_context_usable(&ctx);
     let (before, _) = ctx.mem_info().expect("mem info");
     let held = DeviceManaged::<[f32]>::zeroed_slice_device(&ctx, n).expect("alloc");
     let (holding, _) = ctx.mem_info().expect("mem info");

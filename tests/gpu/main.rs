@@ -28,5 +28,6 @@ mod gpu_no_concurrent_access;
 mod gpu_ownership;
 mod gpu_poison;
 mod gpu_smoke;
+mod gpu_stream_alloc;
 mod gpu_stress;
 mod gpu_teardown;

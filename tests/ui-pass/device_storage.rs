@@ -1,6 +1,7 @@
 // Twins of tests/ui/device_storage: device memory in every state and transition, its contents
 // crossing only through copies that wait, alone and mixed with the other storages in typed
-// launches, `sync_all`, handoffs, graphs and libraries' calls.
+// launches, `sync_all`, handoffs, graphs and libraries' calls; and memory born on a stream from a
+// pool.
 use um_test_kernels::testing;
 use um::{Context, Device, DeviceManaged, HostOwned, Managed, StreamOptions};
 
@@ -42,6 +43,24 @@ fn device(ctx: &Context) -> um::Result<()> {
     Ok(())
 }
 
+// Memory born on a stream from a pool: no host wait at its allocation or its stream-owned
+// drop; back on the host by `sync`, where it may outlive the stream.
+fn pooled(ctx: &Context) -> um::Result<()> {
+    let pool = um::MemPool::new(ctx)?;
+    pool.set_release_threshold(u64::MAX)?;
+    let kept: um::PooledManaged<[f32]> = ctx.with_stream(StreamOptions::new(), |s| {
+        let mut scratch = s.alloc_zeroed::<f32>(&pool, 256)?;
+        testing::add_scalar(s, &mut scratch, 1.0)?;
+        let mut out = s.alloc_zeroed::<f32>(&pool, 256)?;
+        testing::axpy(s, &scratch, &mut out, 2.0)?;
+        drop(scratch); // freed in the stream's order
+        out.sync()
+    })?;
+    println!("{:?} {} {}", kept.to_vec()?, pool.used_bytes()?, pool.reserved_bytes()?);
+    Ok(())
+}
+
 fn main() {
     let _ = device;
+    let _ = pooled;
 }

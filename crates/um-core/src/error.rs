@@ -190,6 +190,13 @@ pub enum Error {
         /// The host slice's length.
         host: usize,
     },
+    /// The device has no stream-ordered allocator (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`
+    /// is 0), so no [`MemPool`](crate::MemPool) can be made on it.
+    #[error("device {device} has no memory pools (the stream-ordered allocator)")]
+    MemoryPoolsUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
     /// A buffer is longer than the kernel's count parameter can express.
     #[error("kernel {kernel}: {len} elements do not fit its `{param}` count parameter")]
     LengthTooLarge {

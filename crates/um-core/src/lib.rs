@@ -117,6 +117,7 @@ pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::order::StreamOrder;
 pub use driver::poison::Poisoner;
+pub use driver::pool::MemPool;
 pub use driver::stream::{
     Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,
     Transfer,
@@ -138,8 +139,8 @@ pub use reclaim::reaper::reap_pending;
 pub use state::{CaptureSet, HostAccess, HostOwned, HostViews, State, StreamOwned, SyncGroup};
 #[doc(no_inline)]
 pub use storage::{
-    Coherent, CoherentManaged, Device, DeviceManaged, HostVisible, Mirror, MirroredManaged,
-    Storage, Unified,
+    Coherent, CoherentManaged, Device, DeviceManaged, HostVisible, Mirror, MirroredManaged, Pooled,
+    PooledManaged, Storage, Unified,
 };
 pub use wait::futures::{SyncAllFuture, SyncFuture};
 
@@ -210,11 +211,18 @@ mod facts {
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Device>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], HostOwned, Device>: std::ops::Deref, std::ops::DerefMut);
     assert_impl_all!(Managed<[f32], HostOwned, Mirror>: std::ops::Deref, std::ops::DerefMut);
+    // So does memory born on a stream from a pool; a pool is shared by threads.
+    assert_impl_all!(Managed<[f32], HostOwned, Pooled>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Pooled>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Pooled>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], HostOwned, Pooled>: std::ops::Deref, std::ops::DerefMut);
+    assert_impl_all!(MemPool: Send, Sync, Clone);
     // Storages are zero-sized markers, and unified memory carries nothing for them.
     const_assert_eq!(std::mem::size_of::<Unified>(), 0);
     const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
     const_assert_eq!(std::mem::size_of::<Coherent>(), 0);
     const_assert_eq!(std::mem::size_of::<Device>(), 0);
+    const_assert_eq!(std::mem::size_of::<Pooled>(), 0);
 
     // A foreign stream is shared by threads like an owned one, and so is its memory.
     assert_impl_all!(Stream<'static, Foreign>: Send, Sync);

@@ -48,7 +48,7 @@ const ALLOWED_SPLITS: &[(&str, &str, &str)] = &[(
 
 /// The file that must not name a storage, and the names.
 const STATE_MACHINE: &str = "memory/state.rs";
-const STORAGE_NAMES: &[&str] = &["mirror", "coherent", "unified"];
+const STORAGE_NAMES: &[&str] = &["mirror", "coherent", "unified", "pooled"];
 /// Storage types whose name is also an ordinary word of the state machine's text ("device"):
 /// found as a whole word, case and all.
 const STORAGE_TYPES: &[&str] = &["Device"];

@@ -5,7 +5,8 @@
 //! [`Result`]. Every `unsafe` block of the crate that calls the driver lives here or names the
 //! invariant it relies on; the safe types call only these functions. Below it is [`sys`] (the
 //! raw entry points); beside it, the objects built on it: contexts ([`context`], [`options`]),
-//! modules and kernels ([`module`]), streams ([`stream`]) and events ([`event`]).
+//! modules and kernels ([`module`]), streams ([`stream`]), events ([`event`]) and memory pools
+//! ([`pool`]).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
@@ -19,6 +20,7 @@ pub(crate) mod module;
 pub(crate) mod options;
 pub(crate) mod order;
 pub(crate) mod poison;
+pub(crate) mod pool;
 pub(crate) mod stream;
 pub(crate) mod sys;
 
@@ -380,6 +382,114 @@ pub(crate) unsafe fn memcpy_dtoh_wait(
         sys::cuMemcpyDtoH_v2_ptds(dst, src, bytes)
     })
     .map_err(WaitFailed::after)
+}
+
+/// The device's default memory pool (`cuDeviceGetDefaultMemPool`), which is never destroyed.
+pub(crate) fn mem_pool_default(device: sys::CUdevice) -> Result<sys::CUmemoryPool> {
+    let mut pool: sys::CUmemoryPool = ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer; the driver checks `device`.
+    check("cuDeviceGetDefaultMemPool", unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, device)
+    })?;
+    Ok(pool)
+}
+
+/// A new pool of pinned device memory on device `device` (`cuMemPoolCreate`), which the caller
+/// destroys with [`mem_pool_destroy`].
+pub(crate) fn mem_pool_create(device: sys::CUdevice) -> Result<sys::CUmemoryPool> {
+    let props = sys::MemPoolProps::device(device);
+    let mut pool: sys::CUmemoryPool = ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer; `props` is a valid `CUmemPoolProps` (pinned, on a
+    // device, no handle types, reserved bytes zero) that lives for the call.
+    check("cuMemPoolCreate", unsafe {
+        sys::cuMemPoolCreate(&mut pool, &props)
+    })?;
+    Ok(pool)
+}
+
+/// Destroys a pool made by [`mem_pool_create`]. Allocations still outstanding stay valid: the
+/// driver releases the pool's resources once the last of them is freed.
+///
+/// # Safety
+/// `pool` came from [`mem_pool_create`], is destroyed once, and is not used afterwards.
+pub(crate) unsafe fn mem_pool_destroy(pool: sys::CUmemoryPool) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemPoolDestroy", unsafe { sys::cuMemPoolDestroy(pool) })
+}
+
+/// Sets a `cuuint64_t` attribute of a pool.
+///
+/// # Safety
+/// `pool` is a live pool; `attr` is an attribute of value type `cuuint64_t` that may be set.
+pub(crate) unsafe fn mem_pool_set_u64(
+    pool: sys::CUmemoryPool,
+    attr: c_int,
+    value: u64,
+) -> Result<()> {
+    let mut value = value;
+    // SAFETY: the caller's guarantees; `value` is a valid `cuuint64_t` for the call.
+    check("cuMemPoolSetAttribute", unsafe {
+        sys::cuMemPoolSetAttribute(pool, attr, (&raw mut value).cast::<c_void>())
+    })
+}
+
+/// Reads a `cuuint64_t` attribute of a pool.
+///
+/// # Safety
+/// `pool` is a live pool; `attr` is an attribute of value type `cuuint64_t`.
+pub(crate) unsafe fn mem_pool_get_u64(pool: sys::CUmemoryPool, attr: c_int) -> Result<u64> {
+    let mut value: u64 = 0;
+    // SAFETY: the caller's guarantees; `value` is a valid out-pointer of the attribute's type.
+    check("cuMemPoolGetAttribute", unsafe {
+        sys::cuMemPoolGetAttribute(pool, attr, (&raw mut value).cast::<c_void>())
+    })?;
+    Ok(value)
+}
+
+/// Enqueues on `s` an allocation of `bytes` (> 0) from `pool` (`cuMemAllocFromPoolAsync`): the
+/// address is returned at once, and may be used by work ordered after the allocation on `s`.
+///
+/// # Safety
+/// `pool` is a live pool and `s` a live stream of the current context, not capturing.
+pub(crate) unsafe fn mem_alloc_from_pool_async(
+    bytes: usize,
+    pool: sys::CUmemoryPool,
+    s: sys::CUstream,
+) -> Result<sys::CUdeviceptr> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's guarantees; `p` is a valid out-pointer.
+    check("cuMemAllocFromPoolAsync", unsafe {
+        sys::cuMemAllocFromPoolAsync(&mut p, bytes, pool, s)
+    })?;
+    Ok(p)
+}
+
+/// Enqueues on `s` the free of a pool allocation (`cuMemFreeAsync`): it takes effect once `s`
+/// reaches it, with no host wait.
+///
+/// # Safety
+/// `p` came from [`mem_alloc_from_pool_async`] and is freed once; `s` is a live stream (or a
+/// special handle) of the current context; every use of the memory is ordered before this
+/// point of `s`, and none is enqueued after it.
+pub(crate) unsafe fn mem_free_async(p: sys::CUdeviceptr, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(p, s) })
+}
+
+/// Enqueues on `s` a fill of `bytes` at `dst` with zero bytes (`cuMemsetD8Async`).
+///
+/// # Safety
+/// `dst..dst + bytes` is live device memory of the current context that only work of `s` uses
+/// from now on (or work ordered after this point of `s`); `s` is a live stream.
+pub(crate) unsafe fn memset_zero_async(
+    dst: sys::CUdeviceptr,
+    bytes: usize,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(dst, 0, bytes, s)
+    })
 }
 
 /// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.

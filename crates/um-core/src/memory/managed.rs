@@ -25,12 +25,12 @@ use cust::memory::bytemuck::Zeroable;
 use crate::driver;
 use crate::driver::context::{Context, in_driver_callback};
 use crate::driver::poison::PoisonFlag;
-use crate::driver::stream::RawStream;
+use crate::driver::stream::{RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::Result;
-use crate::memory::marker::{HostAccess, HostOwned, State};
+use crate::memory::marker::{HostAccess, HostOwned, State, StreamOwned};
 use crate::memory::storage::parts::{
-    self, Allocation, HostVisible, Size, Storage, allocate, byte_size,
+    self, Allocate, Allocation, HostVisible, Size, Storage, allocate, byte_size,
 };
 use crate::memory::storage::unified::Unified;
 use crate::reclaim::defer::{
@@ -86,7 +86,7 @@ pub(crate) struct Fresh<T, M: Storage> {
     parts: M::Parts,
 }
 
-impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
+impl<T: DeviceCopy, M: Storage + Allocate> Fresh<T, M> {
     /// Allocates `len` `T`s of storage `M` in `ctx`: the path of every constructor of every
     /// storage, with the size, alignment and capacity checks of [`byte_size`] and [`allocate`].
     pub(crate) fn new(ctx: &Context, len: usize) -> Result<Self> {
@@ -130,7 +130,7 @@ impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
 }
 
 /// The writes of the constructors of storages with a host side, through the host address.
-impl<T: DeviceCopy, M: HostVisible> Fresh<T, M> {
+impl<T: DeviceCopy, M: HostVisible + Allocate> Fresh<T, M> {
     /// The allocation (of one `T`) holding `value`.
     pub(crate) fn value(self, value: T) -> Managed<T, HostOwned, M> {
         debug_assert_eq!(self.len, 1);
@@ -234,6 +234,36 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     }
 }
 
+impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
+    /// An allocation of `len` `T`s born on `stream` (its allocation enqueued there): owned by
+    /// that stream from the start, as if attached to it.
+    ///
+    /// # Safety
+    /// `host` and `parts` are one live allocation of storage `M` of `stream`'s context, of
+    /// `size` bytes (`byte_size::<T>(len)`), enqueued on `stream`, that nothing else owns; every
+    /// element is written by work enqueued on `stream` before any other use of it (or it is
+    /// never read).
+    pub(crate) unsafe fn born_on(
+        stream: &Stream<'s, K>,
+        host: NonNull<u8>,
+        parts: M::Parts,
+        size: Size,
+        len: usize,
+    ) -> Self {
+        Managed {
+            ptr: NonNull::slice_from_raw_parts(host.cast::<T>(), len),
+            alloc: Allocation {
+                bytes: size.bytes(),
+                ctx: stream.context().clone(),
+                stream: stream.raw(),
+                parts,
+                handed_from: Vec::new(),
+            },
+            _state: PhantomData,
+        }
+    }
+}
+
 impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     /// The largest alignment an element type may have: every allocation of every storage is
     /// aligned to 256 bytes (the driver's guarantee for `cuMemAlloc` and `cuMemAllocManaged`,
@@ -330,6 +360,17 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         // SAFETY: as in `owner_poisoned`.
         marks.extend(unsafe { self.alloc.stream.poison_flag() });
         marks
+    }
+
+    /// Whether work queued so far on the owning stream, or on one the memory was handed off
+    /// from, may yet be aborted: a poison mark of them is set, or a `Poisoner` of one exists
+    /// (only a poisoner sets a mark, and a library takes one before it enqueues work it may
+    /// abort). Where it is `false`, the memory may be freed in the owner's stream order.
+    fn abort_possible(&self) -> bool {
+        // SAFETY: as in `owner_poisoned`.
+        S::ON_STREAM
+            && (unsafe { self.alloc.stream.poison_flag() }.is_some_and(|f| f.may_be_set())
+                || self.alloc.handed_from.iter().any(|f| f.may_be_set()))
     }
 
     /// Keeps the poison mark of the owning stream before the memory is handed to another: the
@@ -507,6 +548,32 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
                     .watching(self.owner_poison());
                 defer_free_or_keep(owner, self.alloc.stream, orphan);
                 return;
+            }
+            // Memory the storage frees in stream order (a pool's): its free is enqueued on the
+            // owner, after the work queued there (and, through the handoffs' events, on the
+            // streams before it), and nothing waits. Only where none of that work can still be
+            // aborted: an aborted stream may go idle, and reach the free, while other work still
+            // touches the memory. Where it can, the free waits without blocking a thread for the
+            // stream to pass this point with every mark unset (a callback, then the reaper).
+            if M::FREES_IN_STREAM_ORDER {
+                if self.abort_possible() {
+                    // SAFETY: if `defer_free` takes the orphan, this drop returns without
+                    // freeing; otherwise the orphan comes back and is dropped unfreed, and the
+                    // drop goes on.
+                    let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
+                        .watching(self.owner_poison());
+                    if defer_free(owner, self.alloc.stream, orphan).is_ok() {
+                        return;
+                    }
+                } else if owner.bind().is_ok()
+                    // SAFETY: stream-owned by `self.alloc.stream`, alive (its brand is in `S`),
+                    // its context (`owner`) current; no mark is set and none can be (no
+                    // poisoner), so no work queued so far can be aborted; on `true` this drop
+                    // returns, so the free is the allocation's only one.
+                    && unsafe { M::free_in_stream_order(self.host_ptr(), &self.alloc, PRIVATE) }
+                {
+                    return;
+                }
             }
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
             // of being waited for here (see `crate::reclaim::defer`).

@@ -22,8 +22,6 @@
 //! for (beyond the legacy stream's, which that stream follows).
 
 use std::ffi::{c_uint, c_void};
-use std::fmt;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,7 +35,9 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
 use crate::memory::marker::HostOwned;
-use crate::memory::storage::parts::{Allocation, HasParts, NO_HOST, Size, Storage, null_pointer};
+use crate::memory::storage::parts::{
+    Allocate, Allocation, HasParts, NO_HOST, Size, Storage, null_pointer,
+};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
 
@@ -73,7 +73,8 @@ impl Storage for Device {
     const STREAM_ASSOCIATED: bool = false;
 }
 
-/// The device allocation, and whether a copy of it may still run.
+/// The device allocation, and whether a copy of it may still run: the part of both storages of
+/// device memory ([`Device`], and [`Pooled`], born on a stream).
 #[allow(unreachable_pub)]
 #[derive(Debug)]
 pub struct DeviceParts {
@@ -85,12 +86,26 @@ pub struct DeviceParts {
 }
 
 impl DeviceParts {
+    /// The part of the device allocation at `device`.
+    pub(crate) fn at(device: sys::CUdeviceptr) -> Self {
+        DeviceParts {
+            device,
+            unfinished: AtomicBool::new(false),
+        }
+    }
+
+    /// The device address.
+    pub(crate) fn device(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+
     /// Marks the memory as possibly still used by a copy whose wait failed: it is never freed.
-    fn mark_unfinished(&self) {
+    pub(crate) fn mark_unfinished(&self) {
         self.unfinished.store(true, Ordering::Relaxed);
     }
 
-    fn is_unfinished(&self) -> bool {
+    /// Whether a copy's wait failed: the memory must not be freed.
+    pub(crate) fn is_unfinished(&self) -> bool {
         self.unfinished.load(Ordering::Relaxed)
     }
 }
@@ -100,19 +115,6 @@ impl HasParts for Device {
 
     fn admit(_: &Context) -> Result<()> {
         Ok(())
-    }
-
-    /// Device memory, and [`NO_HOST`] for the host address.
-    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, DeviceParts)> {
-        let device = driver::mem_alloc_device(size.bytes())?;
-        if device == 0 {
-            return Err(null_pointer("cuMemAlloc"));
-        }
-        let parts = DeviceParts {
-            device,
-            unfinished: AtomicBool::new(false),
-        };
-        Ok((NO_HOST, parts))
     }
 
     unsafe fn free(_: NonNull<u8>, parts: &DeviceParts, _: Private) {
@@ -215,28 +217,152 @@ impl HasParts for Device {
     }
 }
 
-/// Shows the size, never the contents: device memory has no host side to read them from (a
-/// copy that waits does: `to_vec`).
-impl<T: ?Sized> fmt::Debug for Managed<T, HostOwned, Device> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Managed")
-            .field("state", &"HostOwned")
-            .field("storage", &Device::NAME)
-            .field("bytes", &self.size_in_bytes())
-            .finish_non_exhaustive()
+impl Allocate for Device {
+    /// Device memory, and [`NO_HOST`] for the host address.
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, DeviceParts)> {
+        let device = driver::mem_alloc_device(size.bytes())?;
+        if device == 0 {
+            return Err(null_pointer("cuMemAlloc"));
+        }
+        Ok((NO_HOST, DeviceParts::at(device)))
     }
 }
+
+/// The `Debug` and the copies of the host state of a storage of device memory with no host side
+/// (`Device`, `Pooled`), whose part is a [`DeviceParts`].
+macro_rules! device_memory_on_the_host {
+    ($storage:ident) => {
+        /// Shows the size, never the contents: device memory has no host side to read them
+        /// from (a copy that waits does: `to_vec`).
+        impl<T: ?Sized> std::fmt::Debug
+            for $crate::memory::managed::Managed<T, $crate::memory::marker::HostOwned, $storage>
+        {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Managed")
+                    .field("state", &"HostOwned")
+                    .field(
+                        "storage",
+                        &<$storage as $crate::memory::storage::Storage>::NAME,
+                    )
+                    .field("bytes", &self.size_in_bytes())
+                    .finish_non_exhaustive()
+            }
+        }
+
+        /// The copies of the host state. Each waits for its copy before it returns, on the
+        /// calling thread's default stream, and is refused, before any driver call, for a host
+        /// slice of another length ([`Error::CopyLength`](crate::Error::CopyLength)), inside a capture closure and inside
+        /// um's stream callback. If a copy fails, the driver's error comes back; where its wait
+        /// failed (a sticky error), the memory is leaked rather than freed, since the copy may
+        /// still run.
+        impl<T: cust::memory::DeviceCopy>
+            $crate::memory::managed::Managed<[T], $crate::memory::marker::HostOwned, $storage>
+        {
+            /// Copies `src` over the whole buffer, and **waits** for the copy (`cuMemcpyHtoD`,
+            /// then a wait for the calling thread's default stream): when it returns, kernels of
+            /// every stream see the new contents. [`Error::CopyLength`](crate::Error::CopyLength)
+            /// unless `src` has exactly
+            /// [`len`](Managed::len) elements, before any driver call.
+            pub fn copy_from_host(&mut self, src: &[T]) -> $crate::error::Result<()> {
+                const WHAT: &str = "copy_from_host";
+                $crate::memory::storage::device::check_length(WHAT, self.len(), src.len())?;
+                $crate::memory::storage::device::refuse_copy_here(WHAT)?;
+                self.context().bind()?;
+                // SAFETY: the buffer is host-owned (no kernel or copy uses it) and borrowed
+                // mutably; its allocation holds `len` `T`s, as many as `src` (checked), which
+                // stays borrowed until the copy has been waited for; its context is current.
+                let copied = unsafe {
+                    $crate::driver::memcpy_htod_wait(
+                        self.device_ptr(),
+                        src.as_ptr().cast::<std::ffi::c_void>(),
+                        self.size_in_bytes(),
+                    )
+                };
+                self.after_copy(copied)
+            }
+
+            /// Copies the whole buffer into `dst`, and **waits** for the copy (`cuMemcpyDtoH`,
+            /// which returns once the bytes are in `dst`).
+            /// [`Error::CopyLength`](crate::Error::CopyLength) unless `dst` has
+            /// exactly [`len`](Managed::len) elements, before any driver call.
+            pub fn copy_to_host(&self, dst: &mut [T]) -> $crate::error::Result<()> {
+                const WHAT: &str = "copy_to_host";
+                $crate::memory::storage::device::check_length(WHAT, self.len(), dst.len())?;
+                $crate::memory::storage::device::refuse_copy_here(WHAT)?;
+                self.context().bind()?;
+                // SAFETY: the buffer is host-owned (no kernel or copy writes it); `dst` holds as
+                // many `T`s as the allocation (checked) and is borrowed mutably for the call,
+                // which returns only once the copy has completed; the allocation holds `len`
+                // initialised `T`s (every constructor wrote them, and only `T`s are written into
+                // it), so `dst` holds valid `T`s afterwards; the context is current.
+                let copied = unsafe {
+                    $crate::driver::memcpy_dtoh_wait(
+                        dst.as_mut_ptr().cast::<std::ffi::c_void>(),
+                        self.device_ptr(),
+                        self.size_in_bytes(),
+                    )
+                };
+                self.after_copy(copied)
+            }
+
+            /// The buffer's contents, copied to a new `Vec`; **waits** for the copy (as
+            /// [`copy_to_host`](Managed::copy_to_host)).
+            pub fn to_vec(&self) -> $crate::error::Result<Vec<T>> {
+                const WHAT: &str = "to_vec";
+                $crate::memory::storage::device::refuse_copy_here(WHAT)?;
+                self.context().bind()?;
+                let mut out: Vec<T> = Vec::with_capacity(self.len());
+                let spare: &mut [std::mem::MaybeUninit<T>] =
+                    &mut out.spare_capacity_mut()[..self.len()];
+                // SAFETY: as in `copy_to_host`: the spare capacity holds at least `len` `T`s of
+                // writable memory, borrowed for the call, which returns only once the copy
+                // completed.
+                let copied = unsafe {
+                    $crate::driver::memcpy_dtoh_wait(
+                        spare.as_mut_ptr().cast::<std::ffi::c_void>(),
+                        self.device_ptr(),
+                        self.size_in_bytes(),
+                    )
+                };
+                self.after_copy(copied)?;
+                // SAFETY: the copy wrote all `len` elements (it succeeded), each the bytes of a
+                // valid `T` (the allocation holds only `T`s written as such), and the capacity is
+                // `len`.
+                unsafe { out.set_len(self.len()) };
+                Ok(out)
+            }
+
+            /// The result of a copy of the host state; where its wait failed, the memory is
+            /// marked so that it is leaked rather than freed (the copy may still run).
+            fn after_copy(
+                &self,
+                done: std::result::Result<(), $crate::driver::WaitFailed>,
+            ) -> $crate::error::Result<()> {
+                done.map_err(|failed| {
+                    if failed.may_run {
+                        self.allocation().parts.mark_unfinished();
+                    }
+                    failed.error
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use device_memory_on_the_host;
+
+device_memory_on_the_host!(Device);
 
 /// `Err` where a copy that waits may not be made: inside um's stream callback (no CUDA call is
 /// allowed there) and on a thread that captures (the driver refuses the copy and the wait, and
 /// the refusal would invalidate the capture). Asked before any driver call.
-fn refuse_copy_here(what: &'static str) -> Result<()> {
+pub(crate) fn refuse_copy_here(what: &'static str) -> Result<()> {
     refuse_inside_stream_callback(what)?;
     refuse_inside_capture(what)
 }
 
 /// `Err(`[`Error::CopyLength`]`)` unless the host side has as many elements as the buffer.
-fn check_length(what: &'static str, buffer: usize, host: usize) -> Result<()> {
+pub(crate) fn check_length(what: &'static str, buffer: usize, host: usize) -> Result<()> {
     if buffer == host {
         Ok(())
     } else {
@@ -244,11 +370,11 @@ fn check_length(what: &'static str, buffer: usize, host: usize) -> Result<()> {
     }
 }
 
-/// The constructors of device memory, and the copies of the host state. Every one waits for its
-/// copy (or fill) before it returns, on the calling thread's default stream; every one is
-/// refused, before any driver call, inside a capture closure and inside um's stream callback.
-/// If a copy fails, the driver's error comes back; where its wait failed (a sticky error), the
-/// memory is leaked rather than freed, since the copy may still run.
+/// The constructors of device memory. Every one waits for its copy (or fill) before it returns,
+/// on the calling thread's default stream, and is refused, before any driver call, inside a
+/// capture closure and inside um's stream callback. If the copy fails, the driver's error comes
+/// back and the buffer is never read; where its wait failed (a sticky error), the memory is
+/// leaked rather than freed, since the copy may still run.
 ///
 /// The constructors have their own names because `Managed::from_slice` must keep meaning
 /// unified memory.
@@ -307,75 +433,6 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Device> {
         buf.written_by(copied)
     }
 
-    /// Copies `src` over the whole buffer, and **waits** for the copy (`cuMemcpyHtoD`, then a
-    /// wait for the calling thread's default stream): when it returns, kernels of every stream
-    /// see the new contents. [`Error::CopyLength`] unless `src` has exactly
-    /// [`len`](Managed::len) elements, before any driver call.
-    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        const WHAT: &str = "copy_from_host";
-        check_length(WHAT, self.len(), src.len())?;
-        refuse_copy_here(WHAT)?;
-        self.context().bind()?;
-        // SAFETY: the buffer is host-owned (no kernel or copy uses it) and borrowed mutably;
-        // its allocation holds `len` `T`s, as many as `src` (checked), which stays borrowed
-        // until the copy has been waited for; its context is current.
-        let copied = unsafe {
-            driver::memcpy_htod_wait(
-                self.device_ptr(),
-                src.as_ptr().cast::<c_void>(),
-                self.size_in_bytes(),
-            )
-        };
-        self.after_copy(copied)
-    }
-
-    /// Copies the whole buffer into `dst`, and **waits** for the copy (`cuMemcpyDtoH`, which
-    /// returns once the bytes are in `dst`). [`Error::CopyLength`] unless `dst` has exactly
-    /// [`len`](Managed::len) elements, before any driver call.
-    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        const WHAT: &str = "copy_to_host";
-        check_length(WHAT, self.len(), dst.len())?;
-        refuse_copy_here(WHAT)?;
-        self.context().bind()?;
-        // SAFETY: the buffer is host-owned (no kernel or copy writes it); `dst` holds as many
-        // `T`s as the allocation (checked) and is borrowed mutably for the call, which returns
-        // only once the copy has completed; the allocation holds `len` initialised `T`s (every
-        // constructor wrote them, and only `T`s are written into it), so `dst` holds valid `T`s
-        // afterwards; the context is current.
-        let copied = unsafe {
-            driver::memcpy_dtoh_wait(
-                dst.as_mut_ptr().cast::<c_void>(),
-                self.device_ptr(),
-                self.size_in_bytes(),
-            )
-        };
-        self.after_copy(copied)
-    }
-
-    /// The buffer's contents, copied to a new `Vec`; **waits** for the copy (as
-    /// [`copy_to_host`](Managed::copy_to_host)).
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        const WHAT: &str = "to_vec";
-        refuse_copy_here(WHAT)?;
-        self.context().bind()?;
-        let mut out: Vec<T> = Vec::with_capacity(self.len());
-        let spare: &mut [MaybeUninit<T>] = &mut out.spare_capacity_mut()[..self.len()];
-        // SAFETY: as in `copy_to_host`: the spare capacity holds at least `len` `T`s of
-        // writable memory, borrowed for the call, which returns only once the copy completed.
-        let copied = unsafe {
-            driver::memcpy_dtoh_wait(
-                spare.as_mut_ptr().cast::<c_void>(),
-                self.device_ptr(),
-                self.size_in_bytes(),
-            )
-        };
-        self.after_copy(copied)?;
-        // SAFETY: the copy wrote all `len` elements (it succeeded), each the bytes of a valid
-        // `T` (the allocation holds only `T`s written as such), and the capacity is `len`.
-        unsafe { out.set_len(self.len()) };
-        Ok(out)
-    }
-
     /// The buffer, or the error of the copy or fill that was to initialise it: then the buffer
     /// is never read; it is dropped (freed, or leaked where the copy's wait failed).
     fn written_by(self, done: std::result::Result<(), driver::WaitFailed>) -> Result<Self> {
@@ -388,17 +445,6 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Device> {
                 Err(failed.error)
             }
         }
-    }
-
-    /// The result of a copy of the host state; where its wait failed, the memory is marked so
-    /// that it is leaked rather than freed (the copy may still run).
-    fn after_copy(&self, done: std::result::Result<(), driver::WaitFailed>) -> Result<()> {
-        done.map_err(|failed| {
-            if failed.may_run {
-                self.allocation().parts.mark_unfinished();
-            }
-            failed.error
-        })
     }
 }
 
