@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use um::cublas::{Blas, Level1};
 use um::cusparse::{Csr, Op, Sparse};
-use um::{Context, HostOwned, Managed, Storage, StreamOptions, Transfer};
+use um::{Context, HostOwned, HostVisible, Managed, StreamOptions, Transfer};
 
 /// Where the matrix and the vectors live (`--storage`).
 #[derive(Clone, Copy)]
@@ -169,7 +169,7 @@ fn cg_cpu(a: &(Vec<i32>, Vec<i32>, Vec<f64>), b: &[f64], iters: usize) -> Vec<f6
 
 /// The CG loop on `vectors` (b, x, r, p, q; zeroed) of storage `M`, `b` set to ones first:
 /// `(x, iterations of the last repetition, its residual)`.
-fn solve<M: Storage>(
+fn solve<M: HostVisible>(
     ctx: &Context,
     args: &Args,
     blas: &Blas,

@@ -28,7 +28,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use um::nccl::{Comm, CommOptions, Group, ReduceOp};
-use um::{Context, HostOwned, Linear, Managed, Storage, StreamOptions};
+use um::{Context, HostOwned, HostVisible, Linear, Managed, StreamOptions};
 use um_test_kernels::{data_parallel, testing};
 
 /// Features (one weight each) and samples per rank.
@@ -149,7 +149,7 @@ fn check(rank: usize, step: usize, w: &[f32], want: &[f64]) -> Result<f64, Strin
 type Floats<M> = um::Result<Managed<[f32], HostOwned, M>>;
 
 /// How buffers of one storage are made.
-struct Alloc<M: Storage> {
+struct Alloc<M: HostVisible> {
     from_slice: fn(&Context, &[f32]) -> Floats<M>,
 }
 
@@ -158,7 +158,7 @@ fn options(args: &Args) -> CommOptions {
 }
 
 /// One process, one thread, every GPU: a group of all-reduces per step.
-fn single_process<M: Storage>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Result<(), String> {
+fn single_process<M: HostVisible>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Result<(), String> {
     let ctxs: Vec<Context> = (0..gpus)
         .map(Context::new)
         .collect::<um::Result<_>>()
@@ -254,7 +254,7 @@ fn single_process<M: Storage>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Resu
 }
 
 /// One rank of a multi-process job (RANK etc. set): its shard, its stream, the same step.
-fn worker<M: Storage>(args: &Args, alloc: Alloc<M>) -> Result<(), String> {
+fn worker<M: HostVisible>(args: &Args, alloc: Alloc<M>) -> Result<(), String> {
     let comm = Comm::from_env(options(args)).map_err(|e| e.to_string())?;
     let (rank, world) = (comm.rank(), comm.world_size());
     let ctx = comm.context().clone();
@@ -379,7 +379,7 @@ fn launch(args: &Args, gpus: usize) -> Result<(), String> {
     }
 }
 
-fn run<M: Storage>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Result<(), String> {
+fn run<M: HostVisible>(args: &Args, gpus: usize, alloc: Alloc<M>) -> Result<(), String> {
     if std::env::var_os("RANK").is_some() {
         worker(args, alloc)
     } else if args.launch {

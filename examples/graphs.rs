@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use um::kernels::run_task;
-use um::{Context, HostOwned, Linear, Managed, Storage, StreamOptions};
+use um::{Context, HostOwned, HostVisible, Linear, Managed, StreamOptions};
 use um_test_kernels::testing;
 
 /// Floats per batch, as in `examples/pipeline.rs`.
@@ -141,7 +141,7 @@ const RUN_TASK_CONFIG: Linear = match Linear::checked(100, 256) {
 type Alloc<M> = fn(&Context, &[f32]) -> um::Result<Managed<[f32], HostOwned, M>>;
 
 /// The `run_task` loop eagerly: transform, sync, host pass, attach, convert, `iters` times.
-fn run_task_eager<M: Storage>(
+fn run_task_eager<M: HostVisible>(
     ctx: &Context,
     alloc: Alloc<M>,
     len: usize,
@@ -173,7 +173,7 @@ fn run_task_eager<M: Storage>(
 
 /// The `run_task` loop with a graph of `[convert; transform]`: the first transform eagerly, then per
 /// iteration the host pass (`Graph::host`) and a replay, and the last convert eagerly.
-fn run_task_graph<M: Storage>(
+fn run_task_graph<M: HostVisible>(
     ctx: &Context,
     alloc: Alloc<M>,
     len: usize,

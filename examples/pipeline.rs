@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use common::Interval;
 use um::kernels::streams;
-use um::{Context, HostOwned, Managed, Storage, Stream, StreamOptions, StreamOwned};
+use um::{Context, HostOwned, HostVisible, Managed, Storage, Stream, StreamOptions, StreamOwned};
 use um_test_kernels::testing;
 
 /// Floats per batch: four blocks of the default launch, so that both stages fit on the GPU at
@@ -86,7 +86,7 @@ struct Run {
 
 /// What the pipeline allocates, in one storage: the batches, and the timeline's stamps (in the
 /// same storage, so that a coherent run makes no stream attach at all).
-trait Kind: Storage + Sized {
+trait Kind: HostVisible + Sized {
     /// `len` floats, element `j` set to `f(j)`.
     fn batch(
         ctx: &Context,

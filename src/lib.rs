@@ -26,10 +26,11 @@
 
 pub use um_core::{
     Attachable, ByValue, Capture, CaptureSet, Coherent, CoherentManaged, Context, ContextOptions,
-    Created, DeviceCopy, DeviceInfo, DevicePtr, DevicePtrMut, Eager, Elapsed, Error, ErrorKind,
-    Foreign, Graph, HostAccess, HostOwned, Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy,
-    LibrarySearch, Linear, Managed, Mirror, MirroredManaged, Module, Node, PerThread, Poisoner,
-    Result, Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned,
+    Created, Device, DeviceCopy, DeviceInfo, DeviceManaged, DevicePtr, DevicePtrMut, Eager,
+    Elapsed, Error, ErrorKind, Foreign, Graph, HostAccess, HostOwned, HostViews, HostVisible,
+    Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, LibrarySearch, Linear, Managed, MemPool,
+    Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Pooled, PooledManaged, Result,
+    Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned,
     SyncAllFuture, SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer, Unified, Zeroable,
     capturing_on_this_thread, defer_while_capturing, device_count, include_kernels,
     ptx_isa_version, reap_pending, refuse_inside_capture, refuse_inside_stream_callback,
@@ -47,7 +48,7 @@ pub use um_core::{CaptureStaysOnItsThread, PerThreadStreamIsThreadLocal};
 
 pub mod prelude {
     //! What most programs name, for `use um::prelude::*;`: a device and its streams, managed
-    //! memory in its two states and three storages, launch geometry, graphs, errors.
+    //! memory in its two states and four storages, launch geometry, graphs, errors.
     //!
     //! ```no_run
     //! use um::prelude::*;
@@ -61,8 +62,8 @@ pub mod prelude {
     //! }
     //! ```
     pub use um_core::{
-        Coherent, Context, Error, ErrorKind, Graph, HostOwned, Linear, Managed, Mirror, Result,
-        Stream, StreamOptions, StreamOwned, Transfer, Unified,
+        Coherent, Context, Device, Error, ErrorKind, Graph, HostOwned, Linear, Managed, Mirror,
+        Result, Stream, StreamOptions, StreamOwned, Transfer, Unified,
     };
 }
 #[doc(inline)]

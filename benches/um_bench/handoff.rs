@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use um::{Context, HostOwned, HostVisible, Managed, Storage, StreamOptions};
 use um_test_kernels::testing;
 
 use crate::Record;
@@ -51,7 +51,7 @@ fn record(imp: &str, variant: &str, rounds: &[Vec<f64>], unit: &'static str) -> 
 
 /// Host µs of one A -> B transition, by `hand_off` or by `sync` + `attach`, with A idle or
 /// after a `KERNEL_NS` kernel on A (whose wait `sync` pays and `hand_off` does not).
-fn transition_once<M: Storage>(
+fn transition_once<M: HostVisible>(
     ctx: &Context,
     handoff: bool,
     after_kernel: bool,
@@ -95,7 +95,7 @@ const PER_BATCH: usize = 256;
 
 /// Host µs per launch when every launch is on the other stream than the last one: um's typed
 /// launcher plus one `hand_off` per launch.
-fn um_alternating<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<Vec<f64>> {
+fn um_alternating<M: HostVisible>(ctx: &Context, alloc: Alloc<M>) -> Res<Vec<f64>> {
     let m = alloc(ctx, 1)?;
     let samples = ctx.with_stream_set(2, StreamOptions::new(), |s| {
         let mut x = m.attach(&s[0])?;
@@ -172,7 +172,7 @@ enum Mode {
 }
 
 /// Seconds for `batches` batches through two `stage_ns` stages on streams A and B.
-fn pipeline_secs<M: Storage>(
+fn pipeline_secs<M: HostVisible>(
     ctx: &Context,
     batches: usize,
     stage_ns: u64,
@@ -275,7 +275,7 @@ fn pipeline_variant(stages: &str, storage: &str, what: &str) -> String {
 /// measured where no unified memory was ever attached; unified memory is measured in a fresh
 /// process as well, so that the two differ only in the storage.
 pub(crate) fn child(ctx: &Context, storage: &str) -> Res<String> {
-    fn run<M: Storage>(ctx: &Context, alloc: Alloc<M>) -> Res<String> {
+    fn run<M: HostVisible>(ctx: &Context, alloc: Alloc<M>) -> Res<String> {
         let mut line = format!(
             "{{\"transition\":{:.4},\"alternating\":{:.4}",
             median(&transition_once(ctx, true, true, alloc)?),

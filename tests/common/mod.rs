@@ -40,6 +40,33 @@ pub fn counts_free_memory() -> bool {
     counts
 }
 
+/// The contents of a host-owned buffer of any storage, for the tests that run over every storage
+/// and check only what a kernel left: read in place where the storage has a host side
+/// ([`um::HostVisible`]), copied out for device memory (`to_vec`, a copy that waits).
+pub trait Contents: um::Storage {
+    /// The buffer's elements, on the host.
+    fn contents<T: um::DeviceCopy>(buf: &um::Managed<[T], um::HostOwned, Self>) -> Vec<T>;
+}
+
+macro_rules! contents_in_place {
+    ($($m:ty),+) => {$(
+        impl Contents for $m {
+            fn contents<T: um::DeviceCopy>(buf: &um::Managed<[T], um::HostOwned, Self>) -> Vec<T> {
+                buf.iter().copied().collect()
+            }
+        }
+    )+};
+}
+
+contents_in_place!(um::Unified, um::Coherent, um::Mirror);
+
+impl Contents for um::Device {
+    #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+    fn contents<T: um::DeviceCopy>(buf: &um::Managed<[T], um::HostOwned, Self>) -> Vec<T> {
+        buf.to_vec().expect("copy a device buffer to the host")
+    }
+}
+
 /// A host-owned buffer of floats in storage `M`, or the error that refused it.
 pub type Floats<M> = um::Result<um::Managed<[f32], um::HostOwned, M>>;
 
@@ -53,7 +80,7 @@ pub struct Alloc<M: um::Storage> {
 /// in buffers of storage `M`, checked element by element against the CPU; then a host write
 /// after `sync` must reach a kernel on another stream. Shared by the storages' GPU tests.
 #[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
-pub fn seed_loop_matches_the_cpu<M: um::Storage>(ctx: &Context, alloc: Alloc<M>) {
+pub fn seed_loop_matches_the_cpu<M: um::HostVisible>(ctx: &Context, alloc: Alloc<M>) {
     use um::StreamOptions;
     use um::kernels::run_task;
     use um_test_kernels::testing::add_scalar;

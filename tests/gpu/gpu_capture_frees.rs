@@ -1,5 +1,6 @@
 //! Every free is deferred, never dropped, while a capture may refuse it (`docs/safety.md`,
-//! rule 197). One row per path that frees or may free: drops of every state and storage, the
+//! rule 197). One row per path that frees or may free: drops of every state and storage (device memory
+//! included), the
 //! sync futures (awaited, dropped unfinished), the blocking waits that fail inside a capture,
 //! graphs, streams, events, context handles with modules, cuBLAS handles and NCCL
 //! communicators. Each row runs inside a capture closure on the capturing thread, and (where it
@@ -152,6 +153,12 @@ fn table() -> Vec<Row> {
             Valid,
         ),
         row(
+            "host-owned device buffer (from_slice_device) dropped",
+            host_owned_device,
+            Valid,
+            Valid,
+        ),
+        row(
             "stream-owned unified buffer dropped with its kernel running",
             stream_owned_unified,
             Valid,
@@ -160,6 +167,12 @@ fn table() -> Vec<Row> {
         row(
             "stream-owned mirrored buffer dropped with its kernel running",
             stream_owned_mirrored,
+            Valid,
+            Valid,
+        ),
+        row(
+            "stream-owned device buffer dropped with its kernel running",
+            stream_owned_device,
             Valid,
             Valid,
         ),
@@ -411,6 +424,32 @@ fn host_owned_mirrored_relaxed<'a, 's>(
 ) -> um::Result<Option<Free<'a>>> {
     let h = watched_mirror(s, Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?)?;
     Ok(Some(Box::new(move || relaxed_while_capturing(|| drop(h)))))
+}
+
+/// A host-owned device buffer a kernel of `s` wrote, its allocation watched (its address is
+/// known only while it is stream-owned).
+fn host_owned_device<'a, 's>(ctx: &'a Context, s: &'a Stream<'s>) -> um::Result<Option<Free<'a>>> {
+    let mut y = Managed::from_slice_device(ctx, &vec![1.0f32; len()])?.attach(s)?;
+    watch_buffer(&y);
+    add_scalar(s, &mut y, 1.0)?;
+    let h = y.sync()?;
+    Ok(Some(Box::new(move || {
+        drop(h);
+        Ok(())
+    })))
+}
+
+fn stream_owned_device<'a, 's>(
+    ctx: &'a Context,
+    s: &'a Stream<'s>,
+) -> um::Result<Option<Free<'a>>> {
+    let mut y = Managed::from_slice_device(ctx, &vec![1.0f32; len()])?.attach(s)?;
+    watch_buffer(&y);
+    spin_then_add(s, &mut y, 1.0, 20_000_000)?;
+    Ok(Some(Box::new(move || {
+        drop(y);
+        Ok(())
+    })))
 }
 
 fn stream_owned_unified<'a, 's>(

@@ -11,7 +11,7 @@
 use crate::common;
 
 use common::{device_for_captures, gpu, serial};
-use um::{Context, Error, HostOwned, Managed, Storage, StreamOptions};
+use um::{Context, Error, HostOwned, HostVisible, Managed, StreamOptions};
 use um_core::mirror_copies_on_this_thread;
 use um_test_kernels::testing::add_scalar;
 
@@ -32,7 +32,7 @@ fn coherent_here(ctx: &Context) -> bool {
 
 /// Copies `i * 3 + 1` from a buffer of storage `A` into one of `B` holding `-1`, on one stream,
 /// and checks both afterwards.
-fn copy_between<A: Storage, B: Storage>(
+fn copy_between<A: HostVisible, B: HostVisible>(
     ctx: &Context,
     src: Alloc<f32, A>,
     dst: Alloc<f32, B>,
@@ -78,7 +78,7 @@ fn a_copy_moves_every_element_between_every_pair_of_storages_at_odd_lengths() {
 }
 
 /// Fills a buffer of storage `M` holding `init` with `value`, and checks every element.
-fn fill_with<T, M: Storage>(ctx: &Context, alloc: Alloc<T, M>, n: usize, init: T, value: T)
+fn fill_with<T, M: HostVisible>(ctx: &Context, alloc: Alloc<T, M>, n: usize, init: T, value: T)
 where
     T: um::DeviceCopy + um::NoUninit + PartialEq + std::fmt::Debug,
 {
@@ -222,7 +222,7 @@ fn copies_and_fills_run_on_the_per_thread_and_legacy_streams() {
 }
 
 /// `x` filled with 17, then copied into `y`, on `s`.
-fn s_fill_then_copy<'s, K: um::StreamKind, A: Storage, B: Storage>(
+fn s_fill_then_copy<'s, K: um::StreamKind, A: HostVisible, B: HostVisible>(
     s: &um::Stream<'s, K>,
     x: &mut Managed<[u32], um::StreamOwned<'s, K>, A>,
     y: &mut Managed<[u32], um::StreamOwned<'s, K>, B>,
@@ -295,7 +295,7 @@ fn what_cannot_be_copied_or_filled_is_refused_and_the_buffers_are_untouched() {
 /// Inside a capture, a fill and a copy are graph nodes: replayed in order, their destinations
 /// marked written at every replay, so a mirror's host step sees each replay's result (the host
 /// overwrites both between replays, and the next replay writes them again).
-fn fill_and_copy_replayed<M: Storage>(ctx: &Context, alloc: Alloc<f32, M>) {
+fn fill_and_copy_replayed<M: HostVisible>(ctx: &Context, alloc: Alloc<f32, M>) {
     let n = 4099;
     let x = alloc(ctx, &vec![0.0; n]).expect("x");
     let y = alloc(ctx, &vec![0.0; n]).expect("y");

@@ -19,10 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{capture_once, device_for_captures, gpu, serial, watchdog};
-use um::{
-    Context, ContextOptions, HostOwned, Managed, Storage, StreamOptions, relaxed_while_capturing,
-};
+use common::{Contents, capture_once, device_for_captures, gpu, serial, watchdog};
+use um::{Context, ContextOptions, HostOwned, Managed, StreamOptions, relaxed_while_capturing};
 use um_cublas::{
     Bf16, Blas, Element, Error, F16, Gemm, Gemv, HalfElement, Layout, Level1, Op, ShapeError,
 };
@@ -217,7 +215,7 @@ fn gemm_description<T: Element>(g: GemmCase, (lda, ldb, ldc): (usize, usize, usi
 
 /// Runs one GEMM case in storage `M` and checks every element of C's buffer: the matrix
 /// against the CPU, the padding and the tail untouched.
-fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemmCase) {
+fn check_gemm<T: Num, M: Contents>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemmCase) {
     let ((lda, ldb, ldc), (la, lb, lc)) = gemm_extents(g);
     let a: Vec<T> = (0..la).map(|i| T::of(value(i, 1))).collect();
     let b: Vec<T> = (0..lb).map(|i| T::of(value(i, 2))).collect();
@@ -239,7 +237,7 @@ fn check_gemm<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>
             s.sync_all((da, db, dc))
         })
         .expect("gemm");
-    for (i, (g_, w)) in got.iter().zip(&want).enumerate() {
+    for (i, (g_, w)) in M::contents(&got).iter().zip(&want).enumerate() {
         let g_: f64 = (*g_).into();
         let scale = 1.0 + w.abs() + (g.k as f64) * 25.0 * g.alpha.abs();
         assert!(
@@ -255,6 +253,7 @@ fn every_storage_gemm<T: Num>(ctx: &Context, blas: &Blas) {
     for case in gemm_cases() {
         check_gemm::<T, _>(ctx, blas, Managed::from_slice, case);
         check_gemm::<T, _>(ctx, blas, Managed::from_slice_mirrored, case);
+        check_gemm::<T, _>(ctx, blas, Managed::from_slice_device, case);
         if ctx.info().concurrent_managed_access {
             check_gemm::<T, _>(ctx, blas, Managed::from_slice_coherent, case);
         } else {
@@ -285,7 +284,7 @@ fn gemm_matches_the_cpu_at_odd_shapes_on_every_storage_f64() {
 /// `M`, and checks every element of C's buffer as `check_gemm` does. The inputs are small
 /// integers, exact in F16 and Bf16 alike, and every sum of products is exact in f32, so the
 /// tolerance only covers the order of f32 accumulation.
-fn check_gemm_ex<H: HalfElement, M: Storage>(
+fn check_gemm_ex<H: HalfElement, M: Contents>(
     ctx: &Context,
     blas: &Blas,
     (alloc_h, alloc_c): (Alloc<H, M>, Alloc<f32, M>),
@@ -315,6 +314,7 @@ fn check_gemm_ex<H: HalfElement, M: Storage>(
             s.sync_all((da, db, dc))
         })
         .expect("gemm_ex");
+    let got = M::contents(&got);
     assert_eq!(got.len(), want.len());
     for (i, (g_, w)) in got.iter().zip(&want).enumerate() {
         let g_ = f64::from(*g_);
@@ -351,6 +351,12 @@ fn gemm_ex_cases<H: HalfElement>(ctx: &Context, blas: &Blas) {
             (Managed::from_slice_mirrored, Managed::from_slice_mirrored),
             case,
         );
+        check_gemm_ex::<H, _>(
+            ctx,
+            blas,
+            (Managed::from_slice_device, Managed::from_slice_device),
+            case,
+        );
     }
 }
 
@@ -375,7 +381,7 @@ struct GemvCase {
     beta: f64,
 }
 
-fn check_gemv<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemvCase) {
+fn check_gemv<T: Num, M: Contents>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>, g: GemvCase) {
     let (lda, la) = extent(g.layout, g.m, g.n, g.pad, 1);
     let (xn, yn) = if g.trans == Op::N {
         (g.n, g.m)
@@ -419,7 +425,7 @@ fn check_gemv<T: Num, M: Storage>(ctx: &Context, blas: &Blas, alloc: Alloc<T, M>
             s.sync_all((da, dx, dy))
         })
         .expect("gemv");
-    for (i, (g_, w)) in got.iter().zip(&want).enumerate() {
+    for (i, (g_, w)) in M::contents(&got).iter().zip(&want).enumerate() {
         let g_: f64 = (*g_).into();
         let scale = 1.0 + w.abs() + (xn as f64) * 25.0 * g.alpha.abs();
         assert!(
@@ -459,6 +465,7 @@ fn every_storage_gemv<T: Num>(ctx: &Context, blas: &Blas) {
     for case in cases {
         check_gemv::<T, _>(ctx, blas, Managed::from_slice, case);
         check_gemv::<T, _>(ctx, blas, Managed::from_slice_mirrored, case);
+        check_gemv::<T, _>(ctx, blas, Managed::from_slice_device, case);
         if ctx.info().concurrent_managed_access {
             check_gemv::<T, _>(ctx, blas, Managed::from_slice_coherent, case);
         }
@@ -1538,7 +1545,7 @@ fn level1_reductions_match_the_cpu_to_the_host_and_into_device_buffers() {
     }
 }
 
-fn check_updates<T: Num, M: Storage>(
+fn check_updates<T: Num, M: Contents>(
     ctx: &Context,
     blas: &Blas,
     alloc: Alloc<T, M>,
@@ -1585,11 +1592,11 @@ fn check_updates<T: Num, M: Storage>(
         .expect("level-1 updates");
     let (_, gy, gc, gs, gsx, gsz) = got;
     for (name, got, want) in [
-        ("axpy", &gy[..], &want_axpy),
-        ("copy", &gc[..], &want_copy),
-        ("scal", &gs[..], &want_scal),
-        ("swap x", &gsx[..], &want_sx),
-        ("swap y", &gsz[..], &want_sz),
+        ("axpy", &M::contents(&gy), &want_axpy),
+        ("copy", &M::contents(&gc), &want_copy),
+        ("scal", &M::contents(&gs), &want_scal),
+        ("swap x", &M::contents(&gsx), &want_sx),
+        ("swap y", &M::contents(&gsz), &want_sz),
     ] {
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
@@ -1603,7 +1610,7 @@ fn check_updates<T: Num, M: Storage>(
 }
 
 /// axpy, copy, scal and swap against the CPU at n = 1, 7 and 1000003 with increments 1 and 3,
-/// f32 and f64, on unified and mirrored memory: every element of every buffer checked, so an
+/// f32 and f64, on unified, mirrored and device memory: every element of every buffer checked, so an
 /// element between the strides, or past the last, that a call wrote shows.
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -1614,6 +1621,7 @@ fn level1_updates_match_the_cpu_and_leave_the_elements_between_strides_alone() {
     for (n, inc) in LEVEL1 {
         check_updates::<f32, _>(&ctx, &blas, Managed::from_slice, n, inc);
         check_updates::<f64, _>(&ctx, &blas, Managed::from_slice_mirrored, n, inc);
+        check_updates::<f32, _>(&ctx, &blas, Managed::from_slice_device, n, inc);
     }
 }
 

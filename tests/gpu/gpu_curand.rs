@@ -1,6 +1,6 @@
 //! cuRAND on owned buffers (`crates/um-curand`): a generator belongs to one stream and writes
 //! only buffers that stream owns. Uniform numbers land in (0, 1] and normal numbers have the
-//! mean and deviation asked for, in f32 and f64, at odd lengths, on every storage; one seed
+//! mean and deviation asked for, in f32 and f64, at odd lengths, on every storage (device memory included); one seed
 //! gives one sequence; what cuRAND cannot do (an odd length of normal numbers, a deviation that
 //! is negative or not finite) and calls on another stream of a set are refused before cuRAND
 //! runs, the buffer untouched; a generator dropped inside a capture closure is destroyed once
@@ -13,8 +13,8 @@
 
 use crate::common;
 
-use common::{device_for_captures, gpu, serial};
-use um::{Context, HostOwned, Managed, Storage, StreamOptions};
+use common::{Contents, device_for_captures, gpu, serial};
+use um::{Context, HostOwned, Managed, StreamOptions};
 use um_curand::{Element, Error, Rng, RngKind};
 use um_test_kernels::testing::add_scalar;
 
@@ -42,7 +42,7 @@ type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
 
 /// `n` uniform numbers from a fresh generator of `kind` and `seed`, on a stream of its own,
 /// into a buffer of storage `M` filled with [`SENTINEL`] first.
-fn uniform<T: Num, M: Storage>(
+fn uniform<T: Num, M: Contents>(
     ctx: &Context,
     alloc: Alloc<T, M>,
     n: usize,
@@ -58,11 +58,11 @@ fn uniform<T: Num, M: Storage>(
             x.sync()
         })
         .expect("uniform numbers");
-    x.iter().map(|&v| v.into()).collect()
+    M::contents(&x).into_iter().map(Into::into).collect()
 }
 
 /// `n` normal numbers of `mean` and `stddev`, as [`uniform`].
-fn normal<T: Num, M: Storage>(
+fn normal<T: Num, M: Contents>(
     ctx: &Context,
     alloc: Alloc<T, M>,
     n: usize,
@@ -78,7 +78,7 @@ fn normal<T: Num, M: Storage>(
             x.sync()
         })
         .expect("normal numbers");
-    x.iter().map(|&v| v.into()).collect()
+    M::contents(&x).into_iter().map(Into::into).collect()
 }
 
 /// The sample mean and standard deviation.
@@ -120,6 +120,10 @@ fn every_storage_uniform<T: Num>(ctx: &Context) {
                 &format!("{what} mirrored"),
                 &uniform::<T, _>(ctx, Managed::from_slice_mirrored, n, kind, 11),
             );
+            check_uniform(
+                &format!("{what} device"),
+                &uniform::<T, _>(ctx, Managed::from_slice_device, n, kind, 11),
+            );
             if ctx.info().concurrent_managed_access {
                 check_uniform(
                     &format!("{what} coherent"),
@@ -155,6 +159,10 @@ fn check_normal<T: Num>(ctx: &Context) {
         (
             "mirrored",
             normal::<T, _>(ctx, Managed::from_slice_mirrored, n, (mean, stddev), 5),
+        ),
+        (
+            "device",
+            normal::<T, _>(ctx, Managed::from_slice_device, n, (mean, stddev), 5),
         ),
     ] {
         assert!(

@@ -12,8 +12,8 @@
 
 use crate::common;
 
-use common::{device_for_captures, gpu, serial};
-use um::{Coherent, Context, HostOwned, Managed, Mirror, Storage, StreamOptions, Unified};
+use common::{Contents, device_for_captures, gpu, serial};
+use um::{Coherent, Context, Device, HostOwned, Managed, Mirror, Storage, StreamOptions, Unified};
 use um_cusparse::{Csr, Element, Error, Op, Sparse};
 use um_test_kernels::testing::add_scalar;
 
@@ -106,7 +106,7 @@ type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
 type MakeCsr<T, M> =
     fn(&Context, usize, usize, &[i32], &[i32], &[T]) -> um_cusparse::Result<Csr<T, HostOwned, M>>;
 
-fn check_spmv<T: Num, MA: Storage, MX: Storage, MY: Storage>(
+fn check_spmv<T: Num, MA: Storage, MX: Storage, MY: Contents>(
     ctx: &Context,
     (rows, cols): (usize, usize),
     op: Op,
@@ -136,8 +136,8 @@ fn check_spmv<T: Num, MA: Storage, MX: Storage, MY: Storage>(
             y.sync()
         })
         .expect("spmv");
-    for (i, (g, w)) in y.iter().zip(&want).enumerate() {
-        let g: f64 = (*g).into();
+    for (i, (g, w)) in MY::contents(&y).into_iter().zip(&want).enumerate() {
+        let g: f64 = g.into();
         assert!(
             (g - w).abs() <= T::TOL * (1.0 + w.abs()),
             "{rows}x{cols} {op:?} {}/{}/{}: y[{i}] = {g}, expected {w}",
@@ -158,6 +158,9 @@ fn every_shape_spmv<T: Num>(ctx: &Context) {
             check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new, unified);
             check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_mirrored, mirrored);
             check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_mirrored, unified);
+            let device: (Alloc<T, Device>, Alloc<T, Device>) =
+                (Managed::from_slice_device, Managed::from_slice_device);
+            check_spmv::<T, _, _, _>(ctx, shape, op, Csr::new_mirrored, device);
             if ctx.info().concurrent_managed_access {
                 let coherent: (Alloc<T, Coherent>, Alloc<T, Unified>) =
                     (Managed::from_slice_coherent, Managed::from_slice);

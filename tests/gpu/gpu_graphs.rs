@@ -28,11 +28,12 @@ use std::ffi::{c_uint, c_void};
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_context_usable, device_for_captures, gpu, is_fault_child, run_in_child, watchdog,
+    Contents, assert_context_usable, device_for_captures, gpu, is_fault_child, run_in_child,
+    watchdog,
 };
 use um::{
-    Context, ContextOptions, Error, HostOwned, LaunchConfig, Linear, Managed, Storage,
-    StreamOptions, Transfer, relaxed_while_capturing,
+    Context, ContextOptions, Error, HostOwned, LaunchConfig, Linear, Managed, StreamOptions,
+    Transfer, relaxed_while_capturing,
 };
 use um_test_kernels::testing::{
     add_scalar, add_scalar_node, axpy, spin_then_add, spin_then_add_node,
@@ -73,10 +74,12 @@ type Alloc<M> = fn(&Context, usize, fn(usize) -> f32) -> um::Result<Managed<[f32
 const UNIFIED: Alloc<um::Unified> = |ctx, n, f| Managed::from_fn(ctx, n, f);
 const MIRROR: Alloc<um::Mirror> = |ctx, n, f| Managed::from_fn_mirrored(ctx, n, f);
 const COHERENT: Alloc<um::Coherent> = |ctx, n, f| Managed::from_fn_coherent(ctx, n, f);
+const DEVICE: Alloc<um::Device> =
+    |ctx, n, f| Managed::from_slice_device(ctx, &(0..n).map(f).collect::<Vec<_>>());
 
 /// x = i, y = 0; the graph: y += 2x (axpy), then x += 1: after r replays, x = i + r and
 /// y = 2 (r i + r (r - 1) / 2). 1000 replays, then the buffers come back by `sync`.
-fn thousand_replays<M: Storage>(alloc: Alloc<M>) {
+fn thousand_replays<M: Contents>(alloc: Alloc<M>) {
     let ctx = gpu_as_is();
     let n = n();
     let x = alloc(&ctx, n, |i| (i % 1000) as f32).expect("x");
@@ -97,6 +100,7 @@ fn thousand_replays<M: Storage>(alloc: Alloc<M>) {
         })
         .expect("capture, replays, sync");
     let r = replays as f32;
+    let (x, y) = (M::contents(&x), M::contents(&y));
     assert_eq!(
         first_wrong(&x, |i| (i % 1000) as f32 + r),
         None,
@@ -130,6 +134,13 @@ fn a_thousand_replays_are_exact_in_mirrored_memory() {
 fn a_thousand_replays_are_exact_in_coherent_memory() {
     let _serial = serial();
     thousand_replays(COHERENT);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_thousand_replays_are_exact_in_device_memory() {
+    let _serial = serial();
+    thousand_replays(DEVICE);
 }
 
 /// Driver: a launch on a capture stream is recorded, not run (before the first replay the
@@ -223,7 +234,7 @@ fn a_scalar_update_applies_to_later_replays_only() {
 /// Host steps between replays: `host` waits, shows the contents, and hands them back; a host
 /// write reaches the next replay (a mirror copies it to the device), and a replay's writes reach
 /// the next host step (a mirror copies them back, every time).
-fn host_between_replays<M: Storage>(alloc: Alloc<M>) {
+fn host_between_replays<M: um::HostVisible>(alloc: Alloc<M>) {
     let ctx = gpu_as_is();
     let n = n();
     let x = alloc(&ctx, n, |i| i as f32).expect("x");

@@ -38,24 +38,33 @@ fn a_foreign_call_writes_a_stream_owned_buffer_of_every_storage() {
     let n = 4099;
     let unified = Managed::from_fn(&ctx, n, |_| 0u32).expect("alloc");
     let mirrored = Managed::from_fn_mirrored(&ctx, n, |_| 0u32).expect("alloc");
-    let (unified, mirrored) = ctx
+    let device = Managed::from_slice_device(&ctx, &vec![0u32; n]).expect("alloc");
+    let (unified, mirrored, device) = ctx
         .with_stream(StreamOptions::new(), |s| {
-            let (mut u, mut m) = (unified.attach(s)?, mirrored.attach(s)?);
-            let (mut pu, pm) = (u.as_device_ptr_mut(), m.as_device_ptr_mut());
-            assert_eq!((pu.len(), pm.len()), (n, n));
+            let (mut u, mut m, mut d) =
+                (unified.attach(s)?, mirrored.attach(s)?, device.attach(s)?);
+            let (mut pu, pm, pd) = (
+                u.as_device_ptr_mut(),
+                m.as_device_ptr_mut(),
+                d.as_device_ptr_mut(),
+            );
+            assert_eq!((pu.len(), pm.len(), pd.len()), (n, n, n));
             assert_eq!(pu.as_mut_ptr() as u64, pu.address());
             // SAFETY: each address holds `n` u32 of a buffer owned by `s`, and the call is
             // enqueued on `s` while the borrow lasts.
             unsafe {
                 memset_u32(pu.address(), 7, n, s.as_raw());
                 memset_u32(pm.address(), 9, n, s.as_raw());
+                memset_u32(pd.address(), 11, n, s.as_raw());
             }
-            s.sync_all((u, m))
+            s.sync_all((u, m, d))
         })
         .expect("stream work");
     assert!(unified.iter().all(|v| *v == 7));
     // The `&mut` address marked the mirror written: `sync` copied the device half back.
     assert!(mirrored.iter().all(|v| *v == 9));
+    // Device memory has no host side: its contents come back by a copy.
+    assert!(device.to_vec().expect("copy").iter().all(|v| *v == 11));
 }
 
 #[test]

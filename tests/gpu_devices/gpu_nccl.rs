@@ -28,7 +28,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use common::waker::{ActingWaker, wait_until_woken};
-use common::watchdog;
+use common::{Contents, watchdog};
 use um::nccl::{Comm, CommOptions, Group, Launched, ReduceOp, UniqueId};
 use um::{Context, Error, HostOwned, Managed, Storage, Stream, StreamOptions, StreamOwned};
 use um_test_kernels::testing::spin_then_add;
@@ -75,6 +75,12 @@ fn unified() -> Alloc<um::Unified> {
         from_fn: |c, n, f| Managed::from_fn(c, n, f),
     }
 }
+fn device() -> Alloc<um::Device> {
+    Alloc {
+        name: "device",
+        from_fn: |c, n, f| Managed::from_slice_device(c, &(0..n).map(f).collect::<Vec<_>>()),
+    }
+}
 fn coherent() -> Alloc<um::Coherent> {
     Alloc {
         name: "coherent",
@@ -103,7 +109,7 @@ fn value(r: usize, i: usize) -> f32 {
 
 /// Every collective once, all ranks in one group per collective, in buffers of storage `M`,
 /// checked element by element against the CPU.
-fn every_collective<M: Storage>(ctxs: &[Context], comms: &[Comm], alloc: &Alloc<M>) {
+fn every_collective<M: Contents>(ctxs: &[Context], comms: &[Comm], alloc: &Alloc<M>) {
     let n = comms.len();
     let len = 4099;
     let mk = |ctx: &Context, len: usize, f: &dyn Fn(usize) -> f32| {
@@ -191,6 +197,10 @@ fn every_collective<M: Storage>(ctxs: &[Context], comms: &[Comm], alloc: &Alloc<
         Ok(back)
     })
     .unwrap_or_else(|e| panic!("{} storage: {e}", alloc.name));
+    let results: Vec<Vec<Vec<f32>>> = results
+        .iter()
+        .map(|group| group.iter().map(|b| M::contents(b)).collect())
+        .collect();
     let sum = |i: usize| (0..n).map(|r| value(r, i)).sum::<f32>();
     for r in 0..n {
         let small = &results[2 * r];
@@ -250,6 +260,7 @@ fn every_collective_matches_the_cpu_on_every_storage() {
             options.is_blocking()
         );
         every_collective(&ctxs, &comms, &mirrored());
+        every_collective(&ctxs, &comms, &device());
         if ctxs.iter().all(|c| c.info().concurrent_managed_access) {
             every_collective(&ctxs, &comms, &unified());
             every_collective(&ctxs, &comms, &coherent());

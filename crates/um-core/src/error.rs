@@ -211,6 +211,24 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
+    /// A copy between a device-only buffer ([`Device`](crate::Device)) and host memory of
+    /// another length: refused before any driver call.
+    #[error("{what}: the buffer has {buffer} elements, the host side {host}")]
+    HostCopyLength {
+        /// The copy (`copy_from_host`, `copy_to_host`).
+        what: &'static str,
+        /// The buffer's length.
+        buffer: usize,
+        /// The host slice's length.
+        host: usize,
+    },
+    /// The device has no stream-ordered allocator (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`
+    /// is 0), so no [`MemPool`](crate::MemPool) can be made on it.
+    #[error("device {device} has no memory pools (the stream-ordered allocator)")]
+    MemoryPoolsUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
     /// A buffer is longer than the kernel's count parameter can express.
     #[error("kernel {kernel}: {len} elements do not fit its `{param}` count parameter")]
     LengthTooLarge {
@@ -530,7 +548,7 @@ pub enum ErrorKind {
     /// No usable device, or the device lacks what the call needs: no GPU
     /// ([`Error::NoDevice`], the answer on a machine without one), an ordinal past the last
     /// device, no managed memory, no concurrent managed access where the call needs it, a
-    /// driver too old for the PTX.
+    /// driver too old for the PTX, no stream-ordered allocator for a pool.
     Device,
     /// A buffer, kernel, node or handle used with a stream, context, device or graph that it
     /// does not belong to, where only the running program can tell (the streams of a stream

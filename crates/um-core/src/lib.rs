@@ -122,13 +122,14 @@ pub use driver::module::{Kernel, Module, ptx_isa_version};
 pub use driver::options::ContextOptions;
 pub use driver::order::StreamOrder;
 pub use driver::poison::Poisoner;
-// Named in the compiler's errors only: a per-thread or capture stream's work moved to another
-// thread is refused with "`*const PerThreadStreamIsThreadLocal` cannot be sent between threads
-// safely" (public, so that the compiler names them by their short names).
+pub use driver::pool::MemPool;
 pub use driver::stream::{
     Attachable, Capture, Created, Eager, Legacy, PerThread, Stream, StreamKind, StreamOptions,
     Transfer,
 };
+// Named in the compiler's errors only: a per-thread or capture stream's work moved to another
+// thread is refused with "`*const PerThreadStreamIsThreadLocal` cannot be sent between threads
+// safely" (public, so that the compiler names them by their short names).
 #[doc(hidden)]
 pub use driver::stream::{CaptureStaysOnItsThread, PerThreadStreamIsThreadLocal};
 pub use driver::timing::{Elapsed, TimeMark, TimeSpan};
@@ -146,9 +147,12 @@ pub use memory::{state, storage};
 pub use reclaim::reaper::reap_pending;
 // Listed as re-exports of the public modules `state` and `storage`, not as items of their own.
 #[doc(no_inline)]
-pub use state::{CaptureSet, HostAccess, HostOwned, State, StreamOwned, SyncGroup};
+pub use state::{CaptureSet, HostAccess, HostOwned, HostViews, State, StreamOwned, SyncGroup};
 #[doc(no_inline)]
-pub use storage::{Coherent, CoherentManaged, Mirror, MirroredManaged, Storage, Unified};
+pub use storage::{
+    Coherent, CoherentManaged, Device, DeviceManaged, HostVisible, Mirror, MirroredManaged, Pooled,
+    PooledManaged, Storage, Unified,
+};
 pub use wait::futures::{SyncAllFuture, SyncFuture};
 
 /// Includes the kernels and launchers that `um-build` generated in this crate's build script
@@ -212,10 +216,24 @@ mod facts {
     assert_impl_all!(Managed<[f32], HostOwned, Coherent>: Send, Sync);
     assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Coherent>: Send, Sync);
     assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Coherent>: Send, Sync);
+    // So does device memory; and the CPU reaches it in no state (copies only).
+    assert_impl_all!(Managed<[f32], HostOwned, Device>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Device>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Device>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], HostOwned, Device>: std::ops::Deref, std::ops::DerefMut);
+    assert_impl_all!(Managed<[f32], HostOwned, Mirror>: std::ops::Deref, std::ops::DerefMut);
+    // So does memory born on a stream from a pool; a pool is shared by threads.
+    assert_impl_all!(Managed<[f32], HostOwned, Pooled>: Send, Sync);
+    assert_impl_all!(Managed<[f32], StreamOwned<'static, Created>, Pooled>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], StreamOwned<'static, PerThread>, Pooled>: Send, Sync);
+    assert_not_impl_any!(Managed<[f32], HostOwned, Pooled>: std::ops::Deref, std::ops::DerefMut);
+    assert_impl_all!(MemPool: Send, Sync, Clone);
     // Storages are zero-sized markers, and unified memory carries nothing for them.
     const_assert_eq!(std::mem::size_of::<Unified>(), 0);
     const_assert_eq!(std::mem::size_of::<Mirror>(), 0);
     const_assert_eq!(std::mem::size_of::<Coherent>(), 0);
+    const_assert_eq!(std::mem::size_of::<Device>(), 0);
+    const_assert_eq!(std::mem::size_of::<Pooled>(), 0);
 
     // A foreign stream is shared by threads like an owned one, and so is its memory.
     assert_impl_all!(Stream<'static, Foreign>: Send, Sync);

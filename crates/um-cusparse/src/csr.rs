@@ -2,8 +2,8 @@
 //! one unit.
 
 use um_core::{
-    Attachable, Coherent, Context, HostOwned, Managed, Mirror, State, Storage, Stream, StreamOwned,
-    Unified,
+    Attachable, Coherent, Context, HostOwned, HostVisible, Managed, Mirror, State, Storage, Stream,
+    StreamOwned, Unified,
 };
 
 use crate::element::Element;
@@ -219,26 +219,6 @@ impl<T: Element, M: Storage> Csr<T, HostOwned, M> {
         })
     }
 
-    /// The row offsets (`rows + 1`), read-only: the structure is proved.
-    pub fn row_offsets(&self) -> &[i32] {
-        &self.row_offsets
-    }
-
-    /// The column indices, read-only.
-    pub fn col_indices(&self) -> &[i32] {
-        &self.col_indices
-    }
-
-    /// The stored values.
-    pub fn values(&self) -> &[T] {
-        &self.values
-    }
-
-    /// The stored values, to rewrite in place (the structure stays as proved).
-    pub fn values_mut(&mut self) -> &mut [T] {
-        &mut self.values
-    }
-
     /// Hands the whole matrix to `stream`. If one part's attach fails, the parts are dropped as
     /// their owners' (each freed after its stream's work) and the error returned.
     pub fn attach<'s, K: Attachable>(
@@ -259,6 +239,28 @@ impl<T: Element, M: Storage> Csr<T, HostOwned, M> {
             col_indices: col_indices.attach(stream)?,
             values: values.attach(stream)?,
         })
+    }
+}
+
+impl<T: Element, M: HostVisible> Csr<T, HostOwned, M> {
+    /// The row offsets (`rows + 1`), read-only: the structure is proved.
+    pub fn row_offsets(&self) -> &[i32] {
+        &self.row_offsets
+    }
+
+    /// The column indices, read-only.
+    pub fn col_indices(&self) -> &[i32] {
+        &self.col_indices
+    }
+
+    /// The stored values.
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+
+    /// The stored values, to rewrite in place (the structure stays as proved).
+    pub fn values_mut(&mut self) -> &mut [T] {
+        &mut self.values
     }
 }
 

@@ -5,8 +5,8 @@
 //! [`Result`]. Every `unsafe` block of the crate that calls the driver lives here or names the
 //! invariant it relies on; the safe types call only these functions. Below it is [`sys`] (the
 //! raw entry points); beside it, the objects built on it: contexts ([`context`], [`options`]),
-//! modules and kernels ([`module`]), streams ([`stream`]), events ([`event`]) and the timing
-//! of the device's work ([`timing`]).
+//! modules and kernels ([`module`]), streams ([`stream`]), events ([`event`]), the timing
+//! of the device's work ([`timing`]) and memory pools ([`pool`]).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
@@ -21,6 +21,7 @@ pub(crate) mod module;
 pub(crate) mod options;
 pub(crate) mod order;
 pub(crate) mod poison;
+pub(crate) mod pool;
 pub(crate) mod stream;
 pub(crate) mod sys;
 pub(crate) mod timing;
@@ -90,7 +91,8 @@ impl Error {
             | Error::HandOffAcrossDevices { .. }
             | Error::NeedsConcurrentManagedAccess { .. }
             | Error::GraphNeedsConcurrentManagedAccess { .. }
-            | Error::CollectiveStorage { .. } => ErrorKind::Device,
+            | Error::CollectiveStorage { .. }
+            | Error::MemoryPoolsUnsupported { .. } => ErrorKind::Device,
             Error::StreamMismatch { .. }
             | Error::ContextMismatch
             | Error::WrongDevice { .. }
@@ -113,7 +115,8 @@ impl Error {
             | Error::InteriorNul { .. }
             | Error::TimeSpan { .. }
             | Error::CopyLengths { .. }
-            | Error::FillPattern { .. } => ErrorKind::Invalid,
+            | Error::FillPattern { .. }
+            | Error::HostCopyLength { .. } => ErrorKind::Invalid,
             Error::WouldOversubscribe { .. } => ErrorKind::OutOfMemory,
             Error::CaptureRefusedHere
             | Error::CaptureLostBuffer { .. }
@@ -279,8 +282,22 @@ pub(crate) fn mem_alloc_managed(bytes: usize, global: bool) -> Result<sys::CUdev
 /// `p` came from [`mem_alloc_managed`] or [`mem_alloc_device`], is freed once, and no
 /// kernel or copy can still use it.
 pub(crate) unsafe fn mem_free(p: sys::CUdeviceptr) -> Result<()> {
+    #[cfg(test)]
+    MEM_FREES.with(|n| n.set(n.get() + 1));
     // SAFETY: guaranteed by the caller.
     check("cuMemFree", unsafe { sys::cuMemFree_v2(p) })
+}
+
+#[cfg(test)]
+thread_local! {
+    static MEM_FREES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many `cuMemFree` calls this thread has made (unit tests: a free that must not reach the
+/// driver).
+#[cfg(test)]
+pub(crate) fn mem_frees_on_this_thread() -> u64 {
+    MEM_FREES.with(std::cell::Cell::get)
 }
 
 /// Allocates `bytes` (> 0) of device memory (`cuMemAlloc`).
@@ -406,6 +423,201 @@ pub(crate) unsafe fn memset_async(
         }),
     };
     check(call, code)
+}
+
+/// How a copy or fill that waits for itself failed: the driver's error, and whether the copy may
+/// still run (its call was made, and it or its wait failed), in which case the memory it writes
+/// must not be freed.
+pub(crate) struct WaitFailed {
+    pub(crate) error: Error,
+    pub(crate) may_run: bool,
+}
+
+impl WaitFailed {
+    fn before(error: Error) -> Self {
+        WaitFailed {
+            error,
+            may_run: false,
+        }
+    }
+
+    fn after(error: Error) -> Self {
+        WaitFailed {
+            error,
+            may_run: true,
+        }
+    }
+}
+
+/// Fills `bytes` at `dst` with zero bytes on the calling thread's default stream, and waits for
+/// the fill.
+///
+/// # Safety
+/// `dst..dst + bytes` is live device memory of the current context that nothing else uses until
+/// this returns (or, where the fill may still run, ever).
+pub(crate) unsafe fn memset_zero_wait(
+    dst: sys::CUdeviceptr,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller; the per-thread handle names a stream of the current
+    // context.
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(dst, 0, bytes, sys::STREAM_PER_THREAD)
+    })
+    .map_err(WaitFailed::before)?;
+    stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
+}
+
+/// Copies `bytes` from host `src` to device `dst` and waits until the device memory holds them.
+///
+/// `cuMemcpyHtoD` (its per-thread-stream form) returns once the source has been read (staged,
+/// for pageable memory), while the transfer to `dst` may still be in flight on the calling
+/// thread's default stream; the wait for that stream that follows makes the bytes visible to
+/// work of every stream.
+///
+/// # Safety
+/// `src..src + bytes` is readable host memory, and `dst..dst + bytes` live device memory of the
+/// current context that nothing else uses until this returns (or, where the copy may still run,
+/// ever).
+pub(crate) unsafe fn memcpy_htod_wait(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD_v2_ptds(dst, src, bytes)
+    })
+    .map_err(WaitFailed::after)?;
+    stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
+}
+
+/// Copies `bytes` from device `src` to host `dst`; returns once they are in `dst`
+/// (`cuMemcpyDtoH`, per-thread-stream form: "returns only once the copy has completed", for
+/// pageable and pinned memory alike).
+///
+/// # Safety
+/// `dst..dst + bytes` is writable host memory that nothing else reads or writes until this
+/// returns, and `src..src + bytes` live device memory of the current context that nothing
+/// writes meanwhile.
+pub(crate) unsafe fn memcpy_dtoh_wait(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+) -> std::result::Result<(), WaitFailed> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH_v2_ptds(dst, src, bytes)
+    })
+    .map_err(WaitFailed::after)
+}
+
+/// The device's default memory pool (`cuDeviceGetDefaultMemPool`), which is never destroyed.
+pub(crate) fn mem_pool_default(device: sys::CUdevice) -> Result<sys::CUmemoryPool> {
+    let mut pool: sys::CUmemoryPool = ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer; the driver checks `device`.
+    check("cuDeviceGetDefaultMemPool", unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, device)
+    })?;
+    Ok(pool)
+}
+
+/// A new pool of pinned device memory on device `device` (`cuMemPoolCreate`), which the caller
+/// destroys with [`mem_pool_destroy`].
+pub(crate) fn mem_pool_create(device: sys::CUdevice) -> Result<sys::CUmemoryPool> {
+    let props = sys::MemPoolProps::device(device);
+    let mut pool: sys::CUmemoryPool = ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer; `props` is a valid `CUmemPoolProps` (pinned, on a
+    // device, no handle types, reserved bytes zero) that lives for the call.
+    check("cuMemPoolCreate", unsafe {
+        sys::cuMemPoolCreate(&mut pool, &props)
+    })?;
+    Ok(pool)
+}
+
+/// Destroys a pool made by [`mem_pool_create`]. Allocations still outstanding stay valid: the
+/// driver releases the pool's resources once the last of them is freed.
+///
+/// # Safety
+/// `pool` came from [`mem_pool_create`], is destroyed once, and is not used afterwards.
+pub(crate) unsafe fn mem_pool_destroy(pool: sys::CUmemoryPool) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemPoolDestroy", unsafe { sys::cuMemPoolDestroy(pool) })
+}
+
+/// Sets a `cuuint64_t` attribute of a pool.
+///
+/// # Safety
+/// `pool` is a live pool; `attr` is an attribute of value type `cuuint64_t` that may be set.
+pub(crate) unsafe fn mem_pool_set_u64(
+    pool: sys::CUmemoryPool,
+    attr: c_int,
+    value: u64,
+) -> Result<()> {
+    let mut value = value;
+    // SAFETY: the caller's guarantees; `value` is a valid `cuuint64_t` for the call.
+    check("cuMemPoolSetAttribute", unsafe {
+        sys::cuMemPoolSetAttribute(pool, attr, (&raw mut value).cast::<c_void>())
+    })
+}
+
+/// Reads a `cuuint64_t` attribute of a pool.
+///
+/// # Safety
+/// `pool` is a live pool; `attr` is an attribute of value type `cuuint64_t`.
+pub(crate) unsafe fn mem_pool_get_u64(pool: sys::CUmemoryPool, attr: c_int) -> Result<u64> {
+    let mut value: u64 = 0;
+    // SAFETY: the caller's guarantees; `value` is a valid out-pointer of the attribute's type.
+    check("cuMemPoolGetAttribute", unsafe {
+        sys::cuMemPoolGetAttribute(pool, attr, (&raw mut value).cast::<c_void>())
+    })?;
+    Ok(value)
+}
+
+/// Enqueues on `s` an allocation of `bytes` (> 0) from `pool` (`cuMemAllocFromPoolAsync`): the
+/// address is returned at once, and may be used by work ordered after the allocation on `s`.
+///
+/// # Safety
+/// `pool` is a live pool and `s` a live stream of the current context, not capturing.
+pub(crate) unsafe fn mem_alloc_from_pool_async(
+    bytes: usize,
+    pool: sys::CUmemoryPool,
+    s: sys::CUstream,
+) -> Result<sys::CUdeviceptr> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's guarantees; `p` is a valid out-pointer.
+    check("cuMemAllocFromPoolAsync", unsafe {
+        sys::cuMemAllocFromPoolAsync(&mut p, bytes, pool, s)
+    })?;
+    Ok(p)
+}
+
+/// Enqueues on `s` the free of a pool allocation (`cuMemFreeAsync`): it takes effect once `s`
+/// reaches it, with no host wait.
+///
+/// # Safety
+/// `p` came from [`mem_alloc_from_pool_async`] and is freed once; `s` is a live stream (or a
+/// special handle) of the current context; every use of the memory is ordered before this
+/// point of `s`, and none is enqueued after it.
+pub(crate) unsafe fn mem_free_async(p: sys::CUdeviceptr, s: sys::CUstream) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(p, s) })
+}
+
+/// Enqueues on `s` a fill of `bytes` at `dst` with zero bytes (`cuMemsetD8Async`).
+///
+/// # Safety
+/// `dst..dst + bytes` is live device memory of the current context that only work of `s` uses
+/// from now on (or work ordered after this point of `s`); `s` is a live stream.
+pub(crate) unsafe fn memset_zero_async(
+    dst: sys::CUdeviceptr,
+    bytes: usize,
+    s: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: guaranteed by the caller.
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(dst, 0, bytes, s)
+    })
 }
 
 /// Enqueues a prefetch of `bytes` at `p` to `to` on `s`.

@@ -32,6 +32,14 @@ impl PoisonFlag {
     fn set(&self) {
         self.poisoned.store(true, Ordering::Release);
     }
+
+    /// Whether the mark is set or may be set later: a [`Poisoner`] of it exists (only a
+    /// poisoner sets it, and one is made only from a live stream). Where this is `false`, no
+    /// work enqueued on the stream so far can be aborted by a poisoner: a library takes its
+    /// handle before it enqueues work it may abort (see [`Poisoner`]).
+    pub(crate) fn may_be_set(self: &Arc<Self>) -> bool {
+        self.is_set() || Arc::weak_count(self) > 0
+    }
 }
 
 /// A handle that poisons one stream (see [`Stream::poisoner`](crate::Stream::poisoner)): once
@@ -45,7 +53,11 @@ impl PoisonFlag {
 /// or refuse, so calling it is always safe.
 ///
 /// To make the mark effective, set it **before** the abort that may let the stream go idle
-/// early: a buffer whose drop sees the stream idle and the mark unset is freed.
+/// early: a buffer whose drop sees the stream idle and the mark unset is freed. And take the
+/// handle **before** enqueuing the work it may abort: a buffer born on a stream from a pool
+/// ([`Stream::alloc_zeroed`](crate::Stream::alloc_zeroed)) is freed in the stream's order at its
+/// drop, with no wait, only while no handle of its stream exists; where one does, its free waits
+/// for the stream to pass it, and for the mark to be unset then.
 #[derive(Debug, Clone)]
 pub struct Poisoner {
     flag: Weak<PoisonFlag>,
@@ -113,5 +125,20 @@ mod tests {
         assert!(p3.is_of(&fresh[7]));
         p3.poison();
         assert!(fresh[7].is_set());
+    }
+
+    /// A mark with no handle can never be set; one with a handle may be; one set stays so.
+    #[test]
+    fn a_mark_may_be_set_only_while_a_handle_exists_or_once_it_is() {
+        let f: Arc<PoisonFlag> = Arc::default();
+        assert!(!f.may_be_set());
+        let p = Poisoner::new(&f);
+        assert!(f.may_be_set(), "a handle may poison it later");
+        drop(p);
+        assert!(!f.may_be_set(), "the handle is gone");
+        let p = Poisoner::new(&f);
+        p.poison();
+        drop(p);
+        assert!(f.may_be_set(), "set for good");
     }
 }

@@ -106,6 +106,56 @@ impl MemLocation {
     pub(crate) const HOST: MemLocation = MemLocation { kind: 0x2, id: 0 };
 }
 
+/// `CUmemoryPool`: an opaque handle of a memory pool (`cuMemPoolCreate`, or a device's default
+/// pool).
+pub(crate) type CUmemoryPool = *mut c_void;
+
+/// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` (`cuuint64_t`): reserved bytes the pool keeps at a
+/// synchronization instead of releasing them to the system.
+pub(crate) const MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` (`cuuint64_t`): the pool's backing memory.
+pub(crate) const MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+/// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT` (`cuuint64_t`): the pool's memory in use by allocations.
+pub(crate) const MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
+
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`: the device has the stream-ordered allocator.
+pub(crate) const ATTR_MEMORY_POOLS_SUPPORTED: c_int = 115;
+
+/// `CUmemPoolProps` (`CUmemPoolProps_v1`): what `cuMemPoolCreate` makes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemPoolProps {
+    /// `CUmemAllocationType`: `CU_MEM_ALLOCATION_TYPE_PINNED` (1), the only one accepted.
+    pub(crate) alloc_type: c_int,
+    /// `CUmemAllocationHandleType`: `CU_MEM_HANDLE_TYPE_NONE` (0), no export.
+    pub(crate) handle_types: c_int,
+    /// Where the pool's memory resides.
+    pub(crate) location: MemLocation,
+    /// Windows only; NULL.
+    pub(crate) win32_security_attributes: *mut c_void,
+    /// 0: the system's default limit.
+    pub(crate) max_size: usize,
+    /// 0: no usage flags.
+    pub(crate) usage: u16,
+    /// Must be zero.
+    pub(crate) reserved: [u8; 54],
+}
+
+impl MemPoolProps {
+    /// A pool of pinned device memory on device `ordinal`, not exportable.
+    pub(crate) fn device(ordinal: CUdevice) -> Self {
+        MemPoolProps {
+            alloc_type: 1,
+            handle_types: 0,
+            location: MemLocation::device(ordinal),
+            win32_security_attributes: std::ptr::null_mut(),
+            max_size: 0,
+            usage: 0,
+            reserved: [0; 54],
+        }
+    }
+}
+
 /// `CUstreamCallback`: what `cuStreamAddCallback` calls, on a driver thread, exactly once, with
 /// `CUDA_SUCCESS` or the error the stream met (its `CUresult` spelled `i32`, as everywhere here).
 /// `CUDA_CB` is the platform's system ABI.
@@ -193,6 +243,12 @@ unsafe extern "C" {
         bytes: usize,
         stream: CUstream,
     ) -> i32;
+    // The synchronous copies in their per-thread-default-stream form (`_ptds`, what `cuda.h`
+    // maps the plain names to under `CU_API_PER_THREAD_DEFAULT_STREAM`): ordered on the calling
+    // thread's default stream instead of the legacy one, so that they wait for no other
+    // thread's blocking streams.
+    pub(crate) fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> i32;
+    pub(crate) fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> i32;
     pub(crate) fn cuMemsetD8Async(
         dst: CUdeviceptr,
         value: u8,
@@ -226,6 +282,22 @@ unsafe extern "C" {
         flags: c_uint,
         stream: CUstream,
     ) -> i32;
+
+    // The stream-ordered allocator (CUDA 11.2+), non-`_ptsz` forms as everywhere here.
+    pub(crate) fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: CUdevice) -> i32;
+    pub(crate) fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const MemPoolProps) -> i32;
+    pub(crate) fn cuMemPoolDestroy(pool: CUmemoryPool) -> i32;
+    pub(crate) fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void)
+    -> i32;
+    pub(crate) fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void)
+    -> i32;
+    pub(crate) fn cuMemAllocFromPoolAsync(
+        ptr: *mut CUdeviceptr,
+        bytes: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) -> i32;
+    pub(crate) fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> i32;
 
     pub(crate) fn cuStreamCreateWithPriority(
         stream: *mut CUstream,

@@ -11,7 +11,7 @@ use crate::driver::stream::{Attachable, Brand, Eager, RawStream, Stream, StreamK
 use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::graph::node::{Node, Scalars};
-use crate::memory::state::CaptureSet;
+use crate::memory::state::{CaptureSet, HostViews};
 use crate::sealed::PRIVATE;
 
 /// A captured graph, instantiated, holding the buffers its nodes use: replayed on the stream
@@ -149,9 +149,14 @@ impl<'s, K: Eager, B: CaptureSet<'s, K>> Graph<'s, K, B> {
     /// `f` sees the contents, never the buffers: the graph keeps holding the very allocations
     /// its nodes use. If the wait or an attach fails, or `f` panics, the buffers are dropped and
     /// every later [`launch`](Graph::launch) is [`Error::GraphEmptied`].
+    ///
+    /// Every buffer of the set must have a host side ([`HostViews`]): a graph holding device
+    /// memory ([`Device`](crate::Device)) gives its buffers back by [`sync`](Graph::sync)
+    /// instead.
     pub fn host<R>(&mut self, stream: &Stream<'s, K>, f: impl FnOnce(B::View<'_>) -> R) -> Result<R>
     where
         K: Attachable,
+        B: HostViews<'s, K>,
     {
         if stream.raw().id != self.owner.id {
             return Err(Error::StreamMismatch { argument: 0 });

@@ -25,11 +25,13 @@ use cust::memory::bytemuck::Zeroable;
 use crate::driver;
 use crate::driver::context::{Context, in_driver_callback};
 use crate::driver::poison::PoisonFlag;
-use crate::driver::stream::RawStream;
+use crate::driver::stream::{RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::Result;
-use crate::memory::marker::{HostAccess, HostOwned, State};
-use crate::memory::storage::parts::{self, Allocation, Size, Storage, allocate, byte_size};
+use crate::memory::marker::{HostAccess, HostOwned, State, StreamOwned};
+use crate::memory::storage::parts::{
+    self, Allocate, Allocation, HostVisible, Size, Storage, allocate, byte_size,
+};
 use crate::memory::storage::unified::Unified;
 use crate::reclaim::defer::{
     bury, capturing, defer_free, defer_free_or_keep, dropping_scope, free_after_captures,
@@ -48,13 +50,16 @@ use crate::sealed::PRIVATE;
 /// [`crate::state`]).
 ///
 /// The storage `M` is [`Unified`] (managed memory, the default), [`Coherent`](crate::Coherent)
-/// (managed memory attached globally, whose transitions make no association call) or
+/// (managed memory attached globally, whose transitions make no association call),
 /// [`Mirror`](crate::Mirror) (pinned host memory and device memory, copied at the transitions
-/// only when needed; see [`crate::storage`]). States, transitions and launches are the same for
-/// all three.
+/// only when needed) or [`Device`](crate::Device) (device memory alone, which the CPU reads and
+/// writes only through copies; see [`crate::storage`]). States, transitions and launches are
+/// the same for all four; CPU access in the host state needs a storage with a host side
+/// ([`HostVisible`](crate::HostVisible)).
 pub struct Managed<T: ?Sized, S: State = HostOwned, M: Storage = Unified> {
-    /// The host address: of the managed allocation (which is also the device address), or of
-    /// the pinned half of a mirror.
+    /// The host address: of the managed allocation (which is also the device address), of the
+    /// pinned half of a mirror, or, for device memory, the sentinel `parts::NO_HOST`, never
+    /// dereferenced (only `HostVisible` storages' host addresses are).
     ptr: NonNull<T>,
     /// Size, context, stream association and the storage's own part.
     alloc: Allocation<M>,
@@ -71,7 +76,8 @@ unsafe impl<T: ?Sized + Send, S: State + Send, M: Storage> Send for Managed<T, S
 // The storage part is `Send + Sync` (a mirror's one shared mutation is an atomic flag).
 unsafe impl<T: ?Sized + Sync, S: State + Sync, M: Storage> Sync for Managed<T, S, M> {}
 
-/// Where a constructor writes: a fresh, host-accessible allocation of `T`s, of storage `M`.
+/// Where a constructor writes: a fresh allocation of `T`s, of storage `M` (host-accessible
+/// where `M: HostVisible`, the only storages whose constructors write through `base`).
 pub(crate) struct Fresh<T, M: Storage> {
     base: NonNull<T>,
     len: usize,
@@ -80,7 +86,7 @@ pub(crate) struct Fresh<T, M: Storage> {
     parts: M::Parts,
 }
 
-impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
+impl<T: DeviceCopy, M: Storage + Allocate> Fresh<T, M> {
     /// Allocates `len` `T`s of storage `M` in `ctx`: the path of every constructor of every
     /// storage, with the size, alignment and capacity checks of [`byte_size`] and [`allocate`].
     pub(crate) fn new(ctx: &Context, len: usize) -> Result<Self> {
@@ -95,11 +101,41 @@ impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
         })
     }
 
+    /// The allocation of `len` elements as a host-owned slice whose elements are not written
+    /// yet: for storages without a host side, whose constructors write through the device
+    /// address.
+    ///
+    /// # Safety
+    /// The caller writes every element before the buffer is read, or never lets it be read
+    /// (drops or leaks it).
+    pub(crate) unsafe fn into_unwritten_slice(self) -> Managed<[T], HostOwned, M> {
+        let ptr = NonNull::slice_from_raw_parts(self.base, self.len);
+        self.into_managed(ptr)
+    }
+
+    /// The allocation as `Managed`, host-owned, with `ptr` (its base address) as its value.
+    fn into_managed<U: ?Sized>(self, ptr: NonNull<U>) -> Managed<U, HostOwned, M> {
+        Managed {
+            ptr,
+            alloc: Allocation {
+                bytes: self.size.bytes(),
+                ctx: self.ctx,
+                stream: RawStream::NONE,
+                parts: self.parts,
+                handed_from: Vec::new(),
+            },
+            _state: PhantomData,
+        }
+    }
+}
+
+/// The writes of the constructors of storages with a host side, through the host address.
+impl<T: DeviceCopy, M: HostVisible + Allocate> Fresh<T, M> {
     /// The allocation (of one `T`) holding `value`.
     pub(crate) fn value(self, value: T) -> Managed<T, HostOwned, M> {
         debug_assert_eq!(self.len, 1);
-        // SAFETY: `base` is a fresh host-accessible allocation of at least `size_of::<T>()`
-        // bytes, aligned for `T`: `byte_size` refused any `T` aligned above 256, and `allocate`
+        // SAFETY: `base` is a fresh host-accessible allocation (`M: HostVisible`) of at least
+        // `size_of::<T>()` bytes, aligned for `T`: `byte_size` refused any `T` aligned above 256, and `allocate`
         // checked its addresses against `align_of::<T>()`.
         unsafe { self.base.as_ptr().write(value) };
         let ptr = self.base;
@@ -140,29 +176,14 @@ impl<T: DeviceCopy, M: Storage> Fresh<T, M> {
     }
 
     fn write_zeroes(&self) {
-        // SAFETY: fresh host-accessible allocation of `size` bytes; the callers only ask for
-        // types for which all-zero is a valid value (`Zeroable`).
+        // SAFETY: fresh host-accessible allocation (`M: HostVisible`) of `size` bytes; the
+        // callers only ask for types for which all-zero is a valid value (`Zeroable`).
         unsafe {
             self.base
                 .cast::<u8>()
                 .as_ptr()
                 .write_bytes(0, self.size.bytes())
         };
-    }
-
-    /// The allocation as `Managed`, host-owned, with `ptr` (its base address) as its value.
-    fn into_managed<U: ?Sized>(self, ptr: NonNull<U>) -> Managed<U, HostOwned, M> {
-        Managed {
-            ptr,
-            alloc: Allocation {
-                bytes: self.size.bytes(),
-                ctx: self.ctx,
-                stream: RawStream::NONE,
-                parts: self.parts,
-                handed_from: Vec::new(),
-            },
-            _state: PhantomData,
-        }
     }
 }
 
@@ -213,6 +234,36 @@ impl<T: DeviceCopy> Managed<[T], HostOwned> {
     }
 }
 
+impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
+    /// An allocation of `len` `T`s born on `stream` (its allocation enqueued there): owned by
+    /// that stream from the start, as if attached to it.
+    ///
+    /// # Safety
+    /// `host` and `parts` are one live allocation of storage `M` of `stream`'s context, of
+    /// `size` bytes (`byte_size::<T>(len)`), enqueued on `stream`, that nothing else owns; every
+    /// element is written by work enqueued on `stream` before any other use of it (or it is
+    /// never read).
+    pub(crate) unsafe fn born_on(
+        stream: &Stream<'s, K>,
+        host: NonNull<u8>,
+        parts: M::Parts,
+        size: Size,
+        len: usize,
+    ) -> Self {
+        Managed {
+            ptr: NonNull::slice_from_raw_parts(host.cast::<T>(), len),
+            alloc: Allocation {
+                bytes: size.bytes(),
+                ctx: stream.context().clone(),
+                stream: stream.raw(),
+                parts,
+                handed_from: Vec::new(),
+            },
+            _state: PhantomData,
+        }
+    }
+}
+
 impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     /// The largest alignment an element type may have: every allocation of every storage is
     /// aligned to 256 bytes (the driver's guarantee for `cuMemAlloc` and `cuMemAllocManaged`,
@@ -230,20 +281,21 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         &self.alloc.ctx
     }
 
-    /// Bytes of memory the allocation holds: its size for unified and coherent memory, twice its
-    /// size (host and device halves) for a mirror.
+    /// Bytes of memory the allocation holds: its size for unified, coherent and device memory,
+    /// twice its size (host and device halves) for a mirror.
     pub fn footprint_in_bytes(&self) -> usize {
         M::footprint(self.alloc.bytes)
     }
 
-    /// The address kernels use: the managed address (one for host and device), or a mirror's
-    /// device half.
+    /// The address kernels use: the managed address (one for host and device), a mirror's
+    /// device half, or the device allocation.
     #[inline]
     pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
         M::device_ptr(self.host_ptr(), &self.alloc.parts)
     }
 
-    /// The host address (for managed memory, also the device address).
+    /// The host address (for managed memory, also the device address; for device memory, the
+    /// sentinel `parts::NO_HOST`, which only the storage's own methods receive, and ignore).
     #[inline]
     pub(crate) fn host_ptr(&self) -> NonNull<u8> {
         self.ptr.cast::<u8>()
@@ -308,6 +360,17 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         // SAFETY: as in `owner_poisoned`.
         marks.extend(unsafe { self.alloc.stream.poison_flag() });
         marks
+    }
+
+    /// Whether work queued so far on the owning stream, or on one the memory was handed off
+    /// from, may yet be aborted: a poison mark of them is set, or a `Poisoner` of one exists
+    /// (only a poisoner sets a mark, and a library takes one before it enqueues work it may
+    /// abort). Where it is `false`, the memory may be freed in the owner's stream order.
+    fn abort_possible(&self) -> bool {
+        // SAFETY: as in `owner_poisoned`.
+        S::ON_STREAM
+            && (unsafe { self.alloc.stream.poison_flag() }.is_some_and(|f| f.may_be_set())
+                || self.alloc.handed_from.iter().any(|f| f.may_be_set()))
     }
 
     /// Keeps the poison mark of the owning stream before the memory is handed to another: the
@@ -377,12 +440,16 @@ impl<T, S: State, M: Storage> Managed<[T], S, M> {
 // only `HostOwned` satisfies (a sealed trait with that one impl): these impls exist in the host
 // state alone, exactly as if they named `HostOwned`, and a stream-owned buffer has none of them.
 // The bound makes the compiler report `HostAccess`'s message ("sync it first") where it reports
-// the bound at all (indexing, `iter`, `iter_mut`; see `HostAccess`).
+// the bound at all (indexing, `iter`, `iter_mut`; see `HostAccess`). The storage is bounded by
+// `M: HostVisible` (sealed, not implemented by `Device`): device memory has no host side, so a
+// device buffer has none of them in any state.
 
-impl<T: ?Sized, S: HostAccess, M: Storage> Deref for Managed<T, S, M> {
+impl<T: ?Sized, S: HostAccess, M: HostVisible> Deref for Managed<T, S, M> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: `S: HostAccess` holds only for `HostOwned`, the host state, in which no kernel
+        // SAFETY: `M: HostVisible`: the host address is host memory (managed or pinned), not
+        // the sentinel of a storage without a host side. `S: HostAccess` holds only for
+        // `HostOwned`, the host state, in which no kernel
         // or copy can touch the allocation: only stream-owned memory is passed to kernels, copies
         // are enqueued only by `attach` (which makes the memory stream-owned) and by `sync`
         // (which waits for them), and memory becomes host-owned only after its stream was
@@ -393,7 +460,7 @@ impl<T: ?Sized, S: HostAccess, M: Storage> Deref for Managed<T, S, M> {
     }
 }
 
-impl<T: ?Sized, S: HostAccess, M: Storage> DerefMut for Managed<T, S, M> {
+impl<T: ?Sized, S: HostAccess, M: HostVisible> DerefMut for Managed<T, S, M> {
     fn deref_mut(&mut self) -> &mut T {
         // The host may write: the storage marks it (a mirror's next `attach` copies).
         M::host_written(&mut self.alloc.parts, PRIVATE);
@@ -403,7 +470,7 @@ impl<T: ?Sized, S: HostAccess, M: Storage> DerefMut for Managed<T, S, M> {
 }
 
 /// `buf[i]`, `buf[a..b]`: the host-owned contents, indexed (through `Deref`).
-impl<T: ?Sized + Index<I>, S: HostAccess, M: Storage, I> Index<I> for Managed<T, S, M> {
+impl<T: ?Sized + Index<I>, S: HostAccess, M: HostVisible, I> Index<I> for Managed<T, S, M> {
     type Output = T::Output;
     fn index(&self, index: I) -> &T::Output {
         self.deref().index(index)
@@ -412,7 +479,7 @@ impl<T: ?Sized + Index<I>, S: HostAccess, M: Storage, I> Index<I> for Managed<T,
 
 /// `buf[i] = x`: the host-owned contents, indexed for writing (through `DerefMut`, which marks a
 /// mirror written).
-impl<T: ?Sized + IndexMut<I>, S: HostAccess, M: Storage, I> IndexMut<I> for Managed<T, S, M> {
+impl<T: ?Sized + IndexMut<I>, S: HostAccess, M: HostVisible, I> IndexMut<I> for Managed<T, S, M> {
     fn index_mut(&mut self, index: I) -> &mut T::Output {
         self.deref_mut().index_mut(index)
     }
@@ -427,6 +494,7 @@ impl<T, S: State, M: Storage> Managed<[T], S, M> {
     pub fn iter(&self) -> std::slice::Iter<'_, T>
     where
         S: HostAccess,
+        M: HostVisible,
     {
         self.deref().iter()
     }
@@ -437,6 +505,7 @@ impl<T, S: State, M: Storage> Managed<[T], S, M> {
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T>
     where
         S: HostAccess,
+        M: HostVisible,
     {
         self.deref_mut().iter_mut()
     }
@@ -479,6 +548,32 @@ impl<T: ?Sized, S: State, M: Storage> Drop for Managed<T, S, M> {
                     .watching(self.owner_poison());
                 defer_free_or_keep(owner, self.alloc.stream, orphan);
                 return;
+            }
+            // Memory the storage frees in stream order (a pool's): its free is enqueued on the
+            // owner, after the work queued there (and, through the handoffs' events, on the
+            // streams before it), and nothing waits. Only where none of that work can still be
+            // aborted: an aborted stream may go idle, and reach the free, while other work still
+            // touches the memory. Where it can, the free waits without blocking a thread for the
+            // stream to pass this point with every mark unset (a callback, then the reaper).
+            if M::FREES_IN_STREAM_ORDER {
+                if self.abort_possible() {
+                    // SAFETY: if `defer_free` takes the orphan, this drop returns without
+                    // freeing; otherwise the orphan comes back and is dropped unfreed, and the
+                    // drop goes on.
+                    let orphan = unsafe { M::orphan(self.host_ptr(), &self.alloc, PRIVATE) }
+                        .watching(self.owner_poison());
+                    if defer_free(owner, self.alloc.stream, orphan).is_ok() {
+                        return;
+                    }
+                } else if owner.bind().is_ok()
+                    // SAFETY: stream-owned by `self.alloc.stream`, alive (its brand is in `S`),
+                    // its context (`owner`) current; no mark is set and none can be (no
+                    // poisoner), so no work queued so far can be aborted; on `true` this drop
+                    // returns, so the free is the allocation's only one.
+                    && unsafe { M::free_in_stream_order(self.host_ptr(), &self.alloc, PRIVATE) }
+                {
+                    return;
+                }
             }
             // While an unfinished async scope is dropped, the memory goes to the reaper instead
             // of being waited for here (see `crate::reclaim::defer`).

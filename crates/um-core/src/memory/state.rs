@@ -63,7 +63,7 @@ use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
 pub use crate::memory::marker::{HostAccess, HostOwned, State, StreamOwned};
 use crate::memory::release::{Passed, Released};
-use crate::memory::storage::parts::Storage;
+use crate::memory::storage::parts::{HostVisible, Storage};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
@@ -524,7 +524,7 @@ impl<'s, K: StreamKind, T: ?Sized, M: Storage> SyncGroup<'s, K>
     }
 }
 
-impl<T: ?Sized + fmt::Debug, M: Storage> fmt::Debug for Managed<T, HostOwned, M> {
+impl<T: ?Sized + fmt::Debug, M: HostVisible> fmt::Debug for Managed<T, HostOwned, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Managed")
             .field("state", &"HostOwned")
@@ -564,9 +564,6 @@ pub trait CaptureSet<'s, K: StreamKind>: Sealed + Sized {
     type Captured<'c>;
     /// The same buffers on the host.
     type Host;
-    /// What a host access between replays sees: `&mut T` for each buffer, never the buffer
-    /// itself (which the graph keeps).
-    type View<'v>;
 
     /// The ids of the streams that own the buffers, in order.
     #[doc(hidden)]
@@ -598,9 +595,6 @@ pub trait CaptureSet<'s, K: StreamKind>: Sealed + Sized {
     /// Each buffer's release, one wait for `owner`, and the retype to the host.
     #[doc(hidden)]
     fn to_host(self, owner: RawStream, _: Private) -> Result<Self::Host>;
-    /// `&mut T` of each host buffer.
-    #[doc(hidden)]
-    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_>;
     /// Each host buffer attached to `stream` again.
     #[doc(hidden)]
     fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
@@ -615,7 +609,6 @@ macro_rules! capture_set_for_tuples {
         {
             type Captured<'c> = ($(Managed<$t, StreamOwned<'c, Capture>, $m>,)+);
             type Host = ($(Managed<$t, HostOwned, $m>,)+);
-            type View<'v> = ($(&'v mut $t,)+);
 
             fn owners(&self, _: Private) -> Vec<u64> {
                 let ($($v,)+) = self;
@@ -664,10 +657,6 @@ macro_rules! capture_set_for_tuples {
                 let mut after = releases.into_iter();
                 Ok(($($v.retype(after.next().unwrap_or(RawStream::NONE)),)+))
             }
-            fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
-                let ($($v,)+) = host;
-                ($(&mut **$v,)+)
-            }
             fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
             where
                 K: Attachable,
@@ -693,7 +682,6 @@ impl<'s, K: StreamKind, T: ?Sized + 'static, M: Storage> CaptureSet<'s, K>
 {
     type Captured<'c> = Vec<Managed<T, StreamOwned<'c, Capture>, M>>;
     type Host = Vec<Managed<T, HostOwned, M>>;
-    type View<'v> = Vec<&'v mut T>;
 
     fn owners(&self, _: Private) -> Vec<u64> {
         self.iter().map(|m| m.stream().id).collect()
@@ -749,13 +737,69 @@ impl<'s, K: StreamKind, T: ?Sized + 'static, M: Storage> CaptureSet<'s, K>
             .map(|(m, s)| m.retype(s))
             .collect())
     }
-    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
-        host.iter_mut().map(|m| &mut **m).collect()
-    }
     fn reattach(host: Self::Host, stream: &Stream<'s, K>, _: Private) -> Result<Self>
     where
         K: Attachable,
     {
         host.into_iter().map(|m| m.attach(stream)).collect()
+    }
+}
+
+/// The capture sets whose buffers the CPU may see between replays ([`Graph::host`]): those of
+/// [`CaptureSet`] whose every storage has a host side ([`HostVisible`]). Sealed (it needs
+/// `CaptureSet`, which is).
+///
+/// A graph holding memory without a host side has no host step: there is nothing on the host
+/// to show. Its buffers come back by [`Graph::sync`] (or `into_buffers`), and their contents by
+/// the storage's copies.
+///
+/// [`Graph::host`]: crate::Graph::host
+/// [`Graph::sync`]: crate::Graph::sync
+#[diagnostic::on_unimplemented(
+    message = "the CPU cannot see these buffers between replays: a storage of the set has no host side",
+    label = "`Graph::host` needs every buffer of the set to be `HostVisible`",
+    note = "take the buffers back with `graph.sync()?`, and their contents by copies (`to_vec()`, `copy_from_host(..)`)"
+)]
+pub trait HostViews<'s, K: StreamKind>: CaptureSet<'s, K> {
+    /// What a host access between replays sees: `&mut T` for each buffer, never the buffer
+    /// itself (which the graph keeps).
+    type View<'v>;
+
+    /// `&mut T` of each host buffer.
+    #[doc(hidden)]
+    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_>;
+}
+
+macro_rules! host_views_for_tuples {
+    ($( ($($t:ident $m:ident $v:ident),+) )+) => {$(
+        impl<'s, K: StreamKind, $($t: ?Sized + 'static, $m: HostVisible),+> HostViews<'s, K>
+            for ($(Managed<$t, StreamOwned<'s, K>, $m>,)+)
+        {
+            type View<'v> = ($(&'v mut $t,)+);
+
+            fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
+                let ($($v,)+) = host;
+                ($(&mut **$v,)+)
+            }
+        }
+    )+};
+}
+
+host_views_for_tuples! {
+    (A MA a)
+    (A MA a, B MB b)
+    (A MA a, B MB b, C MC c)
+    (A MA a, B MB b, C MC c, D MD d)
+    (A MA a, B MB b, C MC c, D MD d, E ME e)
+    (A MA a, B MB b, C MC c, D MD d, E ME e, F MF f)
+}
+
+impl<'s, K: StreamKind, T: ?Sized + 'static, M: HostVisible> HostViews<'s, K>
+    for Vec<Managed<T, StreamOwned<'s, K>, M>>
+{
+    type View<'v> = Vec<&'v mut T>;
+
+    fn views(host: &mut Self::Host, _: Private) -> Self::View<'_> {
+        host.iter_mut().map(|m| &mut **m).collect()
     }
 }

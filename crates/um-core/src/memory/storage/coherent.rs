@@ -26,7 +26,7 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
 use crate::memory::marker::HostOwned;
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage};
+use crate::memory::storage::parts::{Allocate, Allocation, HasParts, HostVisible, Size, Storage};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::memory::storage::unified::{Unified, managed_alloc, managed_orphan};
 use crate::reclaim::reaper::Orphan;
@@ -64,6 +64,7 @@ pub struct Coherent {
 pub type CoherentManaged<T, S = HostOwned> = Managed<T, S, Coherent>;
 
 impl Sealed for Coherent {}
+impl HostVisible for Coherent {}
 impl Storage for Coherent {
     const NAME: &'static str = "coherent";
     const STREAM_ASSOCIATED: bool = false;
@@ -86,10 +87,6 @@ impl HasParts for Coherent {
             return Err(Error::NeedsConcurrentManagedAccess { device });
         }
         Ok(())
-    }
-
-    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
-        managed_alloc(size, true)
     }
 
     unsafe fn free(host: NonNull<u8>, parts: &Advice, token: Private) {
@@ -172,6 +169,12 @@ impl HasParts for Coherent {
     unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan {
         // SAFETY: the caller's guarantees; the allocation is managed memory, as Unified's.
         unsafe { managed_orphan(Self::device_ptr(host, &a.parts), &a.ctx) }
+    }
+}
+
+impl Allocate for Coherent {
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
+        managed_alloc(size, true)
     }
 }
 

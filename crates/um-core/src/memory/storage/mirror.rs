@@ -35,7 +35,9 @@ use crate::driver::sys;
 use crate::error::{Error, Result};
 use crate::memory::managed::{Fresh, Managed};
 use crate::memory::marker::HostOwned;
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
+use crate::memory::storage::parts::{
+    Allocate, Allocation, HasParts, HostVisible, Size, Storage, null_pointer,
+};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
 
@@ -57,6 +59,7 @@ pub struct Mirror {
 pub type MirroredManaged<T, S = HostOwned> = Managed<T, S, Mirror>;
 
 impl Sealed for Mirror {}
+impl HostVisible for Mirror {}
 impl Storage for Mirror {
     const NAME: &'static str = "mirror";
     const STREAM_ASSOCIATED: bool = false;
@@ -82,30 +85,6 @@ impl HasParts for Mirror {
 
     fn admit(_: &Context) -> Result<()> {
         Ok(())
-    }
-
-    /// Pinned host memory, and as much device memory. If the device half is refused, the host
-    /// half is freed first: a failure leaks nothing.
-    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, MirrorParts)> {
-        let bytes = size.bytes();
-        let host = driver::mem_alloc_pinned(bytes)?;
-        let Some(host) = NonNull::new(host.cast::<u8>()) else {
-            return Err(null_pointer("cuMemAllocHost"));
-        };
-        let device = match driver::mem_alloc_device(bytes) {
-            Ok(device) => device,
-            Err(e) => {
-                // SAFETY: `host` came from `mem_alloc_pinned` just now and nothing uses it.
-                let _ = unsafe { driver::mem_free_pinned(host.as_ptr().cast()) };
-                return Err(e);
-            }
-        };
-        let parts = MirrorParts {
-            device,
-            host_dirty: true,
-            device_dirty: AtomicBool::new(false),
-        };
-        Ok((host, parts))
     }
 
     unsafe fn free(host: NonNull<u8>, parts: &MirrorParts, _: Private) {
@@ -244,6 +223,32 @@ impl HasParts for Mirror {
         // SAFETY: `free` frees the two halves of this mirror and nothing else; the caller gives
         // them up.
         unsafe { Orphan::new(a.ctx.clone(), free) }
+    }
+}
+
+impl Allocate for Mirror {
+    /// Pinned host memory, and as much device memory. If the device half is refused, the host
+    /// half is freed first: a failure leaks nothing.
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, MirrorParts)> {
+        let bytes = size.bytes();
+        let host = driver::mem_alloc_pinned(bytes)?;
+        let Some(host) = NonNull::new(host.cast::<u8>()) else {
+            return Err(null_pointer("cuMemAllocHost"));
+        };
+        let device = match driver::mem_alloc_device(bytes) {
+            Ok(device) => device,
+            Err(e) => {
+                // SAFETY: `host` came from `mem_alloc_pinned` just now and nothing uses it.
+                let _ = unsafe { driver::mem_free_pinned(host.as_ptr().cast()) };
+                return Err(e);
+            }
+        };
+        let parts = MirrorParts {
+            device,
+            host_dirty: true,
+            device_dirty: AtomicBool::new(false),
+        };
+        Ok((host, parts))
     }
 }
 

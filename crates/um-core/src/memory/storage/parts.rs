@@ -27,7 +27,8 @@ use crate::reclaim::reaper::Orphan;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
 /// The storages of a [`Managed`](crate::Managed) allocation: [`Unified`](crate::Unified),
-/// [`Coherent`](crate::Coherent) and [`Mirror`](crate::Mirror). Sealed.
+/// [`Coherent`](crate::Coherent), [`Mirror`](crate::Mirror), [`Device`](crate::Device) and
+/// [`Pooled`](crate::Pooled). Sealed.
 pub trait Storage: Sealed + HasParts + 'static {
     /// What the storage is called in messages.
     #[doc(hidden)]
@@ -40,6 +41,22 @@ pub trait Storage: Sealed + HasParts + 'static {
     const STREAM_ASSOCIATED: bool;
 }
 
+/// The storages whose host-owned buffers the CPU may read and write in place:
+/// [`Unified`](crate::Unified), [`Coherent`](crate::Coherent) and [`Mirror`](crate::Mirror), whose
+/// host address is memory the CPU can touch (managed, or pinned). Sealed (it needs [`Storage`]),
+/// and implemented for no other type: [`Device`](crate::Device) and [`Pooled`](crate::Pooled)
+/// memory has no host side, so `Deref`, `DerefMut`, `Index`, `IndexMut`, `iter`, `iter_mut`, a
+/// `Debug` of the contents and a graph's host step ([`Graph::host`](crate::Graph::host)), all
+/// bounded by it, do not exist for a device buffer in any state. Its contents cross only through
+/// copies that say where they wait (`copy_to_host`, `to_vec`, `copy_from_host`).
+#[diagnostic::on_unimplemented(
+    message = "the CPU cannot read or write `{Self}` memory in place: it has no host side",
+    label = "device memory: no CPU access in any state",
+    note = "copy it: `buf.to_vec()?`, `buf.copy_to_host(&mut out)?`, `buf.copy_from_host(&data)?` (each waits for its copy)",
+    note = "or allocate a storage the CPU can touch: `Managed::from_slice` (unified), `from_slice_mirrored`, `from_slice_coherent`"
+)]
+pub trait HostVisible: Storage {}
+
 /// What a storage keeps besides the host address, and its part of every transition.
 ///
 /// Public only because it bounds [`Storage`]; it lives in a module no other crate can name, and
@@ -47,9 +64,15 @@ pub trait Storage: Sealed + HasParts + 'static {
 /// takes the token [`Private`], which no other crate can make: none of them can be called from
 /// outside `um`, through a `Storage` bound or otherwise.
 ///
-/// `host` is always the allocation's host address (what [`alloc`](HasParts::alloc) returned)
-/// and `a` the rest of it. The `unsafe` methods enqueue work on streams; their callers (the
-/// transitions) guarantee what each `# Safety` says.
+/// `host` is always what [`Allocate::alloc`] returned as the allocation's host address,
+/// and `a` the rest of it. For a storage of [`HostVisible`] it is memory the CPU may touch in
+/// the host state. For one without a host side (`Device`, `Pooled`) it is a sentinel,
+/// [`NO_HOST`], which nothing dereferences: the only code that reads or writes through a host
+/// address (`Managed`'s `Deref` and `DerefMut`, the constructors' writes in `Fresh`, a
+/// graph's host views, the host-state `Debug`) is bounded by `HostVisible`, and every method
+/// below that such a storage implements ignores `host`; the address the device uses is in its
+/// part ([`device_ptr`](HasParts::device_ptr)). The `unsafe` methods enqueue work on streams;
+/// their callers (the transitions) guarantee what each `# Safety` says.
 #[allow(unreachable_pub)]
 pub trait HasParts: Sized {
     /// What the storage keeps per allocation besides the host address. Dropping it frees
@@ -59,12 +82,8 @@ pub trait HasParts: Sized {
     /// Whether the storage may allocate in `ctx` at all: checked first, before the free memory.
     fn admit(ctx: &Context) -> Result<()>;
 
-    /// Allocates `size` in `ctx`, which is current and has that many bytes free: the host
-    /// address and the storage's part. A failure leaks nothing. [`allocate`] checks the
-    /// addresses' alignment afterwards.
-    fn alloc(ctx: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Self::Parts)>;
-
-    /// Frees what [`alloc`](HasParts::alloc) made.
+    /// Frees what the storage allocated (its [`Allocate::alloc`], or for memory born on a
+    /// stream the allocation enqueued there), with no wait: it may be freed now.
     ///
     /// # Safety
     /// `host` and `parts` came from one `alloc` of this storage and are freed once; the
@@ -158,6 +177,40 @@ pub trait HasParts: Sized {
     /// The caller gives the allocation up: it frees the allocation itself only if the orphan
     /// is dropped without reaching the reaper, and never after handing it there.
     unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan;
+
+    /// Whether the storage frees memory in the order of a stream (memory of a pool, freed with
+    /// `cuMemFreeAsync`): then the drop of a stream-owned buffer enqueues its free on the
+    /// owning stream ([`free_in_stream_order`](HasParts::free_in_stream_order)) instead of
+    /// waiting for that stream. `false` for memory whose free is immediate (`cuMemFree`).
+    const FREES_IN_STREAM_ORDER: bool = false;
+
+    /// At the drop of a stream-owned buffer, where [`FREES_IN_STREAM_ORDER`]: enqueues the
+    /// free on the owning stream `a.stream`, after all the work queued there (which includes,
+    /// through the events of `hand_off`, the work of the streams it was handed off from), with
+    /// no host wait. Whether it did: `false` if the driver refused it (nothing was enqueued, and
+    /// the caller frees the allocation another way), and for every storage that frees at once.
+    ///
+    /// # Safety
+    /// `host` and `a` are one live allocation of this storage that the caller owns, stream-owned
+    /// by `a.stream`, a live stream whose context is current; no work queued on it so far can be
+    /// aborted (every poison mark the buffer carries is unset, and no `Poisoner` of them
+    /// exists); on `true` the caller never frees or uses the allocation again.
+    ///
+    /// [`FREES_IN_STREAM_ORDER`]: HasParts::FREES_IN_STREAM_ORDER
+    unsafe fn free_in_stream_order(_: NonNull<u8>, _: &Allocation<Self>, _: Private) -> bool {
+        false
+    }
+}
+
+/// The storages whose memory is allocated at once, in a context (every storage but one born on
+/// a stream, [`Pooled`](crate::Pooled), whose allocation is enqueued on its stream and has its
+/// own path: `Stream::alloc_zeroed`). [`allocate`] and the constructors' common path take it.
+/// Crate-private: no bound outside `um-core` names it.
+pub(crate) trait Allocate: HasParts {
+    /// Allocates `size` in `ctx`, which is current and has that many bytes free: the host
+    /// address and the storage's part. A failure leaks nothing. [`allocate`] checks the
+    /// addresses' alignment afterwards.
+    fn alloc(ctx: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Self::Parts)>;
 }
 
 /// What a storage sees of one allocation: everything `Managed` keeps but the typed host address
@@ -183,6 +236,11 @@ pub struct Allocation<M: HasParts> {
 
 /// The checked size of a new allocation, and the alignment its element type needs. Only
 /// [`byte_size`] makes one, so every allocation has passed its checks.
+///
+/// A storage of memory born on a stream (`Pooled`) has no [`Allocate`]: its allocation is
+/// enqueued on the stream (`Stream::alloc_zeroed`), through [`byte_size`] and the address check
+/// too, but not the free-memory guard, which is for managed memory (oversubscribed, it can hang
+/// a shared GPU), where a pool's refusal is the driver's out-of-memory error.
 #[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Size {
@@ -194,6 +252,11 @@ impl Size {
     /// The number of bytes (> 0).
     pub(crate) fn bytes(self) -> usize {
         self.bytes
+    }
+
+    /// The alignment the element type needs (at most [`MAX_ALIGN`]).
+    pub(crate) fn align(self) -> usize {
+        self.align
     }
 }
 
@@ -217,6 +280,17 @@ pub(crate) fn byte_size<T>(len: usize) -> Result<Size> {
     }
     Ok(Size { bytes, align })
 }
+
+/// The host address of an allocation that has no host side ([`Device`](crate::Device)): 256,
+/// aligned for every element type a constructor admits ([`MAX_ALIGN`]), so that it passes
+/// [`allocate`]'s checks, and in the first page of the address space, which is never mapped: it
+/// is never dereferenced (see [`HasParts`]), and were it ever, the access would fault instead
+/// of reading memory of someone else.
+pub(crate) const NO_HOST: NonNull<u8> = NonNull::<NoHostAlign>::dangling().cast::<u8>();
+
+/// A type aligned to [`MAX_ALIGN`], whose dangling pointer is [`NO_HOST`].
+#[repr(C, align(256))]
+struct NoHostAlign;
 
 /// The alignment every allocation of every storage has: the driver's guarantee for
 /// `cuMemAlloc` and `cuMemAllocManaged` ("aligned to at least 256 bytes"), and checked on
@@ -251,7 +325,7 @@ pub(crate) fn check_capacity(bytes: usize, free: usize, allow: bool) -> Result<(
 /// free (oversubscribed managed memory can hang a shared GPU), then the storage's allocation,
 /// whose addresses (host and device) must be aligned for the element type. A failure leaks
 /// nothing.
-pub(crate) fn allocate<M: HasParts>(ctx: &Context, size: Size) -> Result<(NonNull<u8>, M::Parts)> {
+pub(crate) fn allocate<M: Allocate>(ctx: &Context, size: Size) -> Result<(NonNull<u8>, M::Parts)> {
     // Before `admit`, whose first call asks every device.
     refuse_inside_stream_callback("an allocation")?;
     M::admit(ctx)?;
@@ -282,7 +356,7 @@ pub(crate) fn null_pointer(call: &'static str) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{Size, byte_size, check_aligned, check_capacity};
+    use super::{MAX_ALIGN, NO_HOST, Size, byte_size, check_aligned, check_capacity};
     use crate::error::Error;
 
     #[test]
@@ -327,6 +401,19 @@ mod tests {
         ] {
             assert_eq!(got, Err(Error::OverAligned { align, max: 256 }));
         }
+    }
+
+    /// The host address of device-only memory passes every alignment check an allocation makes
+    /// (every admitted element type is aligned to at most 256 bytes), and lies in the first
+    /// page, which no allocation ever returns.
+    #[test]
+    fn the_sentinel_host_address_is_aligned_for_every_admitted_type_and_never_memory() {
+        let at = NO_HOST.as_ptr() as usize;
+        assert_eq!(at, MAX_ALIGN);
+        for align in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
+            assert_eq!(check_aligned(at, align), Ok(()), "{align}");
+        }
+        assert!(at < 4096);
     }
 
     #[test]

@@ -26,7 +26,9 @@ use crate::driver::context::{Context, device_lacking_concurrent_access};
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
-use crate::memory::storage::parts::{Allocation, HasParts, Size, Storage, null_pointer};
+use crate::memory::storage::parts::{
+    Allocate, Allocation, HasParts, HostVisible, Size, Storage, null_pointer,
+};
 use crate::memory::storage::transfer::{self, Advice};
 use crate::reclaim::reaper::Orphan;
 use crate::sealed::{Private, Sealed};
@@ -39,6 +41,7 @@ pub struct Unified {
 }
 
 impl Sealed for Unified {}
+impl HostVisible for Unified {}
 impl Storage for Unified {
     const NAME: &'static str = "unified";
     const STREAM_ASSOCIATED: bool = true;
@@ -49,10 +52,6 @@ impl HasParts for Unified {
 
     fn admit(_: &Context) -> Result<()> {
         Ok(())
-    }
-
-    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
-        managed_alloc(size, false)
     }
 
     unsafe fn free(host: NonNull<u8>, parts: &Advice, _: Private) {
@@ -171,6 +170,12 @@ impl HasParts for Unified {
     unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan {
         // SAFETY: the caller's guarantee.
         unsafe { managed_orphan(Self::device_ptr(host, &a.parts), &a.ctx) }
+    }
+}
+
+impl Allocate for Unified {
+    fn alloc(_: &Context, size: Size, _: Private) -> Result<(NonNull<u8>, Advice)> {
+        managed_alloc(size, false)
     }
 }
 
