@@ -346,8 +346,9 @@ fn copies_are_refused_inside_a_capture_closure_which_stays_valid() {
 #[ignore = "needs a CUDA device"]
 fn device_memory_enters_a_graph_without_concurrent_managed_access() {
     let _serial = serial();
-    let ctx = Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
-        .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
+    let ctx =
+        Context::new_with_options(0, ContextOptions::new().emulate_no_concurrent_access(true))
+            .unwrap_or_else(|e| panic!("this test needs a CUDA device: {e}"));
     assert!(!ctx.info().concurrent_managed_access);
     let x = DeviceManaged::<[f32]>::zeroed_slice_device(&ctx, 4099).expect("alloc");
     let host_attaches = um_core::host_attach_calls_on_this_thread();
