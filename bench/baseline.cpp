@@ -12,6 +12,11 @@
 //                                                       stream per thread, wall time
 //   um_baseline skip        PTX_DIR LOOP MIB ITERS      LOOP: host_reads | kernel_reads, with
 //                                                       explicit copies both ways every time
+//   um_baseline alloc       PTX_DIR BYTES ROUNDS BATCH  allocate + zero + free on a stream:
+//                                                       from a pool (threshold UINT64_MAX), and
+//                                                       cuMemAlloc/cuMemFree, interleaved
+//   um_baseline scratch     PTX_DIR BATCHES STAGE_NS    section 7's pipeline with a scratch
+//                                                       buffer from a pool per batch
 //
 // Each prints one JSON object per line. Times are host wall-clock (steady_clock).
 #include <cuda.h>
@@ -421,6 +426,138 @@ static int skip_bench(const std::string &dir, const std::string &loop, int mib, 
     return 0;
 }
 
+// Host µs of one allocate + zero fill + free of `bytes` on a stream, two ways taking turns batch
+// by batch (the order alternating every round), the stream drained between batches, untimed:
+// cuMemAllocFromPoolAsync + cuMemsetD8Async + cuMemFreeAsync from a pool of its own whose
+// release threshold is UINT64_MAX (um_bench's `pool with threshold u64::MAX`), and cuMemAlloc +
+// cuMemsetD8Async + cuMemFree. Median and minimum over the rounds of each.
+static int alloc_bench(size_t bytes, int rounds, int batch) {
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUmemoryPool pool;
+    CK(cuMemPoolCreate(&pool, &props));
+    cuuint64_t threshold = UINT64_MAX;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    auto pooled = [&]() {
+        CUdeviceptr p;
+        CK(cuMemAllocFromPoolAsync(&p, bytes, pool, s));
+        CK(cuMemsetD8Async(p, 0, bytes, s));
+        CK(cuMemFreeAsync(p, s));
+    };
+    auto plain = [&]() {
+        CUdeviceptr p;
+        CK(cuMemAlloc(&p, bytes));
+        CK(cuMemsetD8Async(p, 0, bytes, s));
+        CK(cuMemFree(p));
+    };
+    for (int i = 0; i < batch; i++) { pooled(); plain(); }  // warm-up
+    CK(cuStreamSynchronize(s));
+    std::vector<double> t_pool, t_plain;
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < 2; k++) {
+            bool use_pool = (r + k) % 2 == 0;
+            double t0 = now_us();
+            for (int i = 0; i < batch; i++) {
+                if (use_pool) pooled(); else plain();
+            }
+            double us = (now_us() - t0) / batch;
+            CK(cuStreamSynchronize(s));
+            (use_pool ? t_pool : t_plain).push_back(us);
+        }
+    }
+    double pm, pmin, mm, mmin;
+    stats(t_pool, &pm, &pmin);
+    stats(t_plain, &mm, &mmin);
+    printf("{\"scenario\":\"alloc\",\"impl\":\"cpp\",\"bytes\":%zu,\"pool_median_us\":%.4f,\"pool_min_us\":%.4f,"
+           "\"malloc_median_us\":%.4f,\"malloc_min_us\":%.4f}\n",
+           bytes, pm, pmin, mm, mmin);
+    CK(cuMemPoolDestroy(pool));
+    CK(cuStreamDestroy(s));
+    return 0;
+}
+
+// Section 7's two-stage pipeline with fresh scratch per batch, as um_bench's `scratch` child
+// runs it: per batch, on stream A a scratch buffer of LEN floats from a pool (threshold
+// UINT64_MAX) is zeroed, spin_then_add works on it (stage A), transform adds twice it to the
+// batch, and it is freed (cuMemFreeAsync); an event hands the batch to stream B, where
+// spin_then_add is stage B. Batches are cuMemAlloc memory filled before the clock; host wall
+// time per batch from the first enqueue to every batch back on the host (one copy per batch
+// after B, then one wait). A warm-up run of 4 batches first.
+static int scratch_bench(const std::string &dir, int batches, unsigned long long stage_ns) {
+    const unsigned LEN = 1024;
+    CUmodule mt = load(dir, "testing.ptx"), mr = load(dir, "run_task.ptx");
+    CUfunction spin, transform;
+    CK(cuModuleGetFunction(&spin, mt, "spin_then_add"));
+    CK(cuModuleGetFunction(&transform, mr, "transform"));
+    CUstream a, b;
+    CK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    CUevent ev;
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUmemoryPool pool;
+    CK(cuMemPoolCreate(&pool, &props));
+    cuuint64_t threshold = UINT64_MAX;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    unsigned grid = grid_for(LEN), n = LEN;
+    size_t bytes = LEN * sizeof(float);
+    double per_batch = 0;
+    for (int run = 0; run < 2; run++) {
+        int count = run == 0 ? 4 : batches;
+        std::vector<CUdeviceptr> x(count);
+        std::vector<float> host((size_t)count * LEN);
+        for (int k = 0; k < count; k++) {
+            for (unsigned j = 0; j < LEN; j++) host[(size_t)k * LEN + j] = (float)(k + j);
+            CK(cuMemAlloc(&x[k], bytes));
+            CK(cuMemcpyHtoD(x[k], &host[(size_t)k * LEN], bytes));
+        }
+        float one = 1.0f, two = 2.0f;
+        double t0 = now_us();
+        for (int k = 0; k < count; k++) {
+            CUdeviceptr scr;
+            CK(cuMemAllocFromPoolAsync(&scr, bytes, pool, a));
+            CK(cuMemsetD8Async(scr, 0, bytes, a));
+            void *sa[] = {&scr, &one, &stage_ns, &n};
+            CK(cuLaunchKernel(spin, grid, 1, 1, 256, 1, 1, 0, a, sa, nullptr));
+            void *ta[] = {&scr, &x[k], &n};
+            CK(cuLaunchKernel(transform, grid, 1, 1, 256, 1, 1, 0, a, ta, nullptr));
+            CK(cuMemFreeAsync(scr, a));
+            CK(cuEventRecord(ev, a));
+            CK(cuStreamWaitEvent(b, ev, 0));
+            void *sb[] = {&x[k], &two, &stage_ns, &n};
+            CK(cuLaunchKernel(spin, grid, 1, 1, 256, 1, 1, 0, b, sb, nullptr));
+        }
+        CK(cuStreamSynchronize(b));
+        per_batch = (now_us() - t0) / count;
+        for (int k = 0; k < count; k++) {
+            CK(cuMemcpyDtoH(&host[(size_t)k * LEN], x[k], bytes));
+            for (unsigned j = 0; j < LEN; j++) {
+                if (host[(size_t)k * LEN + j] != (float)(k + j) + 4.0f) {
+                    fprintf(stderr, "scratch: batch %d came back wrong\n", k);
+                    return 1;
+                }
+            }
+            CK(cuMemFree(x[k]));
+        }
+    }
+    printf("{\"scenario\":\"scratch\",\"impl\":\"cpp\",\"batches\":%d,\"stage_ns\":%llu,\"us_per_batch\":%.4f}\n",
+           batches, stage_ns, per_batch);
+    CK(cuMemPoolDestroy(pool));
+    CK(cuEventDestroy(ev));
+    CK(cuStreamDestroy(a));
+    CK(cuStreamDestroy(b));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: see the header of baseline.cpp\n"); return 2; }
     CK(cuInit(0));
@@ -436,6 +573,8 @@ int main(int argc, char **argv) {
     if (what == "bandwidth" && argc == 4) return bandwidth_bench(atoi(argv[3]));
     if (what == "threads" && argc == 6) return threads_bench(dir, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     if (what == "skip" && argc == 6) return skip_bench(dir, argv[3], atoi(argv[4]), atoi(argv[5]));
+    if (what == "alloc" && argc == 6) return alloc_bench(strtoull(argv[3], nullptr, 10), atoi(argv[4]), atoi(argv[5]));
+    if (what == "scratch" && argc == 5) return scratch_bench(dir, atoi(argv[3]), strtoull(argv[4], nullptr, 10));
     fprintf(stderr, "usage: see the header of baseline.cpp\n");
     return 2;
 }

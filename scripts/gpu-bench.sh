@@ -8,6 +8,9 @@
 # cut short keeps what it measured. Mirrored memory (section 6) adds an estimated 2 to 2.5
 # minutes to the run (estimated from iteration counts and allocation sizes, not yet timed);
 # cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
+# Sections 12 (stream-ordered allocation, `--only alloc`) and 13 (device-only storage,
+# `--only device`) an estimated 2 to 3 minutes together (not yet timed); their C++ side is
+# bench/baseline.cpp's `alloc`, `scratch` and `run_task explicit` modes, built below.
 #
 # Section 10 (NCCL all-reduce) runs where two or more GPUs and NCCL exist, and says "skipped" in
 # one line elsewhere. To measure some sections again and keep the rest of the last full run's

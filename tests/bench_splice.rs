@@ -142,6 +142,26 @@ fn only_launch_paired_replaces_nothing_and_unknown_scenarios_have_no_section() {
 }
 
 #[test]
+fn stream_ordered_allocation_and_device_storage_sections_go_in_number_order_before_the_goals() {
+    assert_eq!(splice::section_of("alloc"), Some("12"));
+    assert_eq!(splice::section_of("device"), Some("13"));
+    let new = new_page(&[
+        ("12. Stream-ordered allocation", "new alloc"),
+        ("13. Device-only storage in the run_task loop", "new device"),
+    ]);
+    let keys = vec!["12".to_owned(), "13".to_owned()];
+    let got = splice::splice(BASE, &new, &keys, "Sections 12, 13 measured again.");
+    let at = |s: &str| got.find(s).unwrap_or_else(|| panic!("no {s:?} in {got}"));
+    assert!(at("## 8. NCCL") < at("new alloc"), "{got}");
+    assert!(at("new alloc") < at("new device"), "{got}");
+    assert!(at("new device") < at("## Goals"), "{got}");
+    assert!(
+        got.contains("old goals") && !got.contains("new goals"),
+        "{got}"
+    );
+}
+
+#[test]
 fn a_note_of_the_same_device_and_sections_replaces_the_earlier_one() {
     let new = new_page(&[("5. Cost of each transition", "new transitions")]);
     let note = |names: &str, device: &str, date: &str| {

@@ -6,7 +6,9 @@
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
 //! `handoff`, `cublas`, `graphs`, `nccl`, `solver`: section 11, the conjugate-gradient
-//! example against `bench/cg_baseline.cpp`, both as subprocesses). `--base PAGE` (an earlier run's performance.md) then
+//! example against `bench/cg_baseline.cpp`, both as subprocesses; `alloc`: section 12, memory
+//! born on a stream from a pool against `cuMemAllocFromPoolAsync` and `cuMemAlloc`, and a loop
+//! with scratch per batch; `device`: section 13, device-only storage in the run_task loop). `--base PAGE` (an earlier run's performance.md) then
 //! puts this run's sections in place of that page's and keeps the rest, with a line under the
 //! header naming what was measured again, where and when (`splice.rs`): section 10 (`nccl`,
 //! on machines with two or more GPUs, one section per GPU count) is measured this way, and so
@@ -23,8 +25,10 @@
 //! DIR/docs/performance-results.json and DIR/docs/img/{run_task,mirror}.svg: the repository's
 //! own paths, so `cp -r DIR/docs .` (or DIR = the repository root) updates them all.
 
+mod alloc;
 mod cpp;
 mod cublas;
+mod device_only;
 mod graphs;
 mod handoff;
 mod nccl;
@@ -110,7 +114,7 @@ impl Options {
     }
 }
 
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 15] = [
     "launch",
     "launch_paired",
     "run_task",
@@ -124,6 +128,8 @@ const SCENARIOS: [&str; 13] = [
     "graphs",
     "nccl",
     "solver",
+    "alloc",
+    "device",
 ];
 
 fn parse_args() -> Result<Options, String> {
@@ -190,6 +196,7 @@ fn parse_args() -> Result<Options, String> {
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
 /// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl KIND
 /// [LIMITS]`: one round of section 10's bandwidth rows of one kind, a line per measurement.
+/// `--child scratch`: section 12's loops with scratch per batch, as one JSON line.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -222,11 +229,12 @@ fn child(args: &[String]) -> ExitCode {
             )),
             [what, storage] if what == "handoff" => handoff::child(ctx, storage),
             [what] if what == "graphs" => graphs::child(ctx),
+            [what] if what == "scratch" => alloc::child(ctx),
             [what, rest @ ..] if what == "nccl" => nccl::child(rest),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE`, `graphs` or `nccl KIND [LIMITS]`"
+                      `handoff STORAGE`, `graphs`, `scratch` or `nccl KIND [LIMITS]`"
                     .into(),
             ),
         }
@@ -312,6 +320,12 @@ fn write_docs(
     // Section 11 (solver.rs) after it.
     let at = md.find("\n## Goals").unwrap_or(md.len());
     md.insert_str(at, &solver::markdown(records));
+    // Sections 12 (alloc.rs) and 13 (device_only.rs) after it.
+    let at = md.find("\n## Goals").unwrap_or(md.len());
+    md.insert_str(
+        at,
+        &(alloc::markdown(records) + &device_only::markdown(records)),
+    );
     if let Some(base) = &opts.base {
         // This run's sections in place of the earlier page's; the rest of that page kept.
         // The sections of the scenarios that have records (a run cut short, or a scenario that
@@ -374,6 +388,8 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     for (name, text) in um::kernels::ALL_PTX {
         std::fs::write(ptx_dir.join(format!("{name}.ptx")), text)?;
     }
+    // The test kernels (add_scalar, spin_then_add) that the C++ launch and scratch modes load.
+    std::fs::write(ptx_dir.join("testing.ptx"), um_test_kernels::testing::PTX)?;
     let cpp = opts.cpp.as_ref().map(|exe| cpp::Baseline {
         exe: exe.clone(),
         ptx_dir: ptx_dir.clone(),
@@ -482,6 +498,22 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
             }
             _ => println!("solver: skipped (needs --cg-um and --cg-cpp)"),
         }
+    }
+    if opts.wants("alloc") {
+        records.extend(alloc::allocation(ctx, cpp.as_ref(), opts.rounds)?);
+        save(&records)?;
+        records.extend(alloc::scratch(cpp.as_ref(), opts.rounds)?);
+        save(&records)?;
+    }
+    if opts.wants("device") {
+        records.extend(device_only::device(
+            ctx,
+            cpp.as_ref(),
+            &opts.sizes_mib,
+            opts.rounds,
+            free,
+        )?);
+        save(&records)?;
     }
     if opts.wants("nccl") {
         // Skips with one line where there are fewer than two GPUs or no NCCL.

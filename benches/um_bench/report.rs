@@ -343,6 +343,8 @@ pub(crate) fn markdown(info: &DeviceInfo, records: &[Record], notes: &str) -> St
     md.push_str(&crate::graphs::markdown(records));
     goals.extend(crate::graphs::goals(records));
     goals.extend(crate::solver::goals(records));
+    goals.extend(crate::alloc::goals(records));
+    goals.extend(crate::device_only::goals(records));
 
     let _ = writeln!(
         md,

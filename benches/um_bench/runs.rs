@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cust::sys as cs;
 use um::kernels::{run_task as rt, streams};
-use um::{Context, LaunchConfig, Managed, MirroredManaged, StreamOptions, Transfer};
+use um::{Context, DeviceManaged, LaunchConfig, Managed, MirroredManaged, StreamOptions, Transfer};
 use um_test_kernels::testing;
 
 use crate::Record;
@@ -243,7 +243,7 @@ pub(crate) fn launch(cpp: Option<&Baseline>, rounds: usize) -> Res<Vec<Record>> 
 
 const WARMUP: usize = 2;
 
-fn iters_for(mib: usize) -> usize {
+pub(crate) fn iters_for(mib: usize) -> usize {
     match mib {
         0..=4 => 400,
         5..=64 => 40,
@@ -318,6 +318,56 @@ fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
         s.sync_all((data, out, input))?;
         Ok(per_iteration(&starts))
     })?)
+}
+
+/// The loop on device-only memory (`Device` storage): `sync`, then `copy_to_host` of `data` into
+/// a host `Vec` (pageable, not pinned), the host pass, `copy_from_host` back and `attach`;
+/// `input` and `out` stay on the device. The copies of the C++ `explicit` policy, with no
+/// pinned host memory (each copy waits for itself).
+fn run_task_device(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    let host_input: Vec<f32> = (0..n).map(input_value).collect();
+    let input = Managed::from_slice_device(ctx, &host_input)?;
+    let data = DeviceManaged::<[f32]>::zeroed_slice_device(ctx, n)?;
+    let out = DeviceManaged::<[f32]>::zeroed_slice_device(ctx, n)?;
+    let mut host = vec![0.0f32; n];
+    let (out, starts) = ctx.with_stream(StreamOptions::new(), |s| {
+        let input = input.attach(s)?;
+        let mut out = out.attach(s)?;
+        let mut data = data.attach(s)?;
+        s.wait_idle()?;
+        let mut starts = Vec::new();
+        for _ in 0..iters + WARMUP + 1 {
+            starts.push(Instant::now());
+            rt::transform(s, &input, &mut data)?;
+            let mut back = data.sync()?;
+            back.copy_to_host(&mut host)?;
+            host_process(&mut host);
+            back.copy_from_host(&host)?;
+            data = back.attach(s)?;
+            rt::convert(s, &mut out, &data)?;
+        }
+        let (_, out, _) = s.sync_all((data, out, input))?;
+        Ok((out, starts))
+    })?;
+    // The result read back, so that a broken loop cannot pass for a fast one.
+    let out = out.to_vec()?;
+    if out.iter().any(|v| !v.is_finite()) {
+        return Err("run_task on device storage: a result is not finite".into());
+    }
+    Ok(per_iteration(&starts))
+}
+
+/// Pinned host bytes per byte of buffer that a storage holds (footprint less the device
+/// allocation, from a real 1 MiB buffer of each): 0 for `Device`, 1 for a mirror.
+pub(crate) fn pinned_per_byte(ctx: &Context) -> Res<(f64, f64)> {
+    let len = (1 << 20) / 4;
+    let device = DeviceManaged::<[f32]>::zeroed_slice_device(ctx, len)?;
+    let mirrored = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, len)?;
+    let extra = |footprint: usize, size: usize| (footprint - size) as f64 / size as f64;
+    Ok((
+        extra(device.footprint_in_bytes(), device.size_in_bytes()),
+        extra(mirrored.footprint_in_bytes(), mirrored.size_in_bytes()),
+    ))
 }
 
 fn grid_for(ctx: &Context, n: usize) -> u32 {
@@ -441,6 +491,7 @@ pub(crate) fn run_task_variant(
         ("um", "prefetch") => run_task_um(ctx, n, iters, Transfer::Prefetch),
         ("um", "host_resident") => run_task_um(ctx, n, iters, Transfer::HostResident),
         ("um", "mirror") => run_task_mirror(ctx, n, iters),
+        ("um", "device") => run_task_device(ctx, n, iters),
         ("cust", "attach") => run_task_cust(ctx, n, iters),
         ("cudarc", "attach") => run_task_cudarc(ctx, n, iters),
         _ => Err(format!("no run_task variant {imp} {variant}").into()),

@@ -17,6 +17,8 @@ pub(crate) fn section_of(scenario: &str) -> Option<&'static str> {
         "cublas" => "8",
         "graphs" => "9",
         "solver" => "11",
+        "alloc" => "12",
+        "device" => "13",
         _ => return None,
     })
 }

@@ -89,13 +89,23 @@ fn a_stream_owned_drop_frees_in_stream_order_without_a_host_wait() {
     let pool = pool(&ctx);
     let n = common::workload(1 << 20, 1 << 12);
     ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+        let waits = um_core::host_waits_on_this_thread();
         let mut x = s.alloc_zeroed::<f32>(&pool, n)?;
         spin_then_add(s, &mut x, 1.0, SPIN_NS)?;
         let orphans = um_core::orphans_pending();
         drop(x);
+        assert_eq!(
+            um_core::host_waits_on_this_thread(),
+            waits,
+            "the allocation or the drop made a host wait"
+        );
         assert!(!s.is_idle()?, "the drop waited for the stream");
         assert_eq!(um_core::orphans_pending(), orphans, "the reaper took it");
         s.wait_idle()?;
+        assert!(
+            um_core::host_waits_on_this_thread() > waits,
+            "the counter missed the stream's wait"
+        );
         assert_eq!(used(&pool), 0, "the free was reached: the bytes went back");
         Ok(())
     })

@@ -245,6 +245,7 @@ pub(crate) fn ctx_bind(ctx: sys::CUcontext) -> Result<()> {
 
 /// Waits for all work of the current context.
 pub(crate) fn ctx_synchronize() -> Result<()> {
+    count_host_wait();
     // SAFETY: no arguments; it acts on the current context.
     check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
 }
@@ -696,6 +697,7 @@ pub(crate) unsafe fn stream_context(s: sys::CUstream) -> Result<sys::CUcontext> 
 }
 
 pub(crate) fn stream_synchronize(s: sys::CUstream) -> Result<()> {
+    count_host_wait();
     // SAFETY: `s` is a live stream handle or one of the special handles (legacy, per-thread);
     // every `Stream` outlives the memory and calls that name it (see `driver/stream.rs`).
     check("cuStreamSynchronize", unsafe {
@@ -726,6 +728,24 @@ pub(crate) fn transfer_calls_on_this_thread() -> u64 {
 #[cfg(feature = "test-hooks")]
 pub(crate) fn attach_calls_on_this_thread() -> u64 {
     ATTACH_CALLS.with(std::cell::Cell::get)
+}
+
+thread_local! {
+    static HOST_WAITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one host wait for the device (`cuStreamSynchronize`, `cuEventSynchronize`,
+/// `cuCtxSynchronize`) made by this thread.
+fn count_host_wait() {
+    HOST_WAITS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many times this thread has waited on the host for the device: `cuStreamSynchronize`,
+/// `cuEventSynchronize` and `cuCtxSynchronize` calls (benchmarks use it to show that a loop
+/// makes none).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn host_waits_on_this_thread() -> u64 {
+    HOST_WAITS.with(std::cell::Cell::get)
 }
 
 thread_local! {
@@ -781,6 +801,7 @@ pub(crate) fn event_create_blocking() -> Result<sys::CUevent> {
 /// # Safety
 /// `e` is a live event.
 pub(crate) unsafe fn event_synchronize_raw(e: sys::CUevent) -> i32 {
+    count_host_wait();
     // SAFETY: guaranteed by the caller.
     unsafe { sys::cuEventSynchronize(e) }
 }
@@ -879,6 +900,7 @@ pub(crate) unsafe fn event_query(e: sys::CUevent) -> Result<bool> {
 /// # Safety
 /// `e` is a live event.
 pub(crate) unsafe fn event_synchronize(e: sys::CUevent) -> Result<()> {
+    count_host_wait();
     // SAFETY: guaranteed by the caller.
     check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(e) })
 }

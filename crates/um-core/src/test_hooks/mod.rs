@@ -15,6 +15,13 @@ pub fn attach_calls_on_this_thread() -> u64 {
     driver::attach_calls_on_this_thread()
 }
 
+/// How many times the calling thread has waited on the host for the device
+/// (`cuStreamSynchronize`, `cuEventSynchronize`, `cuCtxSynchronize`): a loop whose buffers are
+/// born and freed on a stream makes none.
+pub fn host_waits_on_this_thread() -> u64 {
+    driver::host_waits_on_this_thread()
+}
+
 /// How many CUDA events the calling thread has created: a stream's handoff event is made once
 /// and reused.
 pub fn events_created_on_this_thread() -> u64 {
