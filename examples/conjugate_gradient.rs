@@ -12,7 +12,9 @@
 //!
 //! `--fixed` runs exactly `--iters` iterations (no early exit, as the C++ baseline does) and
 //! prints one `cg_um ... loop_ms=...` line per repetition, in the baseline's format;
-//! `--no-cpu` skips the CPU run of CG (the residual is still checked). `--transfer` is the
+//! `--no-cpu` skips the CPU run of CG (the residual is still checked). `--grid` is at most
+//! 46340 (the `N²` rows are cuSPARSE's 32-bit indices) and `--tol` a positive number: both are
+//! checked before anything is built. `--transfer` is the
 //! stream's [`Transfer`] policy for the unified buffers it owns: `prefetch` (the default: the
 //! attach prefetches each buffer to the device, in stream order) or `on-demand` (pages migrate
 //! at the GPU's first touch). `--storage` is where the matrix and the five vectors live:
@@ -48,6 +50,15 @@ struct Args {
 }
 
 fn args() -> Result<Args, String> {
+    parse(std::env::args().skip(1))
+}
+
+/// The largest `--grid`: its `N²` rows (and columns) must fit cuSPARSE's 32-bit indices, and a
+/// larger grid would build a matrix of hundreds of GiB on the host before `Csr::new` refused it.
+const MAX_GRID: usize = 46_340; // 46_340² = 2_147_395_600 <= i32::MAX < 46_341²
+
+/// The arguments after the program's name.
+fn parse(arguments: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         transfer: Transfer::Prefetch,
         storage: None,
@@ -58,7 +69,7 @@ fn args() -> Result<Args, String> {
         fixed: false,
         cpu: true,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = arguments.into_iter();
     while let Some(flag) = it.next() {
         let mut value = |what: &str| {
             it.next()
@@ -93,8 +104,15 @@ fn args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.grid < 2 || a.reps == 0 {
-        return Err("--grid must be at least 2 and --reps at least 1".to_owned());
+    if a.grid < 2 || a.grid > MAX_GRID || a.reps == 0 {
+        return Err(format!(
+            "--grid must be 2 to {MAX_GRID} (its N² rows are 32-bit indices) and --reps at least 1"
+        ));
+    }
+    // A tolerance that is not a positive number would pass the convergence check below
+    // vacuously (NaN compares false; infinity stops at the first iteration).
+    if !(a.tol.is_finite() && a.tol > 0.0) {
+        return Err(format!("--tol must be a positive number, not {}", a.tol));
     }
     Ok(a)
 }
@@ -303,4 +321,32 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     println!("conjugate gradient: ok");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_GRID, parse};
+
+    fn of(words: &[&str]) -> Result<super::Args, String> {
+        parse(words.iter().map(|w| (*w).to_owned()))
+    }
+
+    /// A grid whose `N²` rows do not fit 32-bit indices is refused before any matrix is built
+    /// (46341² > i32::MAX; 1e10 as a grid would overflow `N²` itself), and so is a tolerance
+    /// under which the convergence check would pass vacuously (NaN, infinity, 0, negative).
+    #[test]
+    fn grids_past_32_bit_indices_and_tolerances_that_are_not_positive_numbers_are_refused() {
+        assert!(MAX_GRID * MAX_GRID <= i32::MAX as usize);
+        assert!((MAX_GRID + 1) * (MAX_GRID + 1) > i32::MAX as usize);
+        assert!(of(&["--grid", "46340"]).is_ok());
+        for grid in ["46341", "1e10", "1", "nan"] {
+            assert!(of(&["--grid", grid]).is_err(), "--grid {grid}");
+        }
+        for tol in ["nan", "inf", "-inf", "0", "-1e-8"] {
+            assert!(of(&["--tol", tol]).is_err(), "--tol {tol}");
+        }
+        let a = of(&["--tol", "1e-6", "--storage", "mirror"]).expect("valid arguments");
+        assert!(a.tol == 1e-6 && matches!(a.storage, Some(super::StorageArg::Mirror)));
+        assert!(of(&["--storage", "device"]).is_err());
+    }
 }

@@ -413,3 +413,42 @@ pub fn one_rank_comm(ctx: &Context, options: um::nccl::CommOptions) -> Option<um
         Err(e) => panic!("a one-rank communicator could not be made: {e}"),
     }
 }
+
+/// Waits until a capture of `um` waits to begin on `ctx`'s device (another thread's, held off
+/// by a hold or an idle section): `true` once one does, `false` if none did within 50 s (200 s
+/// under a sanitizer): a bound for a failing test, inside the watchdog's, not a latency goal.
+pub fn until_a_capture_waits(ctx: &Context) -> bool {
+    let limit = std::time::Duration::from_secs(if under_sanitizer() { 200 } else { 50 });
+    let began = std::time::Instant::now();
+    while um_core::capture_counts(ctx).waiting == 0 {
+        if began.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
+/// A capture of one `add_scalar` on a stream of its own, asked for once `go` says so (or its
+/// sender is gone): `began` is set inside the capture closure, so only once the capture has
+/// begun. `Ok(true)` where the graph replayed right.
+pub fn capture_when_told(
+    ctx: &Context,
+    go: &std::sync::mpsc::Receiver<()>,
+    began: &std::sync::atomic::AtomicBool,
+) -> um::Result<bool> {
+    use um::{Managed, StreamOptions};
+    let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let x = x.attach(s)?;
+        let _ = go.recv();
+        let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+            began.store(true, std::sync::atomic::Ordering::SeqCst);
+            um_test_kernels::testing::add_scalar(cap, &mut x, 1.0)?;
+            Ok(((x,), ()))
+        })?;
+        graph.launch(s)?;
+        let (x,) = graph.sync()?;
+        Ok(x.iter().all(|v| *v == 1.0))
+    })
+}

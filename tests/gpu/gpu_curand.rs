@@ -4,7 +4,9 @@
 //! gives one sequence; what cuRAND cannot do (an odd length of normal numbers, a deviation that
 //! is negative or not finite) and calls on another stream of a set are refused before cuRAND
 //! runs, the buffer untouched; a generator dropped inside a capture closure is destroyed once
-//! the capture has ended, and nothing it held is lost.
+//! the capture has ended, and nothing it held is lost. A generator is refused while a capture
+//! of `um` is in progress or waits (but made inside the hold a waiting capture waits for), and
+//! 16 holds deep.
 //!
 //! Every test needs a GPU and cuRAND (the toolkit's `libcurand.so.10`, found as
 //! `docs/interop.md` says). The missing-library error needs neither: it is tested in
@@ -779,4 +781,162 @@ fn lengths_past_two_to_the_32_are_drawn_to_the_last_element() {
         })
         .expect("normal numbers past 2^32");
     probe(&x[..], &|v| v == 10.0, "normal");
+}
+
+/// `n` uniform numbers of a generator of `seed` made now on a stream of its own (the caller's
+/// hold or section around it, if any), into a unified buffer.
+fn uniform_here(ctx: &Context, n: usize, seed: u64) -> Result<Vec<f64>, Error> {
+    let y = Managed::from_slice(ctx, &vec![SENTINEL as f32; n])?;
+    let y = ctx.with_stream(StreamOptions::new(), |s| {
+        let y = y.attach(s)?;
+        let drawn = Rng::new(s, RngKind::Philox, seed).and_then(|mut rng| {
+            let mut y = y;
+            rng.uniform(s, &mut y)?;
+            Ok(y)
+        });
+        // The generator is dropped above: destroyed now, after a device wait, inside the hold.
+        Ok(drawn.map(|y| y.sync()))
+    })?;
+    Ok(y??.iter().map(|&v| v.into()).collect())
+}
+
+/// While another thread's capture of `um` waits to begin on the device (held off by this
+/// thread's `Context::with_captures_held_off`), a generator asked for on a third thread, in no
+/// section of the device, is refused with `Error::CaptureInProgress` (its set-up would begin
+/// a hold, which a waiting capture holds off); one asked for inside the hold is made (a nested
+/// hold), draws its seed's sequence and is destroyed there, all before the capture begins,
+/// which then ends valid. Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_generator_is_refused_while_a_capture_waits_but_made_inside_the_hold_it_waits_for() {
+    let _serial = serial();
+    let done = common::watchdog("generators beside a capture that waits for a hold");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let n = 1001;
+    let want = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 5);
+    let began = std::sync::atomic::AtomicBool::new(false);
+    let (go, told) = std::sync::mpsc::channel::<()>();
+    let (ctx, began) = (&ctx, &began);
+    let (inside, captured) = std::thread::scope(|t| {
+        let capturer = t.spawn(move || common::capture_when_told(ctx, &told, began));
+        let inside = ctx.with_captures_held_off(|| {
+            go.send(()).expect("the capturing thread listens");
+            let waits = common::until_a_capture_waits(ctx);
+            let beside = t
+                .spawn(move || uniform_here(ctx, n, 5).err())
+                .join()
+                .expect("the third thread");
+            let here = uniform_here(ctx, n, 5);
+            let began = began.load(std::sync::atomic::Ordering::SeqCst);
+            (waits, beside, here, began)
+        });
+        (inside, capturer.join().expect("the capturing thread"))
+    });
+    let (waits, beside, here, began_inside) = inside
+        .expect("the hold")
+        .expect("granted: no capture was in progress");
+    assert!(
+        waits,
+        "the other thread's capture never waited for the hold"
+    );
+    assert!(
+        matches!(beside, Some(Error::CaptureInProgress)),
+        "a generator beside a capture that waits to begin: {beside:?}"
+    );
+    assert_eq!(here.expect("a generator inside the hold"), want);
+    assert!(!began_inside, "the capture began inside the hold");
+    assert_eq!(captured, Ok(true), "the capture after the hold");
+    common::assert_context_usable(ctx);
+    done.send(()).ok();
+}
+
+/// Runs `bottom` inside `n` nested holds of `ctx` (`Context::with_captures_held_off`); panics if
+/// one of them is refused.
+fn in_holds<R>(ctx: &Context, n: usize, bottom: &mut dyn FnMut() -> R) -> R {
+    if n == 0 {
+        return bottom();
+    }
+    ctx.with_captures_held_off(|| in_holds(ctx, n - 1, bottom))
+        .expect("the hold")
+        .unwrap_or_else(|| panic!("hold {n} from the bottom was refused"))
+}
+
+/// Sixteen holds deep on one thread no further hold can mark the thread, so a generator's
+/// set-up is refused there with `Error::CaptureInProgress` (its message names that depth too),
+/// with nothing made; fifteen deep it is made, draws its seed's sequence and is destroyed.
+/// Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_generator_is_refused_sixteen_holds_deep_and_made_fifteen_deep() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 1001;
+    let want = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Philox, 5);
+    let deep = in_holds(&ctx, 16, &mut || uniform_here(&ctx, n, 5));
+    assert!(
+        matches!(&deep, Err(Error::CaptureInProgress)),
+        "16 holds deep: {deep:?}"
+    );
+    let message = deep.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("16"),
+        "the message names the depth: {message}"
+    );
+    let fifteen = in_holds(&ctx, 15, &mut || uniform_here(&ctx, n, 5));
+    assert_eq!(fifteen.expect("15 holds deep"), want);
+    common::assert_context_usable(&ctx);
+}
+
+/// Generators of the legacy and of the per-thread default stream, made before a capture, draw
+/// inside its closure (the legacy stream's generation synchronizes with every blocking stream,
+/// and the capture's streams are non-blocking; the calls are made with the mode relaxed) and
+/// are dropped there (their destroys kept until the capture has ended): the capture stays
+/// valid and replays only its own kernels, and each draw is its seed's sequence. Expected to
+/// pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn generators_of_the_legacy_and_per_thread_streams_draw_inside_a_capture_closure() {
+    let _serial = serial();
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let n = 1001;
+    let want = uniform::<f32, _>(&ctx, Managed::from_slice, n, RngKind::Mrg32k3a, 9);
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let a = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let b = Managed::from_slice(&ctx, &vec![SENTINEL as f32; n]).expect("alloc");
+    let (x, a, b, drawn) = ctx
+        .with_legacy_stream(|l| {
+            ctx.with_per_thread_stream(|p| {
+                let (mut on_legacy, mut on_thread) = (
+                    Rng::new(l, RngKind::Mrg32k3a, 9)?,
+                    Rng::new(p, RngKind::Mrg32k3a, 9)?,
+                );
+                let (mut a, mut b) = (a.attach_global(l)?, b.attach(p)?);
+                let (x, drawn) = ctx.with_stream(StreamOptions::new(), |s| {
+                    let x = x.attach(s)?;
+                    let (graph, drawn) = s.capture((x,), |cap, (mut x,)| {
+                        add_scalar(cap, &mut x, 1.0)?;
+                        let drawn = (on_legacy.uniform(l, &mut a), on_thread.uniform(p, &mut b));
+                        drop((on_legacy, on_thread)); // destroyed once the capture has ended
+                        add_scalar(cap, &mut x, 1.0)?;
+                        Ok(((x,), drawn))
+                    })?;
+                    graph.launch(s)?;
+                    let (x,) = graph.sync()?;
+                    Ok((x, drawn))
+                })?;
+                Ok((x, a.sync()?, b.sync()?, drawn))
+            })
+        })
+        .expect("generators of the default streams inside a capture closure");
+    assert_eq!(drawn, (Ok(()), Ok(())), "the draws inside the closure");
+    assert!(x.iter().all(|v| *v == 2.0), "the graph replayed wrong");
+    let a: Vec<f64> = a.iter().map(|&v| v.into()).collect();
+    let b: Vec<f64> = b.iter().map(|&v| v.into()).collect();
+    assert_eq!(a, want, "the legacy stream's draw");
+    assert_eq!(b, want, "the per-thread stream's draw");
+    common::assert_context_usable(&ctx);
 }

@@ -3,7 +3,10 @@
 //! rows, on every storage of the dense operands; one handle's workspace serves products of
 //! every size in turn; a product on another stream of a set, with an operand of another stream
 //! or with a vector of the wrong length is refused before cuSPARSE runs, nothing written; a
-//! handle dropped inside a capture closure leaves the capture valid.
+//! handle dropped inside a capture closure leaves the capture valid, and so do handles made and
+//! first used beside captures or inside a capture closure; values rewritten on the host reach
+//! the next product on every storage; a matrix of another stream of a set is refused; SpMM
+//! past 2^31 dense elements reaches its last column.
 //!
 //! Every test needs a GPU and cuSPARSE (the toolkit's `libcusparse.so.12`, found as
 //! `docs/interop.md` says). The structure proof and the missing-library error need neither:
@@ -387,4 +390,398 @@ fn a_poisoned_stream_takes_no_product_and_leaks_its_buffers() {
     })
     .expect("stream work");
     common::assert_context_usable(&ctx);
+}
+
+/// `y = A x` on `stream` with a fresh handle, `A` of storage `M`: the product, for the next
+/// tests.
+fn product<'s, M: um::Storage>(
+    s: &um::Stream<'s>,
+    a: &Csr<f64, um::StreamOwned<'s>, M>,
+    x: &Managed<[f64], um::StreamOwned<'s>>,
+    y: &mut Managed<[f64], um::StreamOwned<'s>>,
+) -> Result<(), Error> {
+    let mut sparse = Sparse::new(s)?;
+    sparse.spmv(s, Op::N, 1.0, a, x, 0.0, y)
+}
+
+/// A matrix's values rewritten on the host between two products (`values_mut`, after a `sync`
+/// of the whole matrix) reach the second product, in every storage: a mirror's host half is
+/// copied to its device half at the next `attach` (its `DerefMut` marks it written), and a
+/// product never writes the matrix, so the host's values after the last `sync` are the ones it
+/// wrote. Expected: the second product is twice the first, and `values()` the doubled values.
+fn values_rewritten_reach_the_next_product<M: um::Storage>(ctx: &Context, make: MakeCsr<f64, M>) {
+    let (rows, cols) = (97, 61);
+    let csr = matrix(rows, cols);
+    let a = make(ctx, rows, cols, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let x: Vec<f64> = (0..cols).map(|i| (i % 5) as f64 - 2.0).collect();
+    let xb = Managed::from_slice(ctx, &x).expect("alloc");
+    let (y1, y2) = (
+        Managed::from_slice(ctx, &vec![SENTINEL; rows]).expect("alloc"),
+        Managed::from_slice(ctx, &vec![SENTINEL; rows]).expect("alloc"),
+    );
+    let (a, y1, y2) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (a, xb, mut y1) = (a.attach(s)?, xb.attach(s)?, y1.attach(s)?);
+            product(s, &a, &xb, &mut y1)?;
+            let mut a = a.sync()?;
+            for v in a.values_mut() {
+                *v *= 2.0;
+            }
+            let (a, mut y2) = (a.attach(s)?, y2.attach(s)?);
+            product(s, &a, &xb, &mut y2)?;
+            let _ = xb.sync()?;
+            Ok((a.sync()?, y1.sync()?, y2.sync()?))
+        })
+        .expect("two products");
+    let want = spmv_reference(&csr, Op::N, (rows, cols), 1.0, &x, 0.0, &vec![0.0; rows]);
+    assert_eq!(&y1[..], &want[..], "{}: the first product", M::NAME);
+    let twice: Vec<f64> = want.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(&y2[..], &twice[..], "{}: the rewritten values", M::NAME);
+    let doubled: Vec<f64> = csr.2.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(a.values(), &doubled[..], "{}: the host's values", M::NAME);
+    assert_eq!(a.row_offsets(), &csr.0[..]);
+    assert_eq!(a.col_indices(), &csr.1[..]);
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn values_rewritten_on_the_host_after_a_product_reach_the_next_product_on_every_storage() {
+    let _serial = serial();
+    let ctx = gpu();
+    values_rewritten_reach_the_next_product::<Unified>(&ctx, Csr::new);
+    values_rewritten_reach_the_next_product::<Mirror>(&ctx, Csr::new_mirrored);
+    if ctx.info().concurrent_managed_access {
+        values_rewritten_reach_the_next_product::<Coherent>(&ctx, Csr::new_coherent);
+    }
+}
+
+/// A matrix attached to another stream of the handle's stream set (one brand, so the types
+/// allow it) is refused before cuSPARSE runs, by `spmv` and `spmm`: `Error::StreamMismatch`
+/// naming `a`, the outputs untouched. Expected to pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_matrix_of_another_stream_of_the_set_is_refused_and_nothing_is_written() {
+    let _serial = serial();
+    let ctx = gpu();
+    let csr = matrix(4, 3);
+    let a = Csr::new_mirrored(&ctx, 4, 3, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let x = Managed::from_slice(&ctx, &[1.0f64; 3]).expect("alloc");
+    let y = Managed::from_slice(&ctx, &[SENTINEL; 4]).expect("alloc");
+    let y = ctx
+        .with_stream_set(2, StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(&s[0])?;
+            let a = a.attach(&s[1])?;
+            let (x, mut y) = (x.attach(&s[0])?, y.attach(&s[0])?);
+            assert_eq!(
+                sparse.spmv(&s[0], Op::N, 1.0, &a, &x, 0.0, &mut y),
+                Err(Error::StreamMismatch { buffer: "a" })
+            );
+            assert_eq!(
+                sparse.spmm(&s[0], 1.0, &a, &x, 1, 0.0, &mut y),
+                Err(Error::StreamMismatch { buffer: "a" })
+            );
+            let _ = (a.sync()?, x.sync()?);
+            y.sync()
+        })
+        .expect("refusals");
+    assert!(y.iter().all(|v| *v == SENTINEL), "a refused product wrote");
+}
+
+/// SpMM whose dense operands hold more than 2^31 elements (`A` 2x2, `n` = 2^30 + 1 columns, so
+/// `B` and `C` hold 2^31 + 2 each): cuSPARSE takes their sizes as 64-bit, and a product that
+/// cut them to 32 bits would leave the last columns of `C` unwritten (as cuRAND did with its
+/// lengths, rule 219). Expected to pass: every probed column of `C` (both ends, and every
+/// 2^20th between) is `A` times that column of `B`; where it fails, the product must be made in
+/// blocks of columns that cuSPARSE takes whole. Skipped without 4 times the operands' 16 GiB of
+/// free device memory, or under a sanitizer.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn spmm_with_dense_operands_past_two_to_the_31_elements_is_right_to_the_last_column() {
+    let _serial = serial();
+    let ctx = gpu();
+    let (m, k, n) = (2usize, 2usize, (1usize << 30) + 1);
+    let bytes = (k * n + m * n) * std::mem::size_of::<f32>();
+    let free = ctx.mem_info().map_or(0, |(free, _)| free);
+    if common::under_sanitizer() || free < 2 * bytes {
+        eprintln!(
+            "skipped: needs {} GiB of free device memory",
+            (2 * bytes) >> 30
+        );
+        return;
+    }
+    // A = [[1, 0], [2, 3]]; column j of B is (j % 7, 1), so column j of C is (j % 7, 2 (j % 7) + 3).
+    let a = Csr::new(&ctx, m, k, &[0, 1, 3], &[0, 0, 1], &[1.0f32, 2.0, 3.0])
+        .expect("a proved CSR matrix");
+    let b = Managed::from_fn(&ctx, k * n, |i| {
+        if i % 2 == 0 {
+            ((i / 2) % 7) as f32
+        } else {
+            1.0
+        }
+    })
+    .expect("alloc");
+    let c = Managed::from_fn(&ctx, m * n, |_| -1.0f32).expect("alloc");
+    let c = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+            sparse.spmm(s, 1.0, &a, &b, n, 0.0, &mut c)?;
+            let _ = (a.sync()?, b.sync()?);
+            c.sync()
+        })
+        .expect("SpMM past 2^31 elements");
+    let columns = (0..4096).chain(n - 4096..n).chain((0..n).step_by(1 << 20));
+    for j in columns {
+        let v = (j % 7) as f32;
+        assert_eq!(
+            (c[j * m], c[j * m + 1]),
+            (v, 2.0 * v + 3.0),
+            "column {j} of {n}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuSPARSE inside a capture closure and beside captures.
+
+const CHILD: &str = "UM_CUSPARSE_CHILD";
+
+fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Handles made, and cuSPARSE's kernels used for the first time in the process (SpMV, its
+/// transpose, SpMM, f32), on another thread while captures of `um` are open on the device, each
+/// round a new handle on a stream of its own, dropped there (its destroy kept until the
+/// captures have ended): no capture fails (rule 187: nothing of `um` fails another thread's
+/// capture), every product is right. In a child process: cuSPARSE's first use in the process.
+/// Whether `cusparseCreate` or a first product beside a capture fails it, as cuRAND's set-up
+/// did (rule 218), only a GPU can tell: where this fails, `Sparse::new` must be made inside
+/// `Context::with_captures_held_off`, as `Rng::new` is.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn handles_made_and_used_for_the_first_time_beside_captures_fail_none() {
+    let _serial = serial();
+    if !is_child() {
+        let (status, text) = common::child_output(
+            "handles_made_and_used_for_the_first_time_beside_captures_fail_none",
+            CHILD,
+        );
+        assert!(
+            status.success() && text.contains("1 passed"),
+            "the child failed ({status})"
+        );
+        return;
+    }
+    let done = common::watchdog("cuSPARSE's first use beside captures");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let rounds = 4;
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let (began_tx, began_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
+    let (ctx, failed) = (&ctx, &failed);
+    let right = std::thread::scope(|t| {
+        // Captures back to back; each holds its capture open until the other thread has made
+        // its cuSPARSE calls of this round (at most 10 s).
+        t.spawn(move || {
+            for _ in 0..rounds {
+                let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+                let r = ctx.with_stream(StreamOptions::new(), |s| {
+                    let x = x.attach(s)?;
+                    let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                        add_scalar(cap, &mut x, 1.0)?;
+                        began_tx.send(()).expect("signal");
+                        let _ = ready_rx.recv_timeout(std::time::Duration::from_secs(10));
+                        add_scalar(cap, &mut x, 1.0)?;
+                        Ok(((x,), ()))
+                    })?;
+                    graph.launch(s)?;
+                    let (x,) = graph.sync()?;
+                    Ok(x.iter().all(|e| *e == 2.0))
+                });
+                if !matches!(r, Ok(true)) {
+                    println!("capture failed: {r:?}");
+                    failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        t.spawn(move || {
+            let mut right = true;
+            for round in 0..rounds {
+                if began_rx
+                    .recv_timeout(std::time::Duration::from_secs(30))
+                    .is_err()
+                {
+                    return false;
+                }
+                let ok = beside_a_capture(ctx, round);
+                right &= ok;
+                ready_tx.send(ok).ok();
+            }
+            right
+        })
+        .join()
+        .expect("the cuSPARSE thread")
+    });
+    assert_eq!(
+        failed.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "cuSPARSE's creation or first use on another thread failed captures of um (rule 187)"
+    );
+    assert!(right, "a product beside a capture was wrong");
+    done.send(()).ok();
+}
+
+/// Round `round` of the test above: a new handle on a stream of its own, one product never
+/// made before in the process, checked against the CPU; the handle dropped at the end.
+fn beside_a_capture(ctx: &Context, round: usize) -> bool {
+    let (rows, cols, n) = (40 + round, 33 + round, 3);
+    let csr = matrix(rows, cols);
+    let got = ctx.with_stream(StreamOptions::new(), |s| -> um::Result<bool> {
+        let mut sparse = Sparse::new(s)?;
+        let ok = match round {
+            0 | 1 => {
+                let op = if round == 0 { Op::N } else { Op::T };
+                let (xn, yn) = if round == 0 {
+                    (cols, rows)
+                } else {
+                    (rows, cols)
+                };
+                let x: Vec<f64> = (0..xn).map(|i| (i % 3) as f64).collect();
+                let a = Csr::new(ctx, rows, cols, &csr.0, &csr.1, &csr.2)?.attach(s)?;
+                let xb = Managed::from_slice(ctx, &x)?.attach(s)?;
+                let mut y = Managed::from_slice(ctx, &vec![0.0f64; yn])?.attach(s)?;
+                sparse.spmv(s, op, 1.0, &a, &xb, 0.0, &mut y)?;
+                let want = spmv_reference(&csr, op, (rows, cols), 1.0, &x, 0.0, &vec![0.0; yn]);
+                let _ = (a.sync()?, xb.sync()?);
+                y.sync()?[..] == want[..]
+            }
+            2 => {
+                let b: Vec<f64> = (0..cols * n).map(|i| (i % 5) as f64).collect();
+                let a = Csr::new(ctx, rows, cols, &csr.0, &csr.1, &csr.2)?.attach(s)?;
+                let bb = Managed::from_slice(ctx, &b)?.attach(s)?;
+                let mut c = Managed::from_slice(ctx, &vec![0.0f64; rows * n])?.attach(s)?;
+                sparse.spmm(s, 1.0, &a, &bb, n, 0.0, &mut c)?;
+                let _ = (a.sync()?, bb.sync()?);
+                let c = c.sync()?;
+                (0..n).all(|j| {
+                    let col = &b[j * cols..(j + 1) * cols];
+                    let want =
+                        spmv_reference(&csr, Op::N, (rows, cols), 1.0, col, 0.0, &vec![0.0; rows]);
+                    c[j * rows..(j + 1) * rows] == want[..]
+                })
+            }
+            _ => {
+                let values: Vec<f32> = csr.2.iter().map(|v| *v as f32).collect();
+                let a = Csr::new(ctx, rows, cols, &csr.0, &csr.1, &values)?.attach(s)?;
+                let xb = Managed::from_slice(ctx, &vec![1.0f32; cols])?.attach(s)?;
+                let mut y = Managed::from_slice(ctx, &vec![0.0f32; rows])?.attach(s)?;
+                sparse.spmv(s, Op::N, 1.0, &a, &xb, 0.0, &mut y)?;
+                let want = spmv_reference(
+                    &csr,
+                    Op::N,
+                    (rows, cols),
+                    1.0,
+                    &vec![1.0; cols],
+                    0.0,
+                    &vec![0.0; rows],
+                );
+                let _ = (a.sync()?, xb.sync()?);
+                let y = y.sync()?;
+                y.iter().zip(&want).all(|(g, w)| f64::from(*g) == *w)
+            }
+        };
+        // The handle is dropped here, beside the capture: its destroy is kept until it ends.
+        Ok(ok)
+    });
+    match got {
+        Ok(ok) => ok,
+        Err(e) => {
+            println!("round {round} beside a capture: {e}");
+            false
+        }
+    }
+}
+
+/// A handle made inside a capture closure, on the eager stream the closure borrows (its
+/// creation allocates: made with the thread's capture mode relaxed), computes there a small
+/// SpMV, an SpMM whose workspace may need to grow (the old one dropped inside the capture is
+/// freed behind its stream), and a transposed SpMV, and is dropped inside the closure (its
+/// destroy kept until the capture has ended). The capture stays valid and replays right, every
+/// product is right, and the context stays usable. Whether `cusparseCreate` on a capturing
+/// thread, relaxed, fails the capture, as cuRAND's set-up did (rule 218), only a GPU can tell:
+/// where this fails, `Sparse::new` must be refused inside a capture, as `Rng::new` is.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_handle_made_inside_a_capture_closure_computes_there_and_leaves_the_capture_valid() {
+    let _serial = serial();
+    let done = common::watchdog("a cuSPARSE handle inside a capture closure");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let (m, k, n) = (301, 257, 5);
+    let csr = matrix(m, k);
+    let small = matrix(3, 3);
+    let a = Csr::new(&ctx, m, k, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let s3 = Csr::new(&ctx, 3, 3, &small.0, &small.1, &small.2).expect("a proved CSR matrix");
+    let b: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 7 + 3) % 11) as f64 - 5.0)
+        .collect();
+    let xt: Vec<f64> = (0..m).map(|i| (i % 4) as f64).collect();
+    let bb = Managed::from_slice(&ctx, &b).expect("alloc");
+    let cb = Managed::from_slice(&ctx, &vec![0.0f64; m * n]).expect("alloc");
+    let xb = Managed::from_slice(&ctx, &[1.0f64; 3]).expect("alloc");
+    let yb = Managed::from_slice(&ctx, &[SENTINEL; 3]).expect("alloc");
+    let xtb = Managed::from_slice(&ctx, &xt).expect("alloc");
+    let ytb = Managed::from_slice(&ctx, &vec![SENTINEL; k]).expect("alloc");
+    let z = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("alloc");
+    let (z, made, c, y, yt) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (a, s3, b) = (a.attach(s)?, s3.attach(s)?, bb.attach(s)?);
+            let (mut c, x, mut y) = (cb.attach(s)?, xb.attach(s)?, yb.attach(s)?);
+            let (xt, mut yt, z) = (xtb.attach(s)?, ytb.attach(s)?, z.attach(s)?);
+            let (graph, made) = s.capture((z,), |cap, (mut z,)| {
+                add_scalar(cap, &mut z, 1.0)?;
+                let made = Sparse::new(s).and_then(|mut sparse| {
+                    sparse.spmv(s, Op::N, 1.0, &s3, &x, 0.0, &mut y)?;
+                    sparse.spmm(s, 1.0, &a, &b, n, 0.0, &mut c)?;
+                    sparse.spmv(s, Op::T, 1.0, &a, &xt, 0.0, &mut yt)
+                    // The handle is dropped here: destroyed once the capture has ended.
+                });
+                add_scalar(cap, &mut z, 1.0)?;
+                Ok(((z,), made))
+            })?;
+            graph.launch(s)?;
+            let (z,) = graph.sync()?;
+            let _ = (a.sync()?, s3.sync()?, b.sync()?, x.sync()?, xt.sync()?);
+            Ok((z, made, c.sync()?, y.sync()?, yt.sync()?))
+        })
+        .expect("a capture with a handle made inside its closure");
+    assert_eq!(made, Ok(()), "cuSPARSE inside the capture closure");
+    assert!(z.iter().all(|v| *v == 2.0), "the graph replayed wrong");
+    let want = spmv_reference(&small, Op::N, (3, 3), 1.0, &[1.0; 3], 0.0, &[0.0; 3]);
+    assert_eq!(&y[..], &want[..], "the small SpMV");
+    for j in 0..n {
+        let col = &b[j * k..(j + 1) * k];
+        let want = spmv_reference(&csr, Op::N, (m, k), 1.0, col, 0.0, &vec![0.0; m]);
+        for i in 0..m {
+            assert!(
+                (c[j * m + i] - want[i]).abs() <= 1e-12 * (1.0 + want[i].abs()),
+                "C[{i}, {j}] = {}, expected {}",
+                c[j * m + i],
+                want[i]
+            );
+        }
+    }
+    let want = spmv_reference(&csr, Op::T, (m, k), 1.0, &xt, 0.0, &vec![0.0; k]);
+    for (i, (g, w)) in yt.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            "A^T x [{i}] = {g}, expected {w}"
+        );
+    }
+    common::assert_context_usable(&ctx);
+    done.send(()).ok();
 }

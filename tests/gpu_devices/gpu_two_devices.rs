@@ -4,6 +4,7 @@
 //! more, and says "skipped" elsewhere; run with `--include-ignored` on one GPU, it fails.
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
+use um::curand::{Rng, RngKind};
 use um::{Context, Error, LaunchConfig, Managed, StreamOptions};
 use um_test_kernels::testing;
 
@@ -603,4 +604,55 @@ fn time_marks_of_two_devices_make_no_span() {
     }
     let elapsed = a0.until(&a1).expect("one device").wait();
     assert!(elapsed.is_ok(), "{elapsed:?}");
+}
+
+/// Inside a capture closure on device 0, a cuRAND generator of device 1 (on an eager stream of
+/// device 1, made before the capture) is refused with `um_curand::Error::CaptureInProgress`:
+/// the driver refuses its set-up on a capturing thread, whatever the device, and the refusal
+/// would fail the capture. Nothing is made, the capture stays valid and replays right, and a
+/// generator of that stream is made and draws once the capture has ended. Expected to pass.
+#[test]
+#[ignore = "needs two CUDA devices"]
+fn a_generator_of_device_1_is_refused_inside_a_capture_of_device_0_which_stays_valid() {
+    // Captures in one test fail whole-device waits in another: one test at a time.
+    let _serial = common::serial();
+    let (ctx0, ctx1) = two_contexts();
+    if !ctx0.info().concurrent_managed_access {
+        eprintln!("skipped: captures of unified memory need concurrent managed access");
+        return;
+    }
+    let x = Managed::from_slice(&ctx0, &[0.0f32; 256]).expect("alloc");
+    let y = Managed::from_slice(&ctx1, &[0.0f32; 2]).expect("alloc");
+    let (x, refused, y) = ctx1
+        .with_stream(StreamOptions::new(), |s1| {
+            let (x, refused) = ctx0.with_stream(StreamOptions::new(), |s0| {
+                let x = x.attach(s0)?;
+                let (graph, refused) = s0.capture((x,), |cap, (mut x,)| {
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    let refused = Rng::new(s1, RngKind::Philox, 1).err();
+                    testing::add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), refused))
+                })?;
+                graph.launch(s0)?;
+                let (x,) = graph.sync()?;
+                Ok((x, refused))
+            })?;
+            let mut y = y.attach(s1)?;
+            let drawn =
+                Rng::new(s1, RngKind::Philox, 1).and_then(|mut rng| rng.uniform(s1, &mut y));
+            let y = y.sync()?;
+            drawn.expect("a generator of device 1 after the capture");
+            Ok((x, refused, y))
+        })
+        .expect("the streams of both devices");
+    assert!(
+        matches!(refused, Some(um::curand::Error::CaptureInProgress)),
+        "a generator of device 1 inside a capture of device 0: {refused:?}"
+    );
+    assert!(x.iter().all(|v| *v == 2.0), "the capture replayed wrong");
+    assert!(
+        y.iter().all(|v| *v > 0.0 && *v <= 1.0),
+        "drawn after the capture: {:?}",
+        &y[..]
+    );
 }

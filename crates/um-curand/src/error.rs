@@ -19,11 +19,16 @@ pub enum Error {
     )]
     WrongStream,
     /// A generator is made while a capture of `um` is in progress on its device (on any
-    /// thread, inside a capture closure among them) or waits to begin there: cuRAND's set-up
-    /// allocates and synchronizes with the legacy default stream, which would fail that
-    /// capture. Nothing was made; make the generator before the capture begins, or after it.
+    /// thread, inside a capture closure among them) or on the calling thread (of any device),
+    /// or waits to begin on its device: cuRAND's set-up allocates and synchronizes with the
+    /// legacy default stream, which would fail that capture, and the driver refuses it on a
+    /// capturing thread. Nothing was made; make the generator before the capture begins, or
+    /// after it. Also where the calling thread is already 16 closures of
+    /// [`Context::with_idle_unless_capturing`](um_core::Context::with_idle_unless_capturing)
+    /// or [`Context::with_captures_held_off`](um_core::Context::with_captures_held_off) deep,
+    /// the most that can hold captures off (make it outside them).
     #[error(
-        "a cuRAND generator cannot be made while a capture of um is in progress on its device: its set-up synchronizes with the legacy default stream, which would fail the capture (make the generator before the capture begins, or after it ends)"
+        "a cuRAND generator cannot be made while a capture of um is in progress on its device or on this thread, or waits to begin on its device: its set-up synchronizes with the legacy default stream, which would fail the capture (make the generator before the capture begins, or after it ends; or, where this thread is 16 idle sections deep, outside them)"
     )]
     CaptureInProgress,
     /// The buffer is owned by another stream of the same stream set than the call's (the

@@ -97,8 +97,9 @@ impl<'s, K: RandStream> Rng<'s, K> {
     /// A generator of `kind` seeded with `seed`, belonging to `stream`, with the process's
     /// cuRAND ([`Curand::load`]). Its state is set up on `stream` before this returns
     /// (`curandGenerateSeeds`, enqueued there), so that a failure shows here.
-    /// [`Error::CaptureInProgress`] while a capture of `um` is in progress on the device, or
-    /// waits to begin there (see "Captures" above).
+    /// [`Error::CaptureInProgress`] while a capture of `um` is in progress on the device or on
+    /// the calling thread, or waits to begin on the device (see "Captures" above), and where
+    /// the calling thread is 16 idle sections deep (no further section can hold captures off).
     pub fn new(stream: &Stream<'s, K>, kind: RngKind, seed: u64) -> Result<Self> {
         Self::with_library(stream, Curand::load()?, kind, seed)
     }
@@ -188,7 +189,7 @@ impl<'s, K: RandStream> Rng<'s, K> {
             // SAFETY: as above, for the piece `at..at + len` of the buffer (`pieces` covers
             // `0..n` and no more).
             pieces(n, |at, len| unsafe {
-                result::uniform(api, generator, out.as_mut_ptr().add(at), len)
+                result::uniform(api, generator, element(out.as_mut_ptr(), at), len)
             })
         })
     }
@@ -222,7 +223,14 @@ impl<'s, K: RandStream> Rng<'s, K> {
         self.run(|| {
             // SAFETY: as in `uniform`; `n` is even (checked above), and so is every piece.
             pieces(n, |at, len| unsafe {
-                result::normal(api, generator, out.as_mut_ptr().add(at), len, mean, stddev)
+                result::normal(
+                    api,
+                    generator,
+                    element(out.as_mut_ptr(), at),
+                    len,
+                    mean,
+                    stddev,
+                )
             })
         })
     }
@@ -244,7 +252,7 @@ impl<'s, K: RandStream> Rng<'s, K> {
         self.run(|| {
             // SAFETY: as in `uniform`, for `n` `u32`s.
             pieces(n, |at, len| unsafe {
-                result::generate(api, generator, out.as_mut_ptr().add(at), len)
+                result::generate(api, generator, element(out.as_mut_ptr(), at), len)
             })
         })
     }
@@ -342,6 +350,16 @@ fn pieces(n: usize, mut draw: impl FnMut(usize, usize) -> Result<()>) -> Result<
     Ok(())
 }
 
+/// The device address of element `at` of the buffer whose first element is at `base`. A device
+/// address is no pointer into memory Rust knows of (it is made from an integer, with no
+/// provenance; a mirror's device half is not even mapped on the host), and `<*mut T>::add` is
+/// defined only inside an allocation Rust can see: so the offset is address arithmetic
+/// (`wrapping_add`), which holds for any address. `at` is within the buffer (`pieces`), so
+/// nothing wraps.
+fn element<T>(base: *mut T, at: usize) -> *mut T {
+    base.wrapping_add(at)
+}
+
 /// The generator, moved into the destroy that drop may leave to another thread.
 struct Raw(sys::Generator);
 
@@ -389,5 +407,20 @@ mod tests {
             Err(Error::WrongStream)
         });
         assert!(matches!(r, Err(Error::WrongStream)) && calls == 1);
+    }
+
+    /// The pieces past 2^31 elements are addressed by plain address arithmetic on a device
+    /// address (which has no provenance, and is no allocation Rust knows of): element `at` of
+    /// an `f64` buffer lies `8 * at` bytes past its start, also past 2^32 elements, and nothing
+    /// is dereferenced on the host.
+    #[test]
+    fn pieces_of_a_device_buffer_are_addressed_by_their_offset_in_bytes() {
+        let base = std::ptr::without_provenance_mut::<f64>(0x7f00_0000_0000);
+        for at in [0, 1, PIECE, 2 * PIECE, 2 * PIECE + 2] {
+            let p = element(base, at);
+            assert_eq!(p.addr() - base.addr(), 8 * at, "element {at}");
+        }
+        let words = std::ptr::without_provenance_mut::<u32>(0x7f00_0000_0000);
+        assert_eq!(element(words, PIECE).addr() - words.addr(), 4 * PIECE);
     }
 }

@@ -43,7 +43,7 @@ pub use stream::SparseStream;
 mod facts {
     use super::*;
     use static_assertions::{assert_impl_all, assert_not_impl_any};
-    use um_core::Created;
+    use um_core::{Created, Mirror, PerThread, StreamOwned};
 
     // A handle is of one thread and one stream.
     assert_not_impl_any!(Sparse<'static, Created>: Send, Sync);
@@ -51,4 +51,8 @@ mod facts {
     assert_impl_all!(Cusparse: Send, Sync);
     // A host-owned matrix may move between threads, as its buffers may.
     assert_impl_all!(Csr<f32>: Send, Sync);
+    // A matrix attached to the per-thread default stream stays on its thread, as its buffers
+    // do (that stream is another on every thread), in every storage.
+    assert_not_impl_any!(Csr<f32, StreamOwned<'static, PerThread>>: Send, Sync);
+    assert_not_impl_any!(Csr<f64, StreamOwned<'static, PerThread>, Mirror>: Send, Sync);
 }

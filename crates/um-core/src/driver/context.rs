@@ -921,7 +921,10 @@ impl Context {
     /// [`with_idle_unless_capturing`](Context::with_idle_unless_capturing), but without its
     /// wait for the device first. `Ok(Some(f()))`; `Ok(None)`, and `f` not run, where a capture
     /// of `um` is in progress on the device or on this thread, or waits to begin on the
-    /// device, or inside a driver callback; `Err` where the context cannot be made current.
+    /// device (unless this thread is already inside such a closure of the device), or inside a
+    /// driver callback, or where 16 such closures (of either call) are already open on this
+    /// thread; `Err` where the context cannot be made current. A panic of `f` releases the hold
+    /// and the thread's mark as it unwinds.
     ///
     /// For a library call that synchronizes with the legacy default stream or allocates (the
     /// set-up of a cuRAND generator, say): such a call fails a capture in progress on the device
@@ -1022,6 +1025,15 @@ impl Context {
         driver::ctx_synchronize()?;
         task();
         Ok(true)
+    }
+
+    /// The device's captures of `um` in progress, captures waiting to begin, and idle sections
+    /// in progress (`driver/capture_count.rs`), read under its lock: for `um`'s own tests
+    /// (`test_hooks::capture_counts`), which wait for a capture to be waiting.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn capture_counts(&self) -> (usize, usize, usize) {
+        let quiet = self.inner.shared.quiet();
+        (quiet.captures, quiet.waiting, quiet.idle)
     }
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device

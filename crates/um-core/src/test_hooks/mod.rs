@@ -4,6 +4,7 @@
 //! semver.
 
 use crate::driver;
+use crate::driver::context::Context;
 use crate::memory::storage::MirrorCopies;
 
 pub use crate::reclaim::completion::use_event_thread_for_waits;
@@ -45,4 +46,27 @@ pub fn transfer_calls_on_this_thread() -> u64 {
 /// calling thread: no needless copy reaches the driver.
 pub fn mirror_copies_on_this_thread() -> MirrorCopies {
     MirrorCopies::now()
+}
+
+/// What a device's count of captures holds at one moment (`driver/capture_count.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureCounts {
+    /// Captures of `um` in progress on the device, on any thread.
+    pub in_progress: usize,
+    /// Captures of `um` waiting for the device's idle sections (and holds) to end.
+    pub waiting: usize,
+    /// Idle sections and holds (`Context::with_idle_unless_capturing`,
+    /// `Context::with_captures_held_off`) in progress on the device.
+    pub idle: usize,
+}
+
+/// The device's count of captures now: lets a test wait until another thread's capture waits
+/// for a hold, rather than guess how long that takes.
+pub fn capture_counts(ctx: &Context) -> CaptureCounts {
+    let (in_progress, waiting, idle) = ctx.capture_counts();
+    CaptureCounts {
+        in_progress,
+        waiting,
+        idle,
+    }
 }
