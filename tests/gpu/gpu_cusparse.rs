@@ -409,7 +409,10 @@ fn product<'s, M: um::Storage>(
 /// copied to its device half at the next `attach` (its `DerefMut` marks it written), and a
 /// product never writes the matrix, so the host's values after the last `sync` are the ones it
 /// wrote. Expected: the second product is twice the first, and `values()` the doubled values.
-fn values_rewritten_reach_the_next_product<M: um::Storage>(ctx: &Context, make: MakeCsr<f64, M>) {
+fn values_rewritten_reach_the_next_product<M: um::HostVisible>(
+    ctx: &Context,
+    make: MakeCsr<f64, M>,
+) {
     let (rows, cols) = (97, 61);
     let csr = matrix(rows, cols);
     let a = make(ctx, rows, cols, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
