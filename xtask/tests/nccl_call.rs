@@ -11,7 +11,7 @@ use std::process::Command;
 
 #[path = "common/stand_in.rs"]
 mod stand_in;
-use stand_in::{Scratch, executable, nvidia_smi, path_with};
+use stand_in::{Scratch, executable, nvidia_smi, path_with, place_tool};
 
 const NCCL_CALL: &str = include_str!("../../scripts/nccl-call.sh");
 /// The tool that the script execs, as the bundle holds it.
@@ -51,7 +51,7 @@ impl Machine {
             executable(&bundle.join(p), PROGRAM);
         }
         executable(&dir.join("bin/nvidia-smi"), &nvidia_smi(gpus));
-        fs::copy(TOOL, bundle.join("um-xtask")).expect("the tool into the bundle");
+        place_tool(TOOL, &bundle.join("um-xtask"));
         fs::write(dir.join("repo/nccl-call.sh"), NCCL_CALL).expect("script");
         Machine {
             dir,

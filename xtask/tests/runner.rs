@@ -11,7 +11,7 @@ use std::process::Command;
 
 #[path = "common/stand_in.rs"]
 mod stand_in;
-use stand_in::{Scratch, executable, nvidia_smi, path_with};
+use stand_in::{Scratch, executable, nvidia_smi, path_with, place_tool};
 
 /// The runner as the bundle holds it: the binary under test beside the shim that execs it.
 const RUNNER: &str = env!("CARGO_BIN_EXE_xtask");
@@ -120,7 +120,7 @@ impl Machine {
         executable(&bin.join("compute-sanitizer"), SANITIZER);
         executable(&bin.join("nvcc"), "#!/usr/bin/env bash\nexit 1\n");
         executable(&bundle.join("run.sh"), RUN_SH);
-        fs::copy(RUNNER, bundle.join("um-xtask")).expect("the runner into the bundle");
+        place_tool(RUNNER, &bundle.join("um-xtask"));
         executable(&bundle.join("stall-stacks.sh"), STALL_STACKS);
         // A debugger that names the process it was pointed at (cuda-gdb on the GPU machines).
         executable(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/stand_in.rs"]
 mod stand_in;
-use stand_in::{Scratch, executable};
+use stand_in::{Scratch, executable, place_tool};
 
 const VERDICT_CALL: &str = include_str!("../../scripts/verdict-call.sh");
 /// The tool that the script execs, as the bundle holds it.
@@ -50,7 +50,7 @@ fn repo(name: &str) -> (Scratch, PathBuf) {
     let bundle = root.join("target/gpu-bundle");
     fs::create_dir_all(&bundle).expect("mkdir");
     executable(&bundle.join("run.sh"), RUN_SH);
-    fs::copy(TOOL, bundle.join("um-xtask")).expect("the tool into the bundle");
+    place_tool(TOOL, &bundle.join("um-xtask"));
     fs::write(root.join("verdict-call.sh"), VERDICT_CALL).expect("script");
     (scratch, root)
 }

@@ -67,3 +67,13 @@ pub fn run(cmd: &mut Command, label: &str) -> (i32, String) {
     println!("--- {label} ---\n{text}--- end ---");
     (o.status.code().unwrap_or(-1), text)
 }
+
+/// Puts the tool under test at `to` without writing a copy where it can: a hard link (a file
+/// this process wrote could still be open for writing in a child forked meanwhile by another
+/// test's thread, and executing it would then fail with "Text file busy"). Where a hard link
+/// cannot be made (another file system), a copy.
+pub fn place_tool(from: &str, to: &Path) {
+    if fs::hard_link(from, to).is_err() {
+        fs::copy(from, to).expect("the tool into the bundle");
+    }
+}
