@@ -13,7 +13,7 @@ use crate::common;
 use common::{device_for_captures, gpu, serial};
 use um::{Context, Error, HostOwned, HostVisible, Managed, StreamOptions};
 use um_core::mirror_copies_on_this_thread;
-use um_test_kernels::testing::add_scalar;
+use um_test_kernels::testing::{add_scalar, spin_then_add};
 
 /// How one storage allocates a host-owned buffer from a slice.
 type Alloc<T, M> = fn(&Context, &[T]) -> um::Result<Managed<[T], HostOwned, M>>;
@@ -338,4 +338,160 @@ fn inside_a_capture_fills_and_copies_are_nodes_replayed_into_every_storage() {
         fill_and_copy_replayed::<um::Unified>(&ctx, Managed::from_slice);
         fill_and_copy_replayed::<um::Coherent>(&ctx, Managed::from_slice_coherent);
     }
+}
+
+/// The streams of one capture share a brand, so which one owns a buffer is checked at run time
+/// for copies and fills as for launches. Expected: with `x` handed to the second capture stream
+/// and `y` on the first, a copy or fill on either stream naming a buffer of the other is
+/// `StreamMismatch` (at the position of that buffer) before anything is recorded, and the capture
+/// stays valid; once both are on one stream, the fill and the copy recorded there replay into
+/// both mirrors.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn inside_a_capture_of_two_streams_copies_and_fills_take_only_buffers_of_their_stream() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 4099;
+    let x = Managed::from_slice_mirrored(&ctx, &vec![1.0f32; n]).expect("x");
+    let y = Managed::from_slice_mirrored(&ctx, &vec![0.0f32; n]).expect("y");
+    let (x, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, y) = (x.attach(s)?, y.attach(s)?);
+            let (graph, ()) = s.capture_streams(2, (x, y), |caps, (x, mut y)| {
+                let (a, b) = (&caps[0], &caps[1]);
+                let mut x = x.hand_off(b)?;
+                assert_eq!(
+                    a.copy(&x, &mut y),
+                    Err(Error::StreamMismatch { argument: 0 })
+                );
+                assert_eq!(
+                    b.copy(&x, &mut y),
+                    Err(Error::StreamMismatch { argument: 1 })
+                );
+                assert_eq!(
+                    a.fill(&mut x, 5.0f32),
+                    Err(Error::StreamMismatch { argument: 0 })
+                );
+                assert_eq!(
+                    b.fill_zero(&mut y),
+                    Err(Error::StreamMismatch { argument: 0 })
+                );
+                let mut y = y.hand_off(b)?;
+                b.fill(&mut x, 2.0f32)?;
+                b.copy(&x, &mut y)?;
+                Ok(((x, y), ()))
+            })?;
+            graph.launch(s)?;
+            graph.sync()
+        })
+        .expect("capture on two streams");
+    assert!(x.iter().chain(y.iter()).all(|v| *v == 2.0));
+}
+
+/// A replayed copy reads its source as it is at each replay: what the host writes into the
+/// source between replays (`Graph::host`) reaches the device before the next one, in every
+/// storage (a mirror copies its host half over at the re-attach). Expected: after each replay,
+/// the destination holds the values the host wrote into the source just before it.
+fn a_copy_fed_by_the_host<M: Storage>(ctx: &Context, alloc: Alloc<f32, M>) {
+    let n = 4099;
+    let x = alloc(ctx, &vec![0.0; n]).expect("x");
+    let y = alloc(ctx, &vec![-1.0; n]).expect("y");
+    let value = |round: usize, i: usize| (round * n + i) as f32;
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let (x, y) = (x.attach(s)?, y.attach(s)?);
+        let (mut graph, ()) = s.capture((x, y), |cap, (x, mut y)| {
+            cap.copy(&x, &mut y)?;
+            Ok(((x, y), ()))
+        })?;
+        for round in 1..=4 {
+            graph.host(s, |(x, _)| {
+                x.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = value(round, i));
+            })?;
+            graph.launch(s)?;
+            let wrong = graph.host(s, |(_, y)| {
+                y.iter()
+                    .enumerate()
+                    .position(|(i, v)| *v != value(round, i))
+            })?;
+            assert_eq!(wrong, None, "{} round {round}: the source fed", M::NAME);
+        }
+        graph.sync().map(drop)
+    })
+    .expect("replays fed by the host");
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_replayed_copy_reads_what_the_host_wrote_into_its_source_between_replays() {
+    let _serial = serial();
+    let ctx = gpu();
+    a_copy_fed_by_the_host::<um::Mirror>(&ctx, Managed::from_slice_mirrored);
+    if let Some(ctx) = device_for_captures() {
+        a_copy_fed_by_the_host::<um::Unified>(&ctx, Managed::from_slice);
+        a_copy_fed_by_the_host::<um::Coherent>(&ctx, Managed::from_slice_coherent);
+    }
+}
+
+/// A copy's source dropped right after the copy was enqueued (still queued behind a spinning
+/// kernel) is freed only once the stream has run the copy: its drop waits for its stream.
+/// Expected: the stream is idle right after the drop, an allocation of the same size made then
+/// (which may reuse the freed memory) and written does not reach the destination, and the
+/// destination holds the source's values.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_source_dropped_right_after_its_copy_is_freed_only_once_the_copy_ran() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = 1 << 20;
+    let want: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x = Managed::from_slice_mirrored(&ctx, &want).expect("x");
+    let y = Managed::from_slice_mirrored(&ctx, &vec![0.0f32; n]).expect("y");
+    let busy = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("busy");
+    let y = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, mut y, mut busy) = (x.attach(s)?, y.attach(s)?, busy.attach(s)?);
+            spin_then_add(s, &mut busy, 1.0, 50_000_000)?;
+            s.copy(&x, &mut y)?;
+            drop(x);
+            assert!(s.is_idle()?, "the source's drop waited for the copy");
+            let reuse = Managed::from_slice_mirrored(&ctx, &vec![-7.0f32; n])?;
+            drop(reuse);
+            let (y, _busy) = s.sync_all((y, busy))?;
+            Ok(y)
+        })
+        .expect("copy, then drop the source");
+    assert_eq!(&y[..], &want[..]);
+}
+
+/// A graph never replays a copy from a buffer it does not hold: a source dropped inside the
+/// capture closure after a copy from it was recorded fails the capture. Expected:
+/// `CaptureLostBuffer { lost: 1 }`, no graph, and the context usable afterwards (the dropped
+/// buffer is freed once the capture has ended and its stream is done).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_source_dropped_inside_a_capture_after_a_copy_from_it_fails_the_capture() {
+    let _serial = serial();
+    let ctx = gpu();
+    let bufs: Vec<_> = (0..2)
+        .map(|i| Managed::from_slice_mirrored(&ctx, &[i as f32; 4099]).expect("alloc"))
+        .collect();
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let bufs = bufs
+            .into_iter()
+            .map(|b| b.attach(s))
+            .collect::<um::Result<Vec<_>>>()?;
+        let got = s.capture(bufs, |cap, mut bufs| {
+            let mut y = bufs.pop().expect("two buffers");
+            let x = bufs.pop().expect("two buffers");
+            cap.copy(&x, &mut y)?;
+            drop(x);
+            Ok((vec![y], ()))
+        });
+        assert_eq!(got.map(drop), Err(Error::CaptureLostBuffer { lost: 1 }));
+        Ok(())
+    })
+    .expect("the stream's scope");
+    common::assert_context_usable(&ctx);
 }

@@ -355,3 +355,115 @@ fn the_caches_find_each_text_and_name_as_itself() {
         .expect("stream work");
     assert!(data.iter().all(|v| *v == 1.0));
 }
+
+/// `load_ptx` inside a capture closure: the load (and the kernel's lookup) is made with the
+/// thread's capture mode relaxed, as a launcher's first use of a kernel is, so a module made at
+/// run time may be loaded and launched inside the capture. Expected: on a fresh handle (nothing
+/// loaded), a text loaded, a kernel of it found by `Module::kernel` and another by
+/// `Context::kernel`, and one launched on the capture stream; the capture succeeds (in
+/// thread-local mode a load invalidates it), two replays add twice, and the text loaded once.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_module_loaded_from_a_text_inside_a_capture_leaves_the_capture_valid() {
+    let _serial = crate::common::serial();
+    let ctx = gpu();
+    assert_eq!(ctx.cache_stats().0, 0, "a fresh handle has no module");
+    let text = String::from(testing::PTX);
+    let copy: &'static str = Box::leak(testing::PTX.to_owned().into_boxed_str());
+    let x = Managed::from_slice_mirrored(&ctx, &[1.0f32; 300]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let x = x.attach(s)?;
+            let (graph, kernel) = s.capture((x,), |cap, (mut x,)| {
+                let module = ctx.load_ptx(&text)?;
+                let kernel = module.kernel("add_scalar")?;
+                ctx.kernel(copy, "axpy")?;
+                // SAFETY: add_scalar(float *data, float value, um::len32 n) with n = 300, the
+                // buffer's length, under a grid that covers it; `kernel` is of this stream's
+                // handle, which the graph holds.
+                unsafe {
+                    cap.launch(
+                        &kernel,
+                        LaunchConfig::grid_1d(2, 256),
+                        (&mut x, 2.0f32, 300u32),
+                    )
+                }?;
+                Ok(((x,), kernel))
+            })?;
+            graph.launch(s)?;
+            graph.launch(s)?;
+            let (x,) = graph.sync()?;
+            drop(kernel);
+            Ok(x)
+        })
+        .expect("a capture that loads a module from a text");
+    assert!(x.iter().all(|v| *v == 5.0), "two replays of the kernel");
+    assert_eq!(ctx.cache_stats().0, 1, "the text loaded once");
+}
+
+/// A `Kernel` holds its module, and the module its handle: a kernel of a module loaded from a
+/// run-time text on a handle dropped since (with the module and the text) still launches, on a
+/// stream of another handle of the device. Expected: the kernel's writes, and a usable context
+/// after the kernel (the last reference to that handle) is dropped.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_kernel_keeps_its_module_loaded_after_its_handle_module_and_text_are_dropped() {
+    let _serial = crate::common::serial();
+    let kernel = {
+        let a = Context::new(0).expect("a handle");
+        let text = String::from(testing::PTX);
+        let module = a.load_ptx(&text).expect("load");
+        module.kernel("add_scalar").expect("kernel")
+    };
+    let b = gpu();
+    let x = Managed::from_slice(&b, &[1.0f32; 300]).expect("alloc");
+    let x = b
+        .with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            // SAFETY: add_scalar(float *data, float value, um::len32 n) with n = 300, the
+            // buffer's length, under a grid that covers it; the kernel's module stays loaded
+            // while `kernel` lives, past the wait below.
+            unsafe {
+                s.launch(
+                    &kernel,
+                    LaunchConfig::grid_1d(2, 256),
+                    (&mut x, 2.0f32, 300u32),
+                )
+            }?;
+            x.sync()
+        })
+        .expect("launch through another handle");
+    assert!(x.iter().all(|v| *v == 3.0));
+    drop(kernel);
+    common::assert_context_usable(&b);
+}
+
+/// A text that does not load is not cached: neither a broken text nor one with a NUL byte is
+/// found later, and loading them again tries again. Expected: `InteriorNul` for the NUL (before
+/// the driver sees it), a driver error for the broken text and for one that is no PTX at all,
+/// each time; no module counted for them; the good text loads once afterwards, its kernel found;
+/// the context usable.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_text_that_does_not_load_is_not_cached() {
+    let _serial = crate::common::serial();
+    let ctx = gpu();
+    let (before, _) = ctx.cache_stats();
+    let broken = format!("{}\n}}\n", testing::PTX);
+    let not_ptx = String::from("this is not a PTX module");
+    let with_nul = format!("{}\0", testing::PTX);
+    for _ in 0..2 {
+        for bad in [&broken, &not_ptx] {
+            let err = ctx.load_ptx(bad).map(drop).expect_err("does not load");
+            assert!(matches!(err, Error::Driver { .. }), "{err}");
+        }
+        let err = ctx.load_ptx(&with_nul).map(drop).expect_err("a NUL byte");
+        assert!(matches!(err, Error::InteriorNul { .. }), "{err}");
+        assert_eq!(ctx.cache_stats().0, before, "nothing cached");
+    }
+    let module = ctx.load_ptx(testing::PTX).expect("the text itself");
+    ctx.load_ptx(testing::PTX).expect("again");
+    module.kernel("add_scalar").expect("kernel");
+    assert_eq!(ctx.cache_stats().0, before + 1, "loaded once");
+    common::assert_context_usable(&ctx);
+}

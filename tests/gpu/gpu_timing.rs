@@ -16,7 +16,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{device_for_captures, gpu, serial};
-use um::{Context, Error, Managed, StreamOptions, TimeSpan};
+use um::{Context, Error, Managed, StreamOptions, TimeMark, TimeSpan};
 use um_test_kernels::testing::{add_scalar, spin_then_add};
 
 /// GPU time the timed kernel takes at least.
@@ -251,4 +251,199 @@ fn timing_inside_a_capture_closure_is_refused_and_the_capture_stays_valid() {
         .expect("capture around refused timing calls");
     assert!(x.iter().all(|v| *v == 1.0), "the replay ran");
     assert!(elapsed >= at_least(), "a replay timed: {elapsed:?}");
+}
+
+/// Marks are `Send`, and two threads' per-thread streams are two streams that nothing orders but
+/// the program. Expected: a span of one thread's marks, read on another thread, reads at least
+/// its kernel's time; a span from a mark behind a long spin on one thread's per-thread stream to
+/// a mark made later on the host, on the other thread's idle per-thread stream, is
+/// `Err(TimeSpan)` when read (the device reached the end first), never a negative time. On the
+/// legacy stream, which two threads share, each thread's span around its own kernel reads at
+/// least that kernel's time, wherever it is read.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
+    let _serial = serial();
+    let ctx = gpu();
+    let ctx = &ctx;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
+    let (go, ready) = std::sync::mpsc::channel::<()>();
+    let (send_mark, marked) = std::sync::mpsc::channel::<TimeMark>();
+    let (x, lap, unordered) = std::thread::scope(|t| {
+        let other = t.spawn(move || -> um::Result<()> {
+            if ready.recv().is_err() {
+                return Ok(());
+            }
+            let mark = ctx.with_per_thread_stream(|pts| {
+                pts.wait_idle()?;
+                pts.mark_time()
+            })?;
+            let _ = send_mark.send(mark);
+            Ok(())
+        });
+        let spinning = t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut x = x.attach(pts)?;
+                let start = pts.mark_time()?;
+                spin_then_add(pts, &mut x, 1.0, SPIN_NS)?;
+                let end = pts.mark_time()?;
+                // Long enough that the other thread marks well before it ends.
+                spin_then_add(pts, &mut x, 1.0, 50 * SPIN_NS)?;
+                let late_start = pts.mark_time()?;
+                go.send(()).expect("the other thread waits");
+                let early_end = marked.recv().expect("the other thread's mark");
+                let unordered = late_start.until(&early_end)?.wait();
+                Ok((x.sync()?, start.until(&end)?, unordered))
+            })
+        });
+        let got = spinning.join().expect("no panic");
+        other
+            .join()
+            .expect("no panic")
+            .expect("the other thread's mark");
+        got
+    })
+    .expect("two threads");
+    let err = unordered.expect_err("the end completed before the start");
+    assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+    let lap = lap.wait().expect("read on another thread").duration();
+    assert!(lap >= at_least(), "{lap:?}");
+    assert!(x.iter().all(|v| *v == 2.0));
+
+    let spans = std::thread::scope(|t| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                t.spawn(move || {
+                    let y = Managed::from_slice(ctx, &[0.0f32; 256])?;
+                    ctx.with_legacy_stream(|legacy| {
+                        let mut y = y.attach_global(legacy)?;
+                        let start = legacy.mark_time()?;
+                        spin_then_add(legacy, &mut y, 1.0, SPIN_NS)?;
+                        let end = legacy.mark_time()?;
+                        y.sync()?;
+                        start.until(&end)
+                    })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect::<um::Result<Vec<TimeSpan>>>()
+    })
+    .expect("legacy marks on two threads");
+    for span in spans {
+        let time = span.wait().expect("read on the main thread").duration();
+        assert!(time >= at_least(), "legacy stream: {time:?}");
+    }
+}
+
+/// `try_elapsed` only asks, from any number of threads at once: once both marks are reached,
+/// every query and the wait read one time. Expected: four threads that query a shared span until
+/// it answers (while its kernel still runs at first) all read the time the wait reads, at least
+/// half the kernel's spin; none errs, none waits (a watchdog aborts a hang).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_span_queried_from_several_threads_at_once_reads_one_time() {
+    let _serial = serial();
+    let ctx = gpu();
+    let done = common::watchdog("a span queried from several threads");
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    let (reads, waited) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            let start = s.mark_time()?;
+            spin_then_add(s, &mut x, 1.0, 5 * SPIN_NS)?;
+            let owned = start.until(&s.mark_time()?)?;
+            let span = &owned;
+            let reads = std::thread::scope(|t| {
+                let threads: Vec<_> = (0..4)
+                    .map(|_| {
+                        t.spawn(move || {
+                            loop {
+                                if let Some(time) = span.try_elapsed()? {
+                                    return Ok(time);
+                                }
+                                std::thread::yield_now();
+                            }
+                        })
+                    })
+                    .collect();
+                threads
+                    .into_iter()
+                    .map(|h| h.join().expect("no panic"))
+                    .collect::<um::Result<Vec<Duration>>>()
+            })?;
+            let waited = owned.wait()?.duration();
+            x.sync()?;
+            Ok((reads, waited))
+        })
+        .expect("queries from four threads");
+    let _ = done.send(());
+    assert!(
+        waited >= Duration::from_nanos(5 * SPIN_NS / 2),
+        "{waited:?}"
+    );
+    assert!(
+        reads.iter().all(|r| *r == waited),
+        "{reads:?} vs {waited:?}"
+    );
+}
+
+/// A panic between a mark and its wait unwinds through the stream's scope: the span and the
+/// marks dropped there free their events without a wait, the buffer's drop waits for its
+/// stream, and a mark kept outside stays readable. Expected: the panic is caught; a span from
+/// the kept mark (before the kernel) to a mark made afterwards reads at least the kernel's time;
+/// the context stays usable.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_panic_between_a_mark_and_its_wait_leaves_the_kept_marks_and_the_context_usable() {
+    let _serial = serial();
+    let ctx = gpu();
+    let x = Managed::from_slice(&ctx, &[0.0f32; 256]).expect("x");
+    let kept = std::sync::Mutex::new(None::<TimeMark>);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ctx.with_stream(StreamOptions::new(), |s| -> um::Result<()> {
+            let mut x = x.attach(s)?;
+            let start = s.mark_time()?;
+            spin_then_add(s, &mut x, 1.0, SPIN_NS)?;
+            let end = s.mark_time()?;
+            *kept.lock().expect("not poisoned") = Some(start.clone());
+            let _span = start.until(&end)?;
+            panic!("a panic between a mark and its wait");
+        })
+    }));
+    assert!(caught.is_err(), "the panic went through");
+    let start = kept
+        .into_inner()
+        .expect("not poisoned")
+        .expect("the mark was kept");
+    let end = ctx
+        .with_stream(StreamOptions::new(), |s| s.mark_time())
+        .expect("a mark after the unwinding");
+    let elapsed = start.until(&end).expect("in order").wait().expect("read");
+    assert!(elapsed.duration() >= at_least(), "{elapsed:?}");
+    common::assert_context_usable(&ctx);
+}
+
+/// A mark holds its context: made on a handle dropped right after, it still makes a span with a
+/// mark of a handle made later (one primary context, kept retained by the first mark).
+/// Expected: the span reads, and the context stays usable.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_mark_outlives_the_handle_it_was_made_on() {
+    let _serial = serial();
+    let start = {
+        let a = Context::new(0).expect("a handle");
+        a.with_stream(StreamOptions::new(), |s| s.mark_time())
+            .expect("mark on a")
+    };
+    let b = Context::new(0).expect("a later handle");
+    let end = b
+        .with_stream(StreamOptions::new(), |s| s.mark_time())
+        .expect("mark on b");
+    let elapsed = start.until(&end).expect("one context").wait();
+    assert!(elapsed.is_ok(), "{elapsed:?}");
+    drop((start, end));
+    common::assert_context_usable(&b);
 }

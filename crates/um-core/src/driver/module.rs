@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::sync::{Arc, PoisonError};
 
 use crate::driver;
-use crate::driver::context::{Context, refuse_inside_stream_callback};
+use crate::driver::context::{Context, refuse_inside_stream_callback, relaxed_while_capturing};
 use crate::driver::sys;
 use crate::error::{Error, Result};
 
@@ -169,6 +169,11 @@ impl Context {
     /// launchers that `um-build` generates go through [`Context::kernel`] with their `'static`
     /// text instead, which is found by its address and never copied.
     ///
+    /// Also inside a capture closure ([`Stream::capture`](crate::Stream::capture)): on a
+    /// thread that captures, the module is loaded with the thread's capture mode relaxed, as a
+    /// launch's first use of a kernel is, so the capture stays valid and its kernels may be
+    /// launched on the capture stream (a load enqueues nothing of its own into the graph).
+    ///
     /// A driver too old for the PTX gives [`Error::PtxUnsupported`], naming both versions.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         self.load_module(Ptx::Borrowed(ptx))
@@ -189,7 +194,10 @@ impl Context {
         let text = ptx.text();
         let image = CString::new(text).map_err(|_| Error::InteriorNul { what: "PTX image" })?;
         self.bind()?;
-        let raw = driver::module_load(&image).map_err(|e| {
+        // On a thread that captures (a `load_ptx` or `kernel` inside a capture closure), a load
+        // in the capture's thread-local mode invalidates the capture (rule 182): the load is
+        // made with the mode relaxed. It enqueues nothing, so nothing of it belongs in a graph.
+        let raw = relaxed_while_capturing(|| driver::module_load(&image))?.map_err(|e| {
             if driver::is_unsupported_ptx(&e) {
                 let (driver_major, driver_minor) = self.info().driver_version;
                 Error::PtxUnsupported {
@@ -352,8 +360,12 @@ impl Module {
             what: "kernel name",
         })?;
         self.ctx.bind()?;
-        let raw = driver::module_function(self.inner.raw, &cname)?;
-        let max_threads = driver::function_max_threads_per_block(raw)?;
+        // As the module's load: with lazy loading the driver may load the function here, which
+        // on a capturing thread in thread-local mode would invalidate the capture.
+        let (raw, max_threads) = relaxed_while_capturing(|| -> Result<_> {
+            let raw = driver::module_function(self.inner.raw, &cname)?;
+            Ok((raw, driver::function_max_threads_per_block(raw)?))
+        })??;
         Ok(Kernel {
             ctx: self.ctx.clone(),
             _module: Arc::clone(&self.inner),
@@ -454,6 +466,41 @@ mod tests {
         );
         // The fake modules were never loaded: nothing to unload.
         drop((a, c));
+        std::mem::forget(cache);
+    }
+
+    /// The address of a run-time text keys nothing: once it is freed, a `'static` text (a leaked
+    /// one) or another run-time text may sit at that very address with other contents, and
+    /// neither may find the module of the first. Whether the allocator reuses the address or
+    /// not, only the contents decide.
+    #[test]
+    fn a_freed_run_time_text_leaves_no_address_that_finds_its_module() {
+        let mut cache = ModuleCache::default();
+        let first = ".version 9.0\n.entry first()".to_owned();
+        let address = first.as_ptr() as usize;
+        let m = module(Ptx::Borrowed(&first));
+        cache.insert(Ptx::Borrowed(&first), &m);
+        drop(first);
+        // As many tries as it takes the allocator to hand the address out again (or not).
+        let mut reused = false;
+        for _ in 0..64 {
+            let other = ".version 9.0\n.entry other()".to_owned();
+            reused |= other.as_ptr() as usize == address;
+            assert!(cache.find_module(Ptx::Borrowed(&other)).is_none());
+            let fixed: &'static str = Box::leak(other.into_boxed_str());
+            reused |= fixed.as_ptr() as usize == address;
+            assert!(cache.find_module(Ptx::Static(fixed)).is_none());
+        }
+        println!("the freed text's address was reused: {reused}");
+        // No lookup above added an entry, and the contents still find the module.
+        assert_eq!(cache.entries.len(), 1);
+        let again = ".version 9.0\n.entry first()".to_owned();
+        assert!(
+            cache
+                .find_module(Ptx::Borrowed(&again))
+                .is_some_and(|found| Arc::ptr_eq(&found, &m))
+        );
+        drop(m);
         std::mem::forget(cache);
     }
 
