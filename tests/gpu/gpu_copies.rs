@@ -392,7 +392,7 @@ fn inside_a_capture_of_two_streams_copies_and_fills_take_only_buffers_of_their_s
 /// source between replays (`Graph::host`) reaches the device before the next one, in every
 /// storage (a mirror copies its host half over at the re-attach). Expected: after each replay,
 /// the destination holds the values the host wrote into the source just before it.
-fn a_copy_fed_by_the_host<M: Storage>(ctx: &Context, alloc: Alloc<f32, M>) {
+fn a_copy_fed_by_the_host<M: HostVisible>(ctx: &Context, alloc: Alloc<f32, M>) {
     let n = 4099;
     let x = alloc(ctx, &vec![0.0; n]).expect("x");
     let y = alloc(ctx, &vec![-1.0; n]).expect("y");
