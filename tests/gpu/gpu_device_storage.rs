@@ -5,7 +5,10 @@
 //! no driver call of the storage's own at any transition, under every transfer policy; a drop
 //! with a kernel in flight waits for it and frees; the copies refused inside a capture closure,
 //! which stays valid; device memory in a graph on a context without concurrent managed access;
-//! the async wait.
+//! the async wait; copies whose other side is managed memory, complete when they return; copies
+//! after a `sync` that see the last kernel while another stream still runs, and kernels after a
+//! copy in that see it; requests no allocation can meet (no bytes, too many, over-aligned, more
+//! than the GPU has), each an `Err` that leaves the context usable.
 //!
 //! The CPU cannot read a device buffer in place in any state (`ui/device_storage/*`): every
 //! check here reads through `to_vec` or `copy_to_host`. Stream A runs `spin_then_add`, which
@@ -19,8 +22,8 @@ use crate::common;
 use common::{assert_context_usable, counts_free_memory, gpu, serial, workload};
 use pollster::block_on;
 use um::{
-    Context, ContextOptions, DeviceManaged, Error, HostOwned, Managed, MirroredManaged,
-    StreamOptions, Transfer,
+    CoherentManaged, Context, ContextOptions, DeviceManaged, Error, ErrorKind, HostOwned, Managed,
+    MirroredManaged, StreamOptions, Transfer,
 };
 use um_test_kernels::testing::{add_scalar, axpy, spin_then_add};
 
@@ -386,4 +389,176 @@ fn sync_async_gives_a_device_buffer_back() {
         }))
         .expect("async wait");
     assert_eq!(first_wrong(&contents(&x), |_| 2.0), None);
+}
+
+/// The host side of a copy may be managed memory: the slice of a host-owned unified (or
+/// coherent) buffer, which the driver may class as device memory, for which a copy alone does
+/// not wait on the host. `copy_to_host` waits for its stream after the copy, so the CPU may read
+/// every element as soon as it returns; and `copy_from_host` out of managed memory has reached
+/// the device when it returns. The buffers are 256 MiB (4 MiB under the sanitizer), written
+/// last by a kernel, and the end of the destination is read first: a copy still in flight
+/// would leave it unwritten.
+///
+/// Expects: every element of each managed destination equal to what the kernel wrote (3.0),
+/// read at once; the device buffer equal to the managed source (5.0) after `copy_from_host`.
+/// Coherent memory is skipped, said, on a device without concurrent managed access.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn copies_between_device_and_managed_memory_are_complete_when_they_return() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = workload(64 << 20, 1 << 20);
+    let d = DeviceManaged::<[f32]>::zeroed_slice_device(&ctx, n).expect("alloc");
+    let mut d = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = d.attach(s)?;
+            add_scalar(s, &mut d, 3.0)?;
+            d.sync()
+        })
+        .expect("stream work");
+    let mut unified = Managed::<[f32]>::zeroed_slice(&ctx, n).expect("unified");
+    d.copy_to_host(&mut unified)
+        .expect("copy into unified memory");
+    assert_eq!(
+        unified[n - 1],
+        3.0,
+        "the last element, read as the copy returned"
+    );
+    assert_eq!(first_wrong(&unified, |_| 3.0), None, "into unified memory");
+    match CoherentManaged::<[f32]>::zeroed_slice_coherent(&ctx, n) {
+        Ok(mut coherent) => {
+            d.copy_to_host(&mut coherent)
+                .expect("copy into coherent memory");
+            assert_eq!(
+                coherent[n - 1],
+                3.0,
+                "the last element, read as the copy returned"
+            );
+            assert_eq!(
+                first_wrong(&coherent, |_| 3.0),
+                None,
+                "into coherent memory"
+            );
+        }
+        Err(Error::NeedsConcurrentManagedAccess { device }) => {
+            println!("skipped: coherent memory needs concurrent managed access (device {device})");
+        }
+        Err(e) => panic!("coherent allocation: {e}"),
+    }
+    unified.iter_mut().for_each(|v| *v = 5.0);
+    d.copy_from_host(&unified)
+        .expect("copy out of unified memory");
+    let back = contents(&d);
+    assert_eq!(back[n - 1], 5.0);
+    assert_eq!(first_wrong(&back, |_| 5.0), None, "out of unified memory");
+}
+
+/// A host copy is ordered after the buffer's last writer and before the kernels that follow
+/// it, and waits for no other stream: stream A writes x after a long spin, `sync` gives it back
+/// (a wait for A alone), `to_vec` reads it into pageable memory while stream B (non-blocking,
+/// another buffer) still spins; `copy_from_host` writes it from pageable memory, and a kernel of
+/// B, enqueued once the copy returned, reads it.
+///
+/// Expects: `to_vec` gives A's write (i + 1, never the i from before the spin); B's kernel reads
+/// the copied values (y = 1 + 10 i); x holds what was copied in (10 i).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_copies_after_sync_see_the_last_kernel_and_kernels_after_them_see_the_copy() {
+    let _serial = serial();
+    let ctx = gpu();
+    let n = workload(1 << 20, 1 << 12);
+    let x = Managed::from_slice_device(&ctx, &(0..n).map(|i| i as f32).collect::<Vec<_>>())
+        .expect("alloc x");
+    let y = DeviceManaged::<[f32]>::zeroed_slice_device(&ctx, n).expect("alloc y");
+    let non_blocking = StreamOptions::new().non_blocking();
+    let (read, x, y) = ctx
+        .with_stream(non_blocking, |a| {
+            ctx.with_stream(non_blocking, |b| {
+                let (mut x, mut y) = (x.attach(a)?, y.attach(b)?);
+                spin_then_add(b, &mut y, 1.0, 2 * SPIN_NS)?; // y = 1, B busy meanwhile
+                spin_then_add(a, &mut x, 1.0, SPIN_NS)?; // x = i + 1, after SPIN_NS
+                let mut x = x.sync()?; // waits for A only
+                let read = x.to_vec()?;
+                let tenfold: Vec<f32> = (0..n).map(|i| 10.0 * i as f32).collect();
+                x.copy_from_host(&tenfold)?;
+                let x = x.attach(b)?;
+                axpy(b, &x, &mut y, 1.0)?; // y = 1 + 10 i, after the copy
+                let (x, y) = b.sync_all((x, y))?;
+                Ok((read, x, y))
+            })
+        })
+        .expect("two streams");
+    assert_eq!(
+        first_wrong(&read, |i| i as f32 + 1.0),
+        None,
+        "the copy read before A's kernel wrote"
+    );
+    assert_eq!(
+        first_wrong(&contents(&y), |i| 1.0 + 10.0 * i as f32),
+        None,
+        "B's kernel read before the copy in had reached the device"
+    );
+    assert_eq!(first_wrong(&contents(&x), |i| 10.0 * i as f32), None);
+}
+
+/// Requests no allocation can meet come back as `Err`s, and the context stays usable: no bytes
+/// (an empty slice, a zero-sized element type at any length: `ZeroSized`), a size past
+/// `usize` (`SizeOverflow`), an element aligned above 256 bytes (`OverAligned`), all before the
+/// driver; more than the GPU has free (`WouldOversubscribe`, before the driver); and the same
+/// with oversubscription allowed, which device memory cannot do (the driver's out-of-memory
+/// error; nothing is paged, nothing hangs).
+///
+/// Expects: each refusal as named (the last two of kind `OutOfMemory`), and a probe kernel and a
+/// small device buffer working afterwards.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn device_requests_no_allocation_can_meet_are_errs_and_leave_the_context_usable() {
+    let _serial = serial();
+    #[derive(Clone, Copy, um::DeviceCopy)]
+    #[repr(C, align(512))]
+    struct Over([u8; 16]);
+    // SAFETY: plain bytes; all-zero is a valid value.
+    unsafe impl um::Zeroable for Over {}
+    let ctx = gpu();
+    let no_bytes = [
+        DeviceManaged::<[()]>::zeroed_slice_device(&ctx, 1 << 40).map(drop),
+        Managed::from_slice_device(&ctx, &[(); 5]).map(drop),
+        Managed::from_slice_device(&ctx, &[] as &[f32]).map(drop),
+    ];
+    for got in no_bytes {
+        assert!(matches!(got, Err(Error::ZeroSized { .. })), "{got:?}");
+    }
+    let overflow = DeviceManaged::<[u64]>::zeroed_slice_device(&ctx, usize::MAX / 4).map(drop);
+    assert!(
+        matches!(overflow, Err(Error::SizeOverflow { .. })),
+        "{overflow:?}"
+    );
+    for got in [
+        DeviceManaged::<[Over]>::zeroed_slice_device(&ctx, 4).map(drop),
+        Managed::from_slice_device(&ctx, &[Over([1; 16]); 2]).map(drop),
+    ] {
+        assert_eq!(
+            got,
+            Err(Error::OverAligned {
+                align: 512,
+                max: 256
+            })
+        );
+    }
+    let petabyte = 1usize << 50;
+    let guarded = DeviceManaged::<[u8]>::zeroed_slice_device(&ctx, petabyte).map(drop);
+    assert!(
+        matches!(guarded, Err(Error::WouldOversubscribe { .. })),
+        "{guarded:?}"
+    );
+    ctx.allow_oversubscription(true);
+    let refused = DeviceManaged::<[u8]>::zeroed_slice_device(&ctx, petabyte).map(drop);
+    ctx.allow_oversubscription(false);
+    match refused {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}"),
+        Ok(()) => panic!("a petabyte of device memory was allocated"),
+    }
+    assert_context_usable(&ctx);
+    let small = Managed::from_slice_device(&ctx, &[4.0f32; 7]).expect("a small buffer after");
+    assert_eq!(contents(&small), [4.0; 7]);
 }

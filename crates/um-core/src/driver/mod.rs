@@ -493,13 +493,21 @@ pub(crate) unsafe fn memcpy_htod_wait(
     stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
 }
 
-/// Copies `bytes` from device `src` to host `dst`; returns once they are in `dst`
-/// (`cuMemcpyDtoH`, per-thread-stream form: "returns only once the copy has completed", for
-/// pageable and pinned memory alike).
+/// Copies `bytes` from device `src` to host `dst` and waits until `dst` holds them.
+///
+/// `cuMemcpyDtoH` (its per-thread-stream form) "returns only once the copy has completed" where
+/// `dst` is pageable or pinned host memory. But `dst` may be managed memory (the `DerefMut` of a
+/// host-owned unified or coherent buffer), which the unified address space can class as device
+/// memory, and "for transfers from device memory to device memory, no host-side synchronization
+/// is performed"; the guarantee older references gave for unified memory ("all transfers
+/// involving Unified Memory regions are fully synchronous") is no longer in the driver's
+/// documentation. So the copy is followed by a wait for the calling thread's default stream,
+/// which it was enqueued on: when this returns `Ok`, the bytes are in `dst`, whatever memory
+/// `dst` is. On a stream already idle the wait costs a driver call.
 ///
 /// # Safety
-/// `dst..dst + bytes` is writable host memory that nothing else reads or writes until this
-/// returns, and `src..src + bytes` live device memory of the current context that nothing
+/// `dst..dst + bytes` is writable host-accessible memory that nothing else reads or writes until
+/// this returns, and `src..src + bytes` live device memory of the current context that nothing
 /// writes meanwhile.
 pub(crate) unsafe fn memcpy_dtoh_wait(
     dst: *mut c_void,
@@ -510,7 +518,8 @@ pub(crate) unsafe fn memcpy_dtoh_wait(
     check("cuMemcpyDtoH", unsafe {
         sys::cuMemcpyDtoH_v2_ptds(dst, src, bytes)
     })
-    .map_err(WaitFailed::after)
+    .map_err(WaitFailed::after)?;
+    stream_synchronize(sys::STREAM_PER_THREAD).map_err(WaitFailed::after)
 }
 
 /// The device's default memory pool (`cuDeviceGetDefaultMemPool`), which is never destroyed.

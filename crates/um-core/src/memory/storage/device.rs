@@ -254,7 +254,7 @@ macro_rules! device_memory_on_the_host {
         /// slice of another length ([`Error::HostCopyLength`](crate::Error::HostCopyLength)), inside a capture closure and inside
         /// um's stream callback. If a copy fails, the driver's error comes back; where its wait
         /// failed (a sticky error), the memory is leaked rather than freed, since the copy may
-        /// still run.
+        /// still run (and so is `to_vec`'s vector, which it may still write).
         impl<T: cust::memory::DeviceCopy>
             $crate::memory::managed::Managed<[T], $crate::memory::marker::HostOwned, $storage>
         {
@@ -282,7 +282,10 @@ macro_rules! device_memory_on_the_host {
             }
 
             /// Copies the whole buffer into `dst`, and **waits** for the copy (`cuMemcpyDtoH`,
-            /// which returns once the bytes are in `dst`).
+            /// then a wait for the calling thread's default stream, so that the bytes are in
+            /// `dst` when it returns whatever memory `dst` is: pageable, pinned, or the managed
+            /// memory of a host-owned unified buffer, for which the driver does not promise that
+            /// the copy alone waits).
             /// [`Error::HostCopyLength`](crate::Error::HostCopyLength) unless `dst` has
             /// exactly [`len`](Managed::len) elements, before any driver call.
             pub fn copy_to_host(&self, dst: &mut [T]) -> $crate::error::Result<()> {
@@ -324,7 +327,10 @@ macro_rules! device_memory_on_the_host {
                         self.size_in_bytes(),
                     )
                 };
-                self.after_copy(copied)?;
+                // Where the copy may still run, the vector is leaked with the device memory:
+                // the copy may still write it, so it is never freed.
+                let mut out = $crate::memory::storage::device::host_side_after_copy(out, copied)
+                    .map_err(|failed| self.copy_failed(failed))?;
                 // SAFETY: the copy wrote all `len` elements (it succeeded), each the bytes of a
                 // valid `T` (the allocation holds only `T`s written as such), and the capacity is
                 // `len`.
@@ -338,12 +344,16 @@ macro_rules! device_memory_on_the_host {
                 &self,
                 done: std::result::Result<(), $crate::driver::WaitFailed>,
             ) -> $crate::error::Result<()> {
-                done.map_err(|failed| {
-                    if failed.may_run {
-                        self.allocation().parts.mark_unfinished();
-                    }
-                    failed.error
-                })
+                done.map_err(|failed| self.copy_failed(failed))
+            }
+
+            /// The error of a failed copy of the host state; where the copy may still run, the
+            /// memory is marked so that it is leaked rather than freed.
+            fn copy_failed(&self, failed: $crate::driver::WaitFailed) -> $crate::error::Error {
+                if failed.may_run {
+                    self.allocation().parts.mark_unfinished();
+                }
+                failed.error
             }
         }
     };
@@ -359,6 +369,25 @@ device_memory_on_the_host!(Device);
 pub(crate) fn refuse_copy_here(what: &'static str) -> Result<()> {
     refuse_inside_stream_callback(what)?;
     refuse_inside_capture(what)
+}
+
+/// The host memory `dst` that a copy out of device memory filled (`to_vec`'s vector), once the
+/// copy returned `done`: `dst` where it succeeded. Where it failed and may still run, `dst` is
+/// leaked, never dropped: the copy may still write it, and freed memory it would write could
+/// already be someone else's (as the device memory is leaked, never freed, in that case).
+pub(crate) fn host_side_after_copy<V>(
+    dst: V,
+    done: std::result::Result<(), driver::WaitFailed>,
+) -> std::result::Result<V, driver::WaitFailed> {
+    match done {
+        Ok(()) => Ok(dst),
+        Err(failed) => {
+            if failed.may_run {
+                std::mem::forget(dst);
+            }
+            Err(failed)
+        }
+    }
 }
 
 /// `Err(`[`Error::HostCopyLength`]`)` unless the host side has as many elements as the buffer.
@@ -452,9 +481,11 @@ impl<T: DeviceCopy> Managed<[T], HostOwned, Device> {
 mod tests {
     use std::sync::atomic::AtomicBool;
 
-    use super::{Device, DeviceParts, check_length, refuse_copy_here};
+    use std::rc::Rc;
+
+    use super::{Device, DeviceParts, check_length, host_side_after_copy, refuse_copy_here};
     use crate::driver::context::{DriverCallback, enter_thread_capture, leave_thread_capture};
-    use crate::driver::mem_frees_on_this_thread;
+    use crate::driver::{WaitFailed, mem_frees_on_this_thread};
     use crate::error::Error;
     use crate::memory::storage::parts::{HasParts, NO_HOST};
     use crate::sealed::PRIVATE;
@@ -494,6 +525,32 @@ mod tests {
             );
         }
         assert_eq!(refuse_copy_here("to_vec"), Ok(()));
+    }
+
+    /// The host side of a copy out of device memory (`to_vec`'s vector) is never dropped where
+    /// the copy failed and may still run (it may still write it): it is leaked, as the device
+    /// memory is. Where the copy failed before it could run, or succeeded, it is dropped or
+    /// returned as usual. The `Rc`'s count tells which.
+    #[test]
+    fn host_memory_a_failed_copy_may_still_write_is_leaked_not_dropped() {
+        let failed = |may_run| WaitFailed {
+            error: Error::ContextMismatch,
+            may_run,
+        };
+        let held = Rc::new(());
+        let kept = host_side_after_copy(Rc::clone(&held), Ok(()));
+        assert!(kept.is_ok_and(|k| Rc::ptr_eq(&k, &held)));
+        assert_eq!(Rc::strong_count(&held), 1, "returned, then dropped here");
+        let refused = host_side_after_copy(Rc::clone(&held), Err(failed(false)));
+        assert!(matches!(refused, Err(WaitFailed { may_run: false, .. })));
+        assert_eq!(Rc::strong_count(&held), 1, "the copy never ran: dropped");
+        let running = host_side_after_copy(Rc::clone(&held), Err(failed(true)));
+        assert!(matches!(running, Err(WaitFailed { may_run: true, .. })));
+        assert_eq!(
+            Rc::strong_count(&held),
+            2,
+            "the copy may still write it: leaked, never dropped"
+        );
     }
 
     /// Memory that a copy whose wait failed may still write is never freed: the storage's free
