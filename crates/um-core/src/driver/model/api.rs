@@ -53,9 +53,27 @@ impl Drop for PerThread {
     }
 }
 
-/// Whether this thread may make no potentially unsafe call (a capture it began, thread-local).
+/// Whether this thread may make no potentially unsafe call (a capture it began, thread-local);
+/// a refused call invalidates the thread's captures.
 fn refused_here() -> bool {
-    MODE.with(Cell::get) != CAPTURE_MODE_RELAXED && CAPTURING.with(Cell::get) > 0
+    let refused = MODE.with(Cell::get) != CAPTURE_MODE_RELAXED && CAPTURING.with(Cell::get) > 0;
+    if refused {
+        let mut g = lock();
+        let mine: Vec<usize> = BEGUN.with(|b| b.borrow().iter().map(|&(s, _)| s).collect());
+        for s in mine {
+            invalidate(&mut g, s);
+        }
+    }
+    refused
+}
+
+/// Invalidates the capture stream `id` records into, if any.
+fn invalidate(g: &mut State, id: usize) {
+    if let Some(gr) = g.streams.get(&id).and_then(|s| s.capture) {
+        if let Some(graph) = g.graphs.get_mut(&gr) {
+            graph.invalidated = true;
+        }
+    }
 }
 
 fn new_id(g: &mut State) -> usize {
@@ -80,9 +98,22 @@ fn stream_id(g: &mut State, s: CUstream) -> usize {
     }
 }
 
-/// Refuses work on the legacy stream while any stream captures (it would join the capture).
-fn legacy_refused(g: &State, id: usize) -> bool {
-    id == LEGACY && g.streams.values().any(|s| s.capture.is_some())
+/// Refuses work on the legacy stream while a blocking stream captures (its implicit
+/// synchronization would join the capture); the capture is invalidated.
+fn legacy_refused(g: &mut State, id: usize) -> bool {
+    if id != LEGACY {
+        return false;
+    }
+    let hit: Vec<usize> = g
+        .streams
+        .iter()
+        .filter(|(_, s)| s.blocking && s.capture.is_some())
+        .map(|(&k, _)| k)
+        .collect();
+    for &k in &hit {
+        invalidate(g, k);
+    }
+    !hit.is_empty()
 }
 
 /// Writes `v` through `p` where it is not NULL.
@@ -119,6 +150,9 @@ fn error_name(code: i32) -> Option<&'static CStr> {
         500 => c"CUDA_ERROR_NOT_FOUND",
         600 => c"CUDA_ERROR_NOT_READY",
         700 => c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        715 => c"CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        719 => c"CUDA_ERROR_LAUNCH_FAILED",
+        800 => c"CUDA_ERROR_NOT_PERMITTED",
         900 => c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
         901 => c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
         906 => c"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
@@ -238,6 +272,19 @@ pub(crate) unsafe fn cuCtxSynchronize() -> i32 {
         return CAPTURE_UNSUPPORTED;
     }
     let mut g = lock();
+    // A wait for the whole device while any stream captures: refused, and the captures fail.
+    let capturing: Vec<usize> = g
+        .streams
+        .iter()
+        .filter(|(_, s)| s.capture.is_some())
+        .map(|(&k, _)| k)
+        .collect();
+    if !capturing.is_empty() {
+        for k in capturing {
+            invalidate(&mut g, k);
+        }
+        return CAPTURE_UNSUPPORTED;
+    }
     let ids: Vec<usize> = g.streams.keys().copied().collect();
     for id in ids {
         g = sync_stream(g, id);
@@ -353,7 +400,7 @@ fn touches(g: &State, ranges: &[(usize, usize)]) -> Vec<(usize, usize)> {
 fn submit(s: CUstream, work: Work, ranges: &[(usize, usize)]) -> i32 {
     let mut g = lock();
     let id = stream_id(&mut g, s);
-    if legacy_refused(&g, id) {
+    if legacy_refused(&mut g, id) {
         return CAPTURE_IMPLICIT;
     }
     let t = touches(&g, ranges);
@@ -677,7 +724,8 @@ pub(crate) unsafe fn cuStreamSynchronize(stream: CUstream) -> i32 {
     }
     let mut g = lock();
     let id = stream_id(&mut g, stream);
-    if capturing(&g, id) || legacy_refused(&g, id) {
+    if capturing(&g, id) || legacy_refused(&mut g, id) {
+        invalidate(&mut g, id);
         return CAPTURE_UNSUPPORTED;
     }
     drop(sync_stream(g, id));
@@ -698,14 +746,15 @@ pub(crate) unsafe fn cuStreamQuery(stream: CUstream) -> i32 {
     }
     let mut g = lock();
     let id = stream_id(&mut g, stream);
-    if capturing(&g, id) || legacy_refused(&g, id) {
+    if capturing(&g, id) || legacy_refused(&mut g, id) {
+        invalidate(&mut g, id);
         return CAPTURE_UNSUPPORTED;
     }
     let Some(s) = g.streams.get(&id) else {
         return INVALID_HANDLE;
     };
-    if s.completed >= s.submitted {
-        let clock = s.clock.clone();
+    let clock = s.clock.clone();
+    if done(&g, &clock) {
         host_knows(&mut g, &clock);
         super::or_sticky(0)
     } else {
@@ -723,6 +772,11 @@ pub(crate) unsafe fn cuStreamAttachMemAsync(
     }
     let mut g = lock();
     let id = stream_id(&mut g, stream);
+    if capturing(&g, id) {
+        // An attach cannot be captured: refused, and the capture fails.
+        invalidate(&mut g, id);
+        return CAPTURE_UNSUPPORTED;
+    }
     let Some(start) = find(&g, ptr as usize) else {
         return INVALID_VALUE;
     };
@@ -766,6 +820,7 @@ pub(crate) unsafe fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32 {
             recorded: None,
             generation: 0,
             stamp: None,
+            captured: None,
         },
     );
     unsafe { put(event, id as CUevent) }
@@ -780,14 +835,22 @@ pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> i32 {
     if !g.events.contains_key(&e) {
         return INVALID_HANDLE;
     }
-    if legacy_refused(&g, id) {
+    if legacy_refused(&mut g, id) {
         return CAPTURE_IMPLICIT;
     }
-    if capturing(&g, id) {
-        // A record inside a capture becomes a node: the model does not fork captures.
+    if let Some(gr) = g.streams.get(&id).and_then(|s| s.capture) {
+        // A record inside a capture: a stream that waits for it joins the capture.
+        if let Some(ev) = g.events.get_mut(&e) {
+            ev.captured = Some(gr);
+        }
         return 0;
     }
     let generation = g.events.get(&e).map_or(0, |ev| ev.generation) + 1;
+    if let Some(ev) = g.events.get_mut(&e) {
+        // Before the enqueue: the worker may stamp this generation at once.
+        ev.generation = generation;
+        ev.stamp = None;
+    }
     let code = enqueue(
         g,
         id,
@@ -808,9 +871,8 @@ pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> i32 {
     };
     let rec = (s.clock.clone(), id, s.submitted);
     if let Some(ev) = g.events.get_mut(&e) {
-        ev.generation = generation;
         ev.recorded = Some(rec);
-        ev.stamp = None;
+        ev.captured = None;
     }
     0
 }
@@ -904,12 +966,22 @@ pub(crate) unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, _flags:
     let Some(ev) = g.events.get(&(event as usize)) else {
         return INVALID_HANDLE;
     };
-    let Some((clock, _, _)) = ev.recorded.clone() else {
+    if let Some(gr) = ev.captured.filter(|gr| g.graphs.contains_key(gr)) {
+        // A fork: the stream joins the capture (its work goes into the graph, in the order the
+        // host issues it, which keeps every edge of the fork).
+        if let Some(s) = g.streams.get_mut(&id) {
+            if s.capture.is_none() {
+                s.capture = Some(gr);
+            }
+        }
         return 0;
-    };
+    }
     if capturing(&g, id) {
         return 0;
     }
+    let Some((clock, _, _)) = ev.recorded.clone() else {
+        return 0;
+    };
     if let Some(s) = g.streams.get_mut(&id) {
         super::join(&mut s.clock, &clock);
     }
@@ -943,6 +1015,7 @@ pub(crate) unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> 
         Graph {
             ops: Vec::new(),
             last: Box::new([0]),
+            invalidated: false,
         },
     );
     if let Some(s) = g.streams.get_mut(&id) {
@@ -980,8 +1053,18 @@ pub(crate) unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -
     if mode != CAPTURE_MODE_RELAXED {
         CAPTURING.with(|c| c.set(c.get().saturating_sub(1)));
     }
-    if let Some(s) = g.streams.get_mut(&id) {
-        s.capture = None;
+    // The streams that joined the capture (forks) leave it with its origin.
+    for s in g.streams.values_mut() {
+        if s.capture == Some(gr) {
+            s.capture = None;
+        }
+    }
+    if g.graphs.get(&gr).is_some_and(|x| x.invalidated) {
+        g.graphs.remove(&gr);
+        if !graph.is_null() {
+            unsafe { put(graph, std::ptr::null_mut()) };
+        }
+        return 901;
     }
     unsafe { put(graph, gr as CUgraph) }
 }
@@ -1060,6 +1143,7 @@ pub(crate) unsafe fn cuGraphInstantiateWithFlags(
         Graph {
             ops,
             last: Box::new([0]),
+            invalidated: false,
         },
     );
     unsafe { put(exec, id as CUgraphExec) }
@@ -1073,7 +1157,7 @@ pub(crate) unsafe fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> i32 {
     let Some(ops) = g.execs.get(&(exec as usize)).map(|e| e.ops.clone()) else {
         return INVALID_HANDLE;
     };
-    if legacy_refused(&g, id) {
+    if legacy_refused(&mut g, id) {
         return CAPTURE_IMPLICIT;
     }
     drop(g);
@@ -1277,7 +1361,7 @@ pub(crate) unsafe fn cuLaunchKernel(
     }
     let args = unsafe { copy_args(&entry, params) };
     let id = stream_id(&mut g, stream);
-    if legacy_refused(&g, id) {
+    if legacy_refused(&mut g, id) {
         return CAPTURE_IMPLICIT;
     }
     let t = touches_of(&g, &args);
@@ -1292,4 +1376,71 @@ pub(crate) unsafe fn cuLaunchKernel(
             t,
         ),
     )
+}
+
+// Entry points um's tests declare themselves (they ask the driver what
+// it knows): exported under their C names, so that on the model the test binary's calls reach
+// the model instead of libcuda (a definition in the executable comes before a shared library's).
+
+/// `cuPointerGetAttribute` for `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` (11) and `_RANGE_SIZE`
+/// (12): the allocation that holds `address`; `CUDA_ERROR_INVALID_VALUE` where there is none.
+///
+/// # Safety
+///
+/// `data` points to a value of the attribute's type (a device pointer, a `size_t`).
+#[unsafe(no_mangle)]
+#[allow(unreachable_pub)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    address: CUdeviceptr,
+) -> i32 {
+    let g = lock();
+    let Some(start) = find(&g, address as usize) else {
+        return INVALID_VALUE;
+    };
+    let len = g.allocs.get(&start).map_or(0, |a| a.len);
+    match attribute {
+        11 => unsafe { put(data.cast::<CUdeviceptr>(), start as CUdeviceptr) },
+        12 => unsafe { put(data.cast::<usize>(), len) },
+        _ => INVALID_VALUE,
+    }
+}
+
+/// `cuDevicePrimaryCtxGetState`: whether device 0's primary context is retained.
+///
+/// # Safety
+///
+/// `flags` and `active` point to a `c_uint` and a `c_int`.
+#[unsafe(no_mangle)]
+#[allow(unreachable_pub)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    device: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> i32 {
+    if device != 0 {
+        return INVALID_DEVICE;
+    }
+    let refs = lock().primary_refs;
+    unsafe {
+        put(flags, 0);
+        put(active, i32::from(refs > 0))
+    }
+}
+
+/// `cuStreamAttachMemAsync` under its C name, for the tests that call the driver directly.
+///
+/// # Safety
+///
+/// As [`cuStreamAttachMemAsync`].
+#[unsafe(export_name = "cuStreamAttachMemAsync")]
+#[allow(unreachable_pub)]
+pub unsafe extern "C" fn exported_stream_attach(
+    stream: CUstream,
+    ptr: CUdeviceptr,
+    length: usize,
+    flags: c_uint,
+) -> i32 {
+    unsafe { cuStreamAttachMemAsync(stream, ptr, length, flags) }
 }

@@ -20,6 +20,8 @@
 
 pub(crate) mod api;
 pub(crate) mod kernels;
+#[cfg(test)]
+mod tests;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -168,6 +170,8 @@ pub(crate) struct Event {
     pub(crate) recorded: Option<(Clock, usize, u64)>,
     pub(crate) generation: u64,
     pub(crate) stamp: Option<(u64, Instant)>,
+    /// The capture it was last recorded into: a stream that waits for it joins that capture.
+    pub(crate) captured: Option<usize>,
 }
 
 /// A captured graph, and an executable graph (the same ops).
@@ -175,6 +179,8 @@ pub(crate) struct Graph {
     pub(crate) ops: Vec<Op>,
     /// `cuStreamGetCaptureInfo`'s dependency array (the last node), stable while it lives.
     pub(crate) last: Box<[usize; 1]>,
+    /// A refused call invalidated the capture: its end fails.
+    pub(crate) invalidated: bool,
 }
 
 pub(crate) struct Pool {
@@ -524,9 +530,9 @@ pub(crate) fn sync_stream(
     let Some(s) = g.streams.get(&id) else {
         return g;
     };
-    let target = s.submitted;
+    // Its own work and what it waits for (event waits with no work behind them yet).
     let clock = s.clock.clone();
-    while g.streams.get(&id).is_some_and(|s| s.completed < target) {
+    while !done(&g, &clock) {
         g = wait(g);
     }
     join(&mut g.host, &clock);
