@@ -111,7 +111,7 @@ pub use test_hooks::*;
 /// The CPU model of the driver (`--features model`): what a test asks of it.
 #[cfg(feature = "model")]
 pub mod model {
-    pub use crate::driver::sys::model::{on_model, take_violations};
+    pub use crate::driver::model::{on_model, take_violations};
 }
 
 pub use cust::memory::DeviceCopy;

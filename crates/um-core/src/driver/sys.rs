@@ -201,10 +201,7 @@ pub(crate) const ATTR_CONCURRENT_MANAGED_ACCESS: c_int = 89;
 // The CPU model of the driver (`--features model`, off by default): the same names, as Rust
 // functions of the same signatures, in place of the block below.
 #[cfg(feature = "model")]
-#[path = "model/mod.rs"]
-pub(crate) mod model;
-#[cfg(feature = "model")]
-pub(crate) use model::api::*;
+pub(crate) use super::model::api::*;
 
 // SAFETY (for the whole block): these are the C prototypes of `cuda.h` (CUDA 11 to 13 keep them
 // ABI-stable under these versioned symbol names), with `CUresult` spelled as `i32`. Each caller

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
-use super::super::{
+use super::super::sys::{
     CAPTURE_MODE_RELAXED, CAPTURE_STATUS_ACTIVE, CAPTURE_STATUS_NONE, CUcontext, CUdevice,
     CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmemoryPool, CUmodule,
     CUstream, KernelNodeParams, MemLocation, MemPoolProps, StreamCallback,
@@ -127,13 +127,13 @@ unsafe fn put<T>(p: *mut T, v: T) -> i32 {
 }
 
 pub(crate) unsafe fn cuInit(_flags: c_uint) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     0
 }
 pub(crate) unsafe fn cuDriverGetVersion(version: *mut c_int) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     unsafe { put(version, 13000) }
@@ -175,13 +175,13 @@ pub(crate) unsafe extern "C" fn cuGetErrorString(error: i32, text: *mut *const c
 }
 
 pub(crate) unsafe fn cuDeviceGetCount(count: *mut c_int) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     unsafe { put(count, 1) }
 }
 pub(crate) unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if ordinal != 0 {
@@ -190,7 +190,7 @@ pub(crate) unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> i32 {
     unsafe { put(device, 0) }
 }
 pub(crate) unsafe fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if device != 0 {
@@ -211,7 +211,7 @@ fn no_concurrent_access() -> bool {
 }
 
 pub(crate) unsafe fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, device: CUdevice) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if device != 0 {
@@ -231,7 +231,7 @@ pub(crate) unsafe fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, device
 }
 
 pub(crate) unsafe fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdevice) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if device != 0 {
@@ -241,7 +241,7 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdev
     unsafe { put(ctx, CONTEXT as CUcontext) }
 }
 pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if device != 0 {
@@ -252,14 +252,14 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> i32 {
     0
 }
 pub(crate) unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     CURRENT.with(|c| c.set(ctx as usize));
     0
 }
 pub(crate) unsafe fn cuCtxGetCurrent(ctx: *mut CUcontext) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     unsafe { put(ctx, CURRENT.with(Cell::get) as CUcontext) }
@@ -312,11 +312,11 @@ unsafe fn alloc_into(ptr: *mut CUdeviceptr, bytes: usize, kind: Kind) -> i32 {
     }
     let mut g = lock();
     if g.allocated.saturating_add(bytes) > TOTAL {
-        return super::super::ERROR_OUT_OF_MEMORY;
+        return super::super::sys::ERROR_OUT_OF_MEMORY;
     }
     match alloc(&mut g, bytes, kind) {
         Some(p) => unsafe { put(ptr, p as CUdeviceptr) },
-        None => super::super::ERROR_OUT_OF_MEMORY,
+        None => super::super::sys::ERROR_OUT_OF_MEMORY,
     }
 }
 
@@ -454,12 +454,12 @@ fn copy_wait(dst: usize, src: usize, bytes: usize) -> i32 {
     if refused_here() {
         return CAPTURE_UNSUPPORTED;
     }
-    let code = copy(dst, src, bytes, super::super::STREAM_PER_THREAD);
+    let code = copy(dst, src, bytes, super::super::sys::STREAM_PER_THREAD);
     if code != 0 {
         return code;
     }
     let mut g = lock();
-    let id = stream_id(&mut g, super::super::STREAM_PER_THREAD);
+    let id = stream_id(&mut g, super::super::sys::STREAM_PER_THREAD);
     drop(sync_stream(g, id));
     0
 }
@@ -609,7 +609,7 @@ pub(crate) unsafe fn cuMemPoolSetAttribute(
     let Some(p) = g.pools.get_mut(&(pool as usize)) else {
         return INVALID_HANDLE;
     };
-    if attr == super::super::MEMPOOL_ATTR_RELEASE_THRESHOLD && !value.is_null() {
+    if attr == super::super::sys::MEMPOOL_ATTR_RELEASE_THRESHOLD && !value.is_null() {
         // SAFETY: the attribute's value is a `cuuint64_t`.
         p.threshold = unsafe { value.cast::<u64>().read() };
     }
@@ -653,7 +653,7 @@ pub(crate) unsafe fn cuMemAllocFromPoolAsync(
         return INVALID_HANDLE;
     }
     let Some(p) = alloc(&mut g, bytes, Kind::Device) else {
-        return super::super::ERROR_OUT_OF_MEMORY;
+        return super::super::sys::ERROR_OUT_OF_MEMORY;
     };
     if let Some(a) = g.allocs.get_mut(&p) {
         a.pool = Some(pool as usize);
@@ -689,7 +689,7 @@ pub(crate) unsafe fn cuStreamCreateWithPriority(
     let id = new_id(&mut g);
     g.streams.insert(
         id,
-        Stream::new(flags & super::super::STREAM_NON_BLOCKING == 0),
+        Stream::new(flags & super::super::sys::STREAM_NON_BLOCKING == 0),
     );
     drop(g);
     spawn_worker(id);
@@ -732,7 +732,7 @@ pub(crate) unsafe fn cuStreamSynchronize(stream: CUstream) -> i32 {
     super::or_sticky(0)
 }
 pub(crate) unsafe fn cuStreamGetCtx(_stream: CUstream, ctx: *mut CUcontext) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     unsafe { put(ctx, CONTEXT as CUcontext) }
@@ -781,7 +781,7 @@ pub(crate) unsafe fn cuStreamAttachMemAsync(
         return INVALID_VALUE;
     };
     if let Some(a) = g.allocs.get_mut(&start) {
-        a.attached = (flags == super::super::MEM_ATTACH_SINGLE).then_some(id);
+        a.attached = (flags == super::super::sys::MEM_ATTACH_SINGLE).then_some(id);
     }
     // The attach is work of the stream, on the memory.
     drop(g);
@@ -816,7 +816,7 @@ pub(crate) unsafe fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32 {
     g.events.insert(
         id,
         Event {
-            timing: flags & super::super::EVENT_DISABLE_TIMING == 0,
+            timing: flags & super::super::sys::EVENT_DISABLE_TIMING == 0,
             recorded: None,
             generation: 0,
             stamp: None,
@@ -858,6 +858,7 @@ pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> i32 {
             Work::Stamp {
                 event: e,
                 generation,
+                queued: std::time::Instant::now(),
             },
             Vec::new(),
         ),
@@ -988,7 +989,7 @@ pub(crate) unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, _flags:
     0
 }
 pub(crate) unsafe fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     unsafe {
@@ -1076,7 +1077,7 @@ pub(crate) unsafe fn cuStreamGetCaptureInfo_v2(
     dependencies: *mut *const CUgraphNode,
     count: *mut usize,
 ) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     let mut g = lock();
@@ -1114,7 +1115,7 @@ pub(crate) unsafe fn cuStreamGetCaptureInfo_v2(
     0
 }
 pub(crate) unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     if mode.is_null() {
@@ -1293,7 +1294,7 @@ pub(crate) unsafe fn cuFuncGetAttribute(
     attr: c_int,
     function: CUfunction,
 ) -> i32 {
-    if let Some(code) = super::refusal() {
+    if let Some(code) = super::thread_refusal() {
         return code;
     }
     let g = lock();

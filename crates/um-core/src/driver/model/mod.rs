@@ -1,5 +1,5 @@
 //! A CPU model of the CUDA driver, behind the `model` feature: the entry points of
-//! [`super`] (`driver/sys.rs`) resolve to [`api`]'s functions instead of `libcuda`'s, with the
+//! [`super::sys`] (`driver/sys.rs`) resolve to [`api`]'s functions instead of `libcuda`'s, with the
 //! same signatures and `i32` results, so that um's GPU tests run on a machine without a GPU.
 //!
 //! One device with concurrent managed access (`UM_MODEL_NO_CONCURRENT=1` emulates its absence);
@@ -63,12 +63,16 @@ pub(crate) enum Work {
     },
     /// A host function, on this driver thread.
     Callback {
-        f: super::StreamCallback,
+        f: super::sys::StreamCallback,
         data: usize,
         handle: usize,
     },
     /// An event's timestamp.
-    Stamp { event: usize, generation: u64 },
+    Stamp {
+        event: usize,
+        generation: u64,
+        queued: Instant,
+    },
     /// A stream-ordered free.
     Free { address: usize },
 }
@@ -102,9 +106,14 @@ impl Clone for Work {
                 data: *data,
                 handle: *handle,
             },
-            Work::Stamp { event, generation } => Work::Stamp {
+            Work::Stamp {
+                event,
+                generation,
+                queued,
+            } => Work::Stamp {
                 event: *event,
                 generation: *generation,
+                queued: *queued,
             },
             Work::Free { address } => Work::Free { address: *address },
         }
@@ -142,6 +151,9 @@ pub(crate) struct Stream {
     destroyed: bool,
     /// The graph it records into, while capturing.
     pub(crate) capture: Option<usize>,
+    /// When its last operation completed, on the device's clock: a timestamp is never earlier
+    /// than the work before it, nor than its own enqueue.
+    done_at: Option<Instant>,
 }
 
 /// Which memory an allocation is.
@@ -259,6 +271,7 @@ impl Stream {
             clock: Clock::new(),
             destroyed: false,
             capture: None,
+            done_at: None,
         }
     }
 }
@@ -290,6 +303,12 @@ static STICKY: AtomicI32 = AtomicI32::new(0);
 
 /// What every entry point answers before it looks at its arguments: `CUDA_ERROR_NOT_PERMITTED`
 /// on a driver thread (a host function may not call CUDA), the sticky error after a fault.
+/// What the calls that read or set only a thread's or the device's state answer first:
+/// `CUDA_ERROR_NOT_PERMITTED` on a driver thread; a sticky error does not fail them.
+pub(crate) fn thread_refusal() -> Option<i32> {
+    DRIVER_THREAD.with(Cell::get).then_some(800)
+}
+
 /// `code`, or the sticky error of a fault the work met (what a wait or query returns).
 pub(crate) fn or_sticky(code: i32) -> i32 {
     match STICKY.load(Ordering::SeqCst) {
@@ -299,8 +318,8 @@ pub(crate) fn or_sticky(code: i32) -> i32 {
 }
 
 pub(crate) fn refusal() -> Option<i32> {
-    if DRIVER_THREAD.with(Cell::get) {
-        return Some(800);
+    if let Some(code) = thread_refusal() {
+        return Some(code);
     }
     match STICKY.load(Ordering::SeqCst) {
         0 => None,
@@ -334,17 +353,30 @@ fn worker(id: usize) {
         drop(g);
         execute(&op.work);
         let mut g = lock();
-        match op.work {
-            Work::Stamp { event, generation } => {
+        // An idle stream reaches a timestamp when it is enqueued; a busy one when the work
+        // before it is done: marks keep the host's order, whichever worker runs first.
+        let previous = g.streams.get(&id).and_then(|s| s.done_at);
+        let at = match op.work {
+            Work::Stamp {
+                event,
+                generation,
+                queued,
+            } => {
+                let at = previous.map_or(queued, |p| p.max(queued));
                 if let Some(e) = g.events.get_mut(&event) {
-                    e.stamp = Some((generation, Instant::now()));
+                    e.stamp = Some((generation, at));
                 }
+                at
             }
-            Work::Free { address } => free_now(&mut g, address),
-            _ => {}
-        }
+            Work::Free { address } => {
+                free_now(&mut g, address);
+                Instant::now()
+            }
+            _ => Instant::now(),
+        };
         if let Some(s) = g.streams.get_mut(&id) {
             s.completed = op.seq;
+            s.done_at = Some(at);
         }
         drop(g);
         MODEL.changed.notify_all();
@@ -388,7 +420,7 @@ fn execute(work: &Work) {
             // SAFETY: the callback and its data as um gave them to `cuStreamAddCallback`.
             unsafe {
                 f(
-                    *handle as super::CUstream,
+                    *handle as super::sys::CUstream,
                     STICKY.load(Ordering::SeqCst),
                     *data as *mut std::ffi::c_void,
                 )

@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::super::{
+use super::super::sys::{
     CAPTURE_MODE_THREAD_LOCAL, CUdeviceptr, CUevent, CUgraph, CUstream, STREAM_LEGACY,
     STREAM_NON_BLOCKING,
 };
