@@ -369,6 +369,7 @@ fn free(address: usize) -> i32 {
                  touches it is pending"
             ),
         );
+        return INVALID_VALUE;
     }
     free_now(&mut g, address);
     0
