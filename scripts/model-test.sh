@@ -5,8 +5,7 @@
 # the test binary (a filter: `scripts/model-test.sh gpu_handoff::`).
 #
 # Skipped here, with the reason: what needs a real library or calls one directly (cuBLAS,
-# cuRAND, cuSPARSE, NCCL, cudarc), what measures the hardware (a pool's reuse of freed memory),
-# and the PTX checks that only the driver's compiler makes.
+# cuRAND, cuSPARSE, NCCL, cudarc).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 skips=(
@@ -16,12 +15,6 @@ skips=(
     blas
     gpu_idle_sections::two_workers_meeting_at_a_barrier_inside_the_idle_section_do_not_deadlock
     gpu_teardown::exiting_inside_a_capture_closure_runs_thread_local_destructors_that_neither_wait_nor_abort_and_leaks_what_they_hold
-    # A pool's reserved memory: how the driver reuses and releases it.
-    gpu_stream_alloc::a_thousand_allocations_and_frees_keep_the_pool_bounded
-    gpu_stream_alloc::the_release_threshold_keeps_or_returns_freed_memory
-    # PTX the driver's compiler refuses: the model reads entry names only.
-    gpu_bad_input::ptx_the_driver_cannot_parse_is_an_error
-    gpu_bad_input::ptx_newer_than_the_driver_names_both_versions
 )
 args=()
 for s in "${skips[@]}"; do

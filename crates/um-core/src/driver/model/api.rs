@@ -146,6 +146,8 @@ fn error_name(code: i32) -> Option<&'static CStr> {
         2 => c"CUDA_ERROR_OUT_OF_MEMORY",
         100 => c"CUDA_ERROR_NO_DEVICE",
         101 => c"CUDA_ERROR_INVALID_DEVICE",
+        218 => c"CUDA_ERROR_INVALID_PTX",
+        222 => c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
         400 => c"CUDA_ERROR_INVALID_HANDLE",
         500 => c"CUDA_ERROR_NOT_FOUND",
         600 => c"CUDA_ERROR_NOT_READY",
@@ -675,6 +677,21 @@ pub(crate) unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> i32 {
         return code;
     }
     let address = ptr as usize;
+    // A pool counts its memory free in stream order: the next allocation on the stream may
+    // reuse it, before the free has run.
+    {
+        let mut g = lock();
+        if let Some(start) = find(&g, address) {
+            let pool = g
+                .allocs
+                .get(&start)
+                .and_then(|a| a.pool.map(|p| (p, a.len as u64)));
+            if let Some(p) = pool.and_then(|(p, len)| g.pools.get_mut(&p).map(|p| (p, len))) {
+                let (pool, len) = p;
+                pool.used = pool.used.saturating_sub(len);
+            }
+        }
+    }
     submit(stream, Work::Free { address }, &[(address, 1)])
 }
 
@@ -896,6 +913,7 @@ pub(crate) unsafe fn cuEventSynchronize(event: CUevent) -> i32 {
         g = wait(g);
     }
     host_knows(&mut g, &clock);
+    super::release_pools(&mut g);
     super::or_sticky(0)
 }
 pub(crate) unsafe fn cuEventDestroy_v2(event: CUevent) -> i32 {
@@ -1245,6 +1263,20 @@ pub(crate) unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_voi
     }
     // SAFETY: um passes a NUL-terminated PTX text.
     let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) }.to_string_lossy();
+    // The driver's compiler checks the ISA version first: none is an invalid image, a newer one
+    // than the model's driver (CUDA 13.0, PTX ISA 9.0) is unsupported.
+    let version = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(".version "))
+        .and_then(|v| {
+            let (major, minor) = v.trim().split_once('.')?;
+            Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+        });
+    match version {
+        None => return 218,
+        Some(v) if v > (9, 0) => return super::super::sys::ERROR_UNSUPPORTED_PTX_VERSION,
+        Some(_) => {}
+    }
     let entries = kernels::parse_ptx(&text);
     let mut g = lock();
     let id = new_id(&mut g);

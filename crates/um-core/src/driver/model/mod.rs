@@ -434,9 +434,6 @@ fn execute(work: &Work) {
 pub(crate) fn free_now(g: &mut State, address: usize) {
     if let Some(a) = g.allocs.remove(&address) {
         g.allocated -= a.len;
-        if let Some(p) = a.pool.and_then(|p| g.pools.get_mut(&p)) {
-            p.used -= a.len as u64;
-        }
         // SAFETY: allocated by `alloc` with this layout, and removed from the table just now.
         unsafe { std::alloc::dealloc(address as *mut u8, a.layout) }
     }
@@ -573,7 +570,17 @@ pub(crate) fn sync_stream(
         g = wait(g);
     }
     join(&mut g.host, &clock);
+    release_pools(&mut g);
     g
+}
+
+/// What a synchronization does with the pools' freed memory: each keeps up to its release
+/// threshold for reuse, and returns the rest to the system.
+pub(crate) fn release_pools(g: &mut State) {
+    for p in g.pools.values_mut() {
+        let unused = p.reserved.saturating_sub(p.used);
+        p.reserved = p.used + unused.min(p.threshold);
+    }
 }
 
 /// Whether `clock`'s work has all run.
