@@ -365,7 +365,30 @@ pub struct Serial {
 impl Drop for Serial {
     fn drop(&mut self) {
         (self.release)();
+        // On the CPU model, a test fails on any violation of um's rules the model saw, also one
+        // on another thread (the reaper, a driver thread) that could not panic in the test.
+        #[cfg(feature = "model")]
+        if !std::thread::panicking() {
+            let seen = um_core::model::take_violations();
+            assert!(seen.is_empty(), "the CPU model saw violations: {seen:#?}");
+        }
     }
+}
+
+/// Whether the tests run on um-core's CPU model of the driver (`--features model`) instead of a
+/// GPU.
+pub fn on_model() -> bool {
+    cfg!(feature = "model")
+}
+
+/// On the CPU model, says that `what` needs a real device or library and returns true: the
+/// test returns early there (a test that measures hardware, times work, or calls cuBLAS, NCCL,
+/// cuRAND, cuSPARSE or libcuda directly).
+pub fn skip_on_model(what: &str) -> bool {
+    if on_model() {
+        println!("skipped on the CPU model: {what}");
+    }
+    on_model()
 }
 
 /// One capture of one launch (`x += 1` on 256 zeros) on a fresh stream of `ctx`, replayed

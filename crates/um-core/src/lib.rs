@@ -108,6 +108,12 @@ mod test_hooks;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::*;
 
+/// The CPU model of the driver (`--features model`): what a test asks of it.
+#[cfg(feature = "model")]
+pub mod model {
+    pub use crate::driver::model::{on_model, take_violations};
+}
+
 pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 // bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.

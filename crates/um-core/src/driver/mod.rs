@@ -18,6 +18,9 @@ pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod foreign;
 pub(crate) mod module;
+// The CPU model of the driver, in place of libcuda under the feature (`sys.rs` resolves to it).
+#[cfg(feature = "model")]
+pub(crate) mod model;
 pub(crate) mod options;
 pub(crate) mod order;
 pub(crate) mod poison;

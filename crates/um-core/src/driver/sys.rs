@@ -11,6 +11,7 @@
 //! the plain names to (`cuMemFree` is `cuMemFree_v2`, and so on).
 #![allow(non_snake_case)]
 
+#[cfg_attr(feature = "model", allow(unused_imports))]
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub(crate) use cust::sys::{
@@ -197,9 +198,15 @@ pub(crate) const ATTR_PAGEABLE_MEMORY_ACCESS: c_int = 88;
 /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`.
 pub(crate) const ATTR_CONCURRENT_MANAGED_ACCESS: c_int = 89;
 
+// The CPU model of the driver (`--features model`, off by default): the same names, as Rust
+// functions of the same signatures, in place of the block below.
+#[cfg(feature = "model")]
+pub(crate) use super::model::api::*;
+
 // SAFETY (for the whole block): these are the C prototypes of `cuda.h` (CUDA 11 to 13 keep them
 // ABI-stable under these versioned symbol names), with `CUresult` spelled as `i32`. Each caller
 // in `driver/mod.rs` documents why its arguments are valid.
+#[cfg(not(feature = "model"))]
 unsafe extern "C" {
     pub(crate) fn cuInit(flags: c_uint) -> i32;
     pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> i32;

@@ -447,6 +447,8 @@ impl<T, S: State, M: Storage> Managed<[T], S, M> {
 impl<T: ?Sized, S: HostAccess, M: HostVisible> Deref for Managed<T, S, M> {
     type Target = T;
     fn deref(&self) -> &T {
+        #[cfg(feature = "model")]
+        crate::driver::model::host_access(self.ptr.as_ptr().cast::<u8>() as usize);
         // SAFETY: `M: HostVisible`: the host address is host memory (managed or pinned), not
         // the sentinel of a storage without a host side. `S: HostAccess` holds only for
         // `HostOwned`, the host state, in which no kernel
@@ -464,6 +466,8 @@ impl<T: ?Sized, S: HostAccess, M: HostVisible> DerefMut for Managed<T, S, M> {
     fn deref_mut(&mut self) -> &mut T {
         // The host may write: the storage marks it (a mirror's next `attach` copies).
         M::host_written(&mut self.alloc.parts, PRIVATE);
+        #[cfg(feature = "model")]
+        crate::driver::model::host_access(self.ptr.as_ptr().cast::<u8>() as usize);
         // SAFETY: as in `deref`; `&mut self` makes the access exclusive.
         unsafe { self.ptr.as_mut() }
     }
