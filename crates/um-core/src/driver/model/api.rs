@@ -1277,6 +1277,22 @@ pub(crate) unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_voi
         Some(v) if v > (9, 0) => return super::super::sys::ERROR_UNSUPPORTED_PTX_VERSION,
         Some(_) => {}
     }
+    // The driver's compiler refuses a text whose braces do not balance (a body closed twice, or
+    // never): the model's one syntax check, `CUDA_ERROR_INVALID_PTX` (218).
+    let mut depth = 0i64;
+    for c in text.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return 218;
+        }
+    }
+    if depth != 0 {
+        return 218;
+    }
     let entries = kernels::parse_ptx(&text);
     let mut g = lock();
     let id = new_id(&mut g);
