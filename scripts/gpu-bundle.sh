@@ -90,6 +90,26 @@ strip "$out/um-xtask"
 cp xtask/run.sh "$out/run.sh"
 cp scripts/stall-stacks.sh "$out/stall-stacks.sh" # run.sh takes the stacks of a program that hangs
 chmod +x "$out/run.sh" "$out/um-xtask"
+# The programs that read the device's free memory (`mem_info`): under a sanitizer, where run.sh
+# runs several programs on one GPU at a time (UM_SANITIZE_PER_GPU), each of these has its GPU to
+# itself, so that no other process's allocations move what it reads. Found in the sources, so
+# that a new such test is never missed.
+{
+  echo "# written by scripts/gpu-bundle.sh: programs that read the device's free memory"
+  # A helper every test module shares (tests/common): then every module reads it.
+  shared_tests=$(grep -rlq "mem_info" tests/common && echo yes || true)
+  for f in tests/gpu/gpu_*.rs tests/gpu_devices/gpu_*.rs; do
+    if [ -n "$shared_tests" ] || grep -q "mem_info" "$f"; then echo "tests/$(basename "$f" .rs)"; fi
+  done
+  for f in examples/*.rs; do
+    if grep -q "mem_info" "$f"; then echo "examples/$(basename "$f" .rs)"; fi
+  done
+  # Code every example shares, or a user's kernel crate: then every example reads it.
+  if grep -rq "mem_info" examples/common examples/own-kernels 2>/dev/null; then
+    for f in examples/*.rs; do echo "examples/$(basename "$f" .rs)"; done
+    echo "examples/own_kernels"
+  fi
+} >"$out/gpu-exclusive.txt"
 # run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
 cp scripts/reliability-doc.py "$out/reliability_doc.py"
 cp bench/reliability-notes.md "$out/reliability-notes.md"

@@ -16,9 +16,12 @@
 //!                       tests (which fault on purpose) are skipped; memcheck looks for leaks
 //!                       too (--leak-check full), except in tests whose name holds "leaks_"
 //!                       (they leak on purpose; a second run checks them for the rest).
-//!                       Where the machine has two or more GPUs, the programs of one GPU run
-//!                       side by side, one per GPU (CUDA_VISIBLE_DEVICES; UM_SANITIZE_GPUS=N caps
-//!                       them), then those that use every GPU (`uses_every_gpu`) one at a time.
+//!                       The programs of one GPU run side by side, each on one GPU
+//!                       (CUDA_VISIBLE_DEVICES; UM_SANITIZE_GPUS=N caps the GPUs used), up to
+//!                       UM_SANITIZE_PER_GPU on each (`per_gpu`), except that a program of the
+//!                       bundle's gpu-exclusive.txt (it reads free device memory) has its GPU to
+//!                       itself (`Plan`); then, where the machine has two or more GPUs, those
+//!                       that use every GPU (`uses_every_gpu`) one at a time.
 //!                       UM_SANITIZE=1 shrinks the heaviest workloads and the stress test runs
 //!                       20 iterations. Last line as above. Under racecheck, per_thread_streams
 //!                       runs its per-thread half only (UM_ONLY_PER_THREAD=1), and the C++
@@ -317,6 +320,108 @@ fn gpu_test_program(p: &str) -> bool {
 /// one at a time with every GPU; every other program runs on one GPU of its own, beside others.
 fn uses_every_gpu(p: &str) -> bool {
     two_gpu_only(basename(p)) || p == "tests/gpu_mirrored" || p == "examples/pipeline"
+}
+
+/// Programs per GPU under a sanitizer: UM_SANITIZE_PER_GPU, else one per 4 CPU cores a GPU has
+/// (the tools' work is mostly the host's), at most 3, at least 1.
+fn per_gpu(env: &Env, gpus: u64) -> u64 {
+    match env.var("UM_SANITIZE_PER_GPU").trim() {
+        "" => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+            (cores / (4 * gpus.max(1))).clamp(1, 3)
+        }
+        v => v.parse().unwrap_or(1).max(1),
+    }
+}
+
+/// The programs that read the device's free memory (`gpu-exclusive.txt` of the bundle, written
+/// by scripts/gpu-bundle.sh from the sources): under a sanitizer each runs with a GPU to itself,
+/// so that no other process's allocations move what it reads. None where the bundle has no such
+/// list: then every program runs alone on its GPU.
+fn exclusive_programs() -> Option<BTreeSet<String>> {
+    let text = fs::read_to_string("gpu-exclusive.txt").ok()?;
+    Some(
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(s)
+            .collect(),
+    )
+}
+
+/// Where the programs of one GPU run under a sanitizer: at most `per_gpu` at a time on each GPU,
+/// and a program that must run alone (`exclusive_programs`) only on a GPU with nothing else on it.
+/// Such a program that finds no idle GPU reserves the least busy one: nothing else starts there
+/// until it is idle, so the program does not wait behind the whole queue.
+#[derive(Debug)]
+struct Plan {
+    /// Programs running on each GPU.
+    running: Vec<u64>,
+    /// Whether the program running on each GPU is one that must be alone.
+    alone: Vec<bool>,
+    per_gpu: u64,
+    /// The GPU kept for the first waiting program that must run alone.
+    reserved: Option<usize>,
+}
+
+impl Plan {
+    fn new(gpus: u64, per_gpu: u64) -> Plan {
+        let n = gpus.max(1) as usize;
+        Plan {
+            running: vec![0; n],
+            alone: vec![false; n],
+            per_gpu: per_gpu.max(1),
+            reserved: None,
+        }
+    }
+
+    /// Programs running.
+    fn busy(&self) -> u64 {
+        self.running.iter().sum()
+    }
+
+    /// The first program of the queue (each given as whether it must run alone) that may start
+    /// now, and its GPU.
+    fn next(&mut self, queue: impl Iterator<Item = bool>) -> Option<(usize, u64)> {
+        let n = self.running.len();
+        for (i, alone) in queue.enumerate() {
+            if alone {
+                if let Some(g) = (0..n).find(|&g| self.running[g] == 0) {
+                    return Some((i, g as u64));
+                }
+                if self.reserved.is_none() {
+                    self.reserved = (0..n).min_by_key(|&g| self.running[g]);
+                }
+            } else if let Some(g) = (0..n)
+                .filter(|&g| {
+                    !self.alone[g] && self.reserved != Some(g) && self.running[g] < self.per_gpu
+                })
+                .min_by_key(|&g| self.running[g])
+            {
+                return Some((i, g as u64));
+            }
+        }
+        None
+    }
+
+    /// A program started on GPU `g`.
+    fn start(&mut self, g: u64, alone: bool) {
+        let g = g as usize;
+        self.running[g] += 1;
+        if alone {
+            self.alone[g] = true;
+            self.reserved = None;
+        }
+    }
+
+    /// A program ended on GPU `g`.
+    fn end(&mut self, g: u64) {
+        let g = g as usize;
+        self.running[g] = self.running[g].saturating_sub(1);
+        if self.running[g] == 0 {
+            self.alone[g] = false;
+        }
+    }
 }
 
 /// The module of a listed test (`gpu_x::...` -> `gpu_x`), as `^\(gpu_[a-z0-9_]*\)::`.
@@ -1259,10 +1364,10 @@ impl Runner {
     }
 
     /// Every GPU program under TOOL; (passed, failed). Each program's verdict line goes to
-    /// VERDICT as it ends. Where the machine has two or more GPUs, the programs of one GPU run
-    /// side by side, one per GPU (CUDA_VISIBLE_DEVICES; at most UM_SANITIZE_GPUS at once,
-    /// default every GPU), then those that use every GPU one at a time: a sanitizer part takes
-    /// about 1/N of the time on N GPUs.
+    /// VERDICT as it ends. The programs of one GPU run side by side, each on one GPU
+    /// (CUDA_VISIBLE_DEVICES; at most UM_SANITIZE_GPUS GPUs, default every GPU), up to
+    /// `per_gpu` on each as `Plan` places them; then, where the machine has two or more GPUs,
+    /// those that use every GPU one at a time.
     fn sanitize(&self, env: &Env, tool: &str, verdict: Option<&Path>) -> (u64, u64) {
         // Timelines of runs under a sanitizer (small workloads, instrumented kernels) are not
         // the examples' timelines: never write them.
@@ -1313,13 +1418,14 @@ impl Runner {
                 single.push(prog);
             }
         }
-        let mut slots = match env.var("UM_SANITIZE_GPUS").trim() {
+        // GPUs used side by side (UM_SANITIZE_GPUS caps them) and programs per GPU.
+        let gpus = match env.var("UM_SANITIZE_GPUS").trim() {
             "" => self.gpus,
-            v => v.parse().unwrap_or(0),
-        };
-        if slots < 1 || self.gpus < 2 {
-            slots = 1;
+            v => v.parse().unwrap_or(0).min(self.gpus),
         }
+        .max(1);
+        let per_gpu = per_gpu(&env, self.gpus);
+        let exclusive = exclusive_programs();
         let mut collect = |out: String, vline: String, ok: bool, name: &str| {
             print!("{out}");
             let _ = std::io::stdout().flush();
@@ -1337,52 +1443,65 @@ impl Runner {
                 append(verdict, &vline);
             }
         };
-        // One job per program, on a GPU of its own (CUDA_VISIBLE_DEVICES) where `slot` is
-        // given: (its output, verdict line, clean).
-        let job = |slot: Option<u64>, prog: &Program| -> (String, String, bool) {
-            let env = match slot {
+        // One job per program, on one GPU (CUDA_VISIBLE_DEVICES) where `gpu` is given: (its
+        // output, verdict line, clean).
+        let job = |gpu: Option<u64>, prog: &Program| -> (String, String, bool) {
+            let env = match gpu {
                 Some(k) => env.with("CUDA_VISIBLE_DEVICES", Some(&k.to_string())),
                 None => env.clone(),
             };
+            let t0 = Instant::now();
             let (body, vline, ok) = self.sanitize_prog(&env, tool, prog);
             let mut out = String::new();
-            if let Some(k) = slot {
+            if let Some(k) = gpu {
                 let _ = writeln!(out, "    {tool} {}: on GPU {k}", prog.base());
             }
             out.push_str(&body);
+            let _ = writeln!(
+                out,
+                "=== {tool} {}: {} s",
+                prog.base(),
+                t0.elapsed().as_secs()
+            );
             (out, vline, ok)
         };
-        if slots > 1 {
+        if gpus > 1 || per_gpu > 1 {
             std::thread::scope(|scope| {
                 let (tx, rx) = mpsc::channel::<(u64, String, String, bool, String)>();
-                let mut free: BTreeSet<u64> = (0..slots).collect();
-                let mut busy = 0;
-                for prog in single.drain(..) {
-                    // The first free GPU; else wait for a job to end.
-                    while free.is_empty() {
-                        let Ok((k, out, vline, ok, name)) = rx.recv() else {
+                let mut plan = Plan::new(gpus, per_gpu);
+                let mut queue: std::collections::VecDeque<(Program, bool)> = single
+                    .drain(..)
+                    .map(|p| {
+                        let alone = exclusive.as_ref().is_none_or(|e| e.contains(&p.name));
+                        (p, alone)
+                    })
+                    .collect();
+                while !queue.is_empty() || plan.busy() > 0 {
+                    // Start every program that may start now, in order.
+                    while let Some((i, k)) = plan.next(queue.iter().map(|(_, alone)| *alone)) {
+                        let Some((prog, alone)) = queue.remove(i) else {
                             break;
                         };
-                        busy -= 1;
-                        collect(out, vline, ok, &name);
-                        free.insert(k);
+                        plan.start(k, alone);
+                        let tx = tx.clone();
+                        let job = &job;
+                        scope.spawn(move || {
+                            let (out, vline, ok) = job(Some(k), &prog);
+                            let _ = tx.send((k, out, vline, ok, s(prog.base())));
+                        });
                     }
-                    let Some(k) = free.pop_first() else { break };
-                    let tx = tx.clone();
-                    let job = &job;
-                    busy += 1;
-                    scope.spawn(move || {
-                        let (out, vline, ok) = job(Some(k), &prog);
-                        let _ = tx.send((k, out, vline, ok, s(prog.base())));
-                    });
-                }
-                while busy > 0 {
-                    let Ok((_, out, vline, ok, name)) = rx.recv() else {
+                    if plan.busy() == 0 {
+                        break;
+                    }
+                    let Ok((k, out, vline, ok, name)) = rx.recv() else {
                         break;
                     };
-                    busy -= 1;
+                    plan.end(k);
                     collect(out, vline, ok, &name);
                 }
+                // Anything the plan could not place (none: a GPU with nothing on it takes any
+                // program) runs below, alone.
+                single.extend(queue.into_iter().map(|(p, _)| p));
             });
         }
         for prog in single.iter().chain(whole.iter()) {
@@ -2282,5 +2401,71 @@ mod tests {
     fn the_normal_part_counts_tests_and_example_runs() {
         let body = "test gpu_one: 2 passed, 1 failed; x\nexample ex1: 1 of 3 runs passed\ntest g: skipped (needs two GPUs, this machine has 1)\n";
         assert_eq!(normal_counts(body), (3, 3));
+    }
+
+    #[test]
+    fn the_plan_fills_each_gpu_to_its_share_and_spreads_the_programs() {
+        let mut plan = Plan::new(2, 2);
+        let mut gpus = Vec::new();
+        while let Some((i, g)) = plan.next([false; 5].into_iter()) {
+            assert_eq!(i, 0, "the first program of the queue starts first");
+            plan.start(g, false);
+            gpus.push(g);
+        }
+        assert_eq!(gpus, [0, 1, 0, 1], "two per GPU, spread over both");
+        assert_eq!(plan.busy(), 4);
+        plan.end(1);
+        assert_eq!(plan.next([false].into_iter()), Some((0, 1)));
+    }
+
+    #[test]
+    fn a_program_that_must_run_alone_gets_an_idle_gpu_and_keeps_it_to_itself() {
+        let mut plan = Plan::new(2, 3);
+        plan.start(0, false);
+        // GPU 1 is idle: the lone program takes it.
+        assert_eq!(plan.next([true].into_iter()), Some((0, 1)));
+        plan.start(1, true);
+        // Nothing joins it there; GPU 0 still takes programs of its share.
+        assert_eq!(plan.next([false].into_iter()), Some((0, 0)));
+        plan.start(0, false);
+        plan.start(0, false);
+        assert_eq!(
+            plan.next([false].into_iter()),
+            None,
+            "GPU 0 full, GPU 1 alone"
+        );
+        plan.end(1);
+        assert_eq!(plan.next([false].into_iter()), Some((0, 1)));
+    }
+
+    #[test]
+    fn a_waiting_lone_program_reserves_a_gpu_that_then_takes_nothing_else() {
+        let mut plan = Plan::new(2, 2);
+        for g in [0, 0, 1] {
+            plan.start(g, false);
+        }
+        // No idle GPU: the lone program (first in the queue) reserves GPU 1, the least busy;
+        // the next program goes to GPU 0, which is full, so nothing starts.
+        assert_eq!(plan.next([true, false].into_iter()), None);
+        assert_eq!(plan.reserved, Some(1));
+        plan.end(1);
+        assert_eq!(plan.next([true, false].into_iter()), Some((0, 1)));
+        plan.start(1, true);
+        assert_eq!(plan.reserved, None);
+        assert_eq!(
+            plan.next([false].into_iter()),
+            None,
+            "GPU 0 full, GPU 1 alone"
+        );
+        plan.end(0);
+        assert_eq!(plan.next([false].into_iter()), Some((0, 0)));
+    }
+
+    #[test]
+    fn an_idle_machine_starts_any_program() {
+        for alone in [true, false] {
+            let mut plan = Plan::new(1, 1);
+            assert_eq!(plan.next([alone].into_iter()), Some((0, 0)));
+        }
     }
 }

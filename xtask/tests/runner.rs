@@ -39,7 +39,9 @@ while [ $# -gt 0 ]; do
 done
 echo "$prog $tool visible=${CUDA_VISIBLE_DEVICES:-all} exclude=$exclude" >>"$FAKE_LOG"
 echo "$args" >>"$FAKE_LOG.args"
+echo "$prog start $(date +%s%N) visible=${CUDA_VISIBLE_DEVICES:-all}" >>"$FAKE_LOG.times"
 sleep 0.3
+echo "$prog end $(date +%s%N)" >>"$FAKE_LOG.times"
 echo "========= COMPUTE-SANITIZER"
 case "$prog" in
   gpu_nccl)
@@ -158,6 +160,7 @@ impl Machine {
             .env("FAKE_LOG", &log)
             .env_remove("UM_SANITIZE_ONLY")
             .env_remove("UM_SANITIZE_GPUS")
+            .env("UM_SANITIZE_PER_GPU", "1")
             .env_remove("CUDA_VISIBLE_DEVICES");
         for (k, v) in env {
             cmd.env(k, v);
@@ -437,6 +440,91 @@ fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
             && nccl.contains("4 reports, every one inside NCCL's own kernels"),
         "{nccl}"
     );
+}
+
+/// Each program's run under the stand-in tool, from its log of starts and ends: (program, GPU,
+/// start, end) in nanoseconds.
+fn intervals(times: &str) -> Vec<(String, String, u128, u128)> {
+    let mut out = Vec::new();
+    for l in times.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.get(1) == Some(&"start") {
+            let end = times
+                .lines()
+                .map(|e| e.split_whitespace().collect::<Vec<_>>())
+                .find(|e| e.first() == w.first() && e.get(1) == Some(&"end"))
+                .and_then(|e| e.get(2).and_then(|t| t.parse().ok()))
+                .expect("every run ends");
+            let start = w[2].parse().expect("a time");
+            out.push((w[0].to_string(), w[3].to_string(), start, end));
+        }
+    }
+    out
+}
+
+#[test]
+fn several_programs_share_a_gpu_but_one_that_reads_free_memory_has_it_to_itself() {
+    let m = Machine::new(
+        "per-gpu",
+        1,
+        &["gpu_a", "gpu_b", "gpu_c", "gpu_free", "gpu_d"],
+        &[],
+    );
+    fs::write(m.dir.join("bundle/gpu-exclusive.txt"), "tests/gpu_free\n").expect("list");
+    let (status, _, verdict, _) = m.run(
+        "out",
+        &["--parts", "synccheck"],
+        &[("UM_SANITIZE_PER_GPU", "3")],
+    );
+    assert_eq!(status, 0, "{verdict}");
+    assert!(
+        verdict.contains("== part synccheck: 5 programs clean, 0 with errors"),
+        "{verdict}"
+    );
+    let times = fs::read_to_string(m.dir.join("out.tool-log.times")).expect("times");
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 5, "{times}");
+    assert!(runs.iter().all(|r| r.1 == "visible=0"), "{runs:?}");
+    let overlap =
+        |a: &(String, String, u128, u128), b: &(String, String, u128, u128)| a.2 < b.3 && b.2 < a.3;
+    let lone = runs
+        .iter()
+        .find(|r| r.0 == "gpu_free")
+        .expect("gpu_free ran");
+    for r in runs.iter().filter(|r| r.0 != "gpu_free") {
+        assert!(!overlap(lone, r), "{} ran beside gpu_free: {runs:?}", r.0);
+    }
+    let others: Vec<_> = runs.iter().filter(|r| r.0 != "gpu_free").collect();
+    assert!(
+        others
+            .iter()
+            .any(|a| others.iter().any(|b| a.0 != b.0 && overlap(a, b))),
+        "programs of one GPU ran side by side: {runs:?}"
+    );
+    // At most three at once.
+    for r in &runs {
+        let at_once = runs.iter().filter(|o| o.2 <= r.2 && r.2 < o.3).count();
+        assert!(at_once <= 3, "{at_once} at once: {runs:?}");
+    }
+}
+
+#[test]
+fn without_the_list_every_program_runs_alone_on_its_gpu() {
+    let m = Machine::new("no-list", 1, &["gpu_a", "gpu_b", "gpu_c"], &[]);
+    let (status, _, verdict, _) = m.run(
+        "out",
+        &["--parts", "synccheck"],
+        &[("UM_SANITIZE_PER_GPU", "3")],
+    );
+    assert_eq!(status, 0, "{verdict}");
+    let times = fs::read_to_string(m.dir.join("out.tool-log.times")).expect("times");
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 3, "{times}");
+    for a in &runs {
+        for b in &runs {
+            assert!(a.0 == b.0 || !(a.2 < b.3 && b.2 < a.3), "{runs:?}");
+        }
+    }
 }
 
 #[test]
@@ -750,6 +838,7 @@ impl Machine {
             .env("FAKE_LOG", self.dir.join("plain.tool-log"))
             .env_remove("UM_SANITIZE_ONLY")
             .env_remove("UM_SANITIZE_GPUS")
+            .env("UM_SANITIZE_PER_GPU", "1")
             .env_remove("UM_SKIP_EXAMPLES")
             .env_remove("CUDA_VISIBLE_DEVICES");
         stand_in::run(&mut cmd, &format!("run.sh {args:?}"))
