@@ -37,6 +37,12 @@ pub use um_core::{
     relaxed_while_capturing, state, storage,
 };
 
+/// The CPU model of the driver, in place of a GPU (feature `model`, for tests only): the
+/// violations of um's rules it saw, and the CPU twins of a crate's own kernels. See
+/// docs/gpu-testing.md, "Your own tests on the model".
+#[cfg(feature = "model")]
+pub use um_core::model;
+
 // bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
 #[doc(no_inline)]
 pub use um_core::NoUninit;

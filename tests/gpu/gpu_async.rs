@@ -801,6 +801,29 @@ fn primary_active(ordinal: i32) -> bool {
     active != 0
 }
 
+/// A context handle's own calls from a waker: `Context::wait_idle` (`cuCtxSynchronize`, which
+/// would wait for this very callback) and `with_stream` (`cuStreamCreate`) bind the context
+/// first, and the bind refuses inside the callback (`InsideDriverCallback`) before any driver
+/// call, rather than relying on the driver's CUDA_ERROR_NOT_PERMITTED, which CUDA does not
+/// promise. The handle stays usable afterwards.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn wait_idle_and_a_new_stream_in_a_waker_are_refused_before_any_driver_call() {
+    let _serial = serial();
+    let _dog = watchdog("wait_idle and with_stream in a waker");
+    let ctx = gpu();
+    let ctx2 = ctx.clone();
+    let out = run_in_callback(&ctx, move || {
+        format!(
+            "wait_idle: {}; with_stream: {}",
+            refused(ctx2.wait_idle()),
+            refused(ctx2.with_stream(StreamOptions::new(), |_| Ok(())))
+        )
+    });
+    assert_eq!(out, "wait_idle: refused; with_stream: refused");
+    assert_context_usable(&ctx);
+}
+
 /// Two devices, device 1 with no handle in this process: a waker's `Context::new(1)` is refused
 /// before it retains (creates) device 1's primary context, which the handle's drop inside the
 /// callback would then leak for the life of the process. Device 1's primary context stays

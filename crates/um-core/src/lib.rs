@@ -108,10 +108,14 @@ mod test_hooks;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::*;
 
-/// The CPU model of the driver (`--features model`): what a test asks of it.
+/// The CPU model of the driver (`--features model`): what a test asks of it, and the CPU twins
+/// of a crate's own kernels ([`model::register_kernel`]). See docs/gpu-testing.md, "The CPU
+/// model" and "Your own tests on the model".
 #[cfg(feature = "model")]
 pub mod model {
-    pub use crate::driver::model::{on_model, take_violations};
+    pub use crate::driver::model::{
+        LaunchArgs, on_model, register_kernel, register_noop_kernel, take_violations,
+    };
 }
 
 pub use cust::memory::DeviceCopy;

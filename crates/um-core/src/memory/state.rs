@@ -441,9 +441,9 @@ macro_rules! sync_group_for_tuples {
                 stream.context().bind()?;
                 $( let $after = release_to_host(&$v)?; )+
                 driver::stream_synchronize(stream.raw().handle)?;
-                // Poisoned during the wait, the stream or one a buffer was handed off from (red
-                // team 18): the buffers are dropped (leaked), never handed to the CPU; `retype`
-                // forgets the marks only after this.
+                // Poisoned during the wait, the stream or one a buffer was handed off from: the
+                // buffers are dropped (leaked), never handed to the CPU; `retype` forgets the
+                // marks only after this.
                 $( check_not_poisoned(&$v)?; )+
                 Ok(($($v.retype($after),)+))
             }

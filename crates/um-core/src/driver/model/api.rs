@@ -452,7 +452,11 @@ pub(crate) unsafe fn cuMemcpyAsync(
     copy(dst as usize, src as usize, bytes, stream)
 }
 
-/// A synchronous copy: on the thread's default stream, then waited for.
+/// A synchronous copy: on the thread's default stream, then waited for, unless both sides are
+/// managed or device memory: "for transfers from device memory to device memory, no host-side
+/// synchronization is performed", and unified addressing may class managed memory as device
+/// memory (the driver reference's "API synchronization behavior"). The model takes the weaker
+/// promise, so that a caller that reads the destination without a wait of its own is caught.
 fn copy_wait(dst: usize, src: usize, bytes: usize) -> i32 {
     if refused_here() {
         return CAPTURE_UNSUPPORTED;
@@ -462,6 +466,14 @@ fn copy_wait(dst: usize, src: usize, bytes: usize) -> i32 {
         return code;
     }
     let mut g = lock();
+    let device_like = |g: &State, p: usize| {
+        find(g, p)
+            .and_then(|start| g.allocs.get(&start))
+            .is_some_and(|a| a.kind != Kind::Pinned)
+    };
+    if device_like(&g, dst) && device_like(&g, src) {
+        return 0;
+    }
     let id = stream_id(&mut g, super::super::sys::STREAM_PER_THREAD);
     drop(sync_stream(g, id));
     0
@@ -1261,6 +1273,11 @@ pub(crate) unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_voi
     if image.is_null() {
         return INVALID_VALUE;
     }
+    // A module load is not allowed on a thread that captures in global or thread-local mode:
+    // the driver refuses it and invalidates the capture (um relaxes the mode around it).
+    if refused_here() {
+        return CAPTURE_UNSUPPORTED;
+    }
     // SAFETY: um passes a NUL-terminated PTX text.
     let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) }.to_string_lossy();
     // The driver's compiler checks the ISA version first: none is an invalid image, a newer one
@@ -1318,6 +1335,10 @@ pub(crate) unsafe fn cuModuleGetFunction(
     }
     if name.is_null() {
         return INVALID_VALUE;
+    }
+    // With lazy loading the lookup loads the function: refused on a capturing thread, as a load.
+    if refused_here() {
+        return CAPTURE_UNSUPPORTED;
     }
     // SAFETY: a NUL-terminated name.
     let name = unsafe { CStr::from_ptr(name) }

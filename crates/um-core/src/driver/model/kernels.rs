@@ -81,7 +81,7 @@ fn param_size(decl: &str) -> usize {
 pub(crate) struct Args(pub(crate) Vec<Vec<u8>>);
 
 impl Args {
-    fn u64(&self, i: usize) -> u64 {
+    pub(crate) fn u64(&self, i: usize) -> u64 {
         let mut b = [0u8; 8];
         let a = self.0.get(i).map(Vec::as_slice).unwrap_or(&[]);
         let n = a.len().min(8);
@@ -222,7 +222,10 @@ fn unknown(name: &str) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !said.iter().any(|s| s == name) {
-        eprintln!("um model: kernel `{name}` has no CPU twin; its launches do nothing");
+        eprintln!(
+            "um model: kernel `{name}` has no CPU twin; its launches do nothing \
+             (um::model::register_kernel gives it one)"
+        );
         said.push(name.to_owned());
     }
 }

@@ -22,6 +22,9 @@ pub(crate) mod api;
 pub(crate) mod kernels;
 #[cfg(test)]
 mod tests;
+pub(crate) mod twins;
+
+pub use twins::{LaunchArgs, register_kernel, register_noop_kernel};
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -386,8 +389,14 @@ fn worker(id: usize) {
 fn execute(work: &Work) {
     match work {
         Work::Kernel { name, args } => {
-            // SAFETY: the launch's arguments, copied at the launch, in memory the model allocated.
-            if let Some(code) = unsafe { kernels::run(name, args) } {
+            // A user's twin first; else the model's own.
+            let fault = match twins::run(name, args) {
+                Some(fault) => fault,
+                // SAFETY: the launch's arguments, copied at the launch, in memory the model
+                // allocated.
+                None => unsafe { kernels::run(name, args) },
+            };
+            if let Some(code) = fault {
                 let _ = STICKY.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
             }
         }

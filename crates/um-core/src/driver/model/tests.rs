@@ -180,3 +180,89 @@ fn a_free_on_a_capturing_thread_is_refused_and_fails_the_capture() {
         assert_eq!(cuStreamDestroy_v2(s), 0);
     }
 }
+
+/// A user's twin runs in its stream's order, and sees a pointer parameter only as a slice the
+/// model checked: inside an allocation (to its end), aligned for the element type; a scalar only
+/// at its exact size.
+#[test]
+fn a_registered_twin_runs_in_stream_order_and_sees_only_checked_memory() {
+    let _serial = serial();
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    super::register_kernel("twin_probe", |args| {
+        let seen = format!(
+            "{} params; u32 at 0: {:?}; u32 at 1: {:?}; u8 at 1: {:?}; scalar u32: {:?}; \
+             scalar u64 at 2: {:?}; outside: {:?}",
+            args.len(),
+            args.buffer::<u32>(0).map(<[u32]>::len),
+            args.buffer::<u32>(1).map(<[u32]>::len),
+            args.buffer::<u8>(1).map(<[u8]>::len),
+            args.scalar::<u32>(2),
+            args.scalar::<u64>(2),
+            args.buffer::<u8>(3).map(<[u8]>::len),
+        );
+        SEEN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(seen);
+        if let (Some(v), Some(out)) = (args.scalar::<u32>(2), args.buffer_mut::<u32>(0)) {
+            out[0] = v;
+        }
+    });
+    let ptx = c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry twin_probe(\n\
+        .param .u64 p0,\n.param .u64 p1,\n.param .u32 p2,\n.param .u64 p3\n)\n{\nret;\n}\n";
+    let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+    unsafe {
+        assert_eq!(cuModuleLoadData(&mut module, ptx.as_ptr().cast()), 0);
+        assert_eq!(
+            cuModuleGetFunction(&mut function, module, c"twin_probe".as_ptr()),
+            0
+        );
+    }
+    let (p, s) = (managed(64), stream(0));
+    let go = busy(s);
+    let (mut a0, mut a1, mut a2, mut a3) = (p, p + 1, 42u32, 0x10u64);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut a0).cast(),
+        (&raw mut a1).cast(),
+        (&raw mut a2).cast(),
+        (&raw mut a3).cast(),
+    ];
+    let launched = unsafe {
+        cuLaunchKernel(
+            function,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(launched, 0);
+    assert!(
+        SEEN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty(),
+        "behind the held stream's work"
+    );
+    drop(go);
+    assert_eq!(unsafe { cuStreamSynchronize(s) }, 0);
+    let seen = std::mem::take(&mut *SEEN.lock().unwrap_or_else(PoisonError::into_inner));
+    assert_eq!(
+        seen,
+        [
+            "4 params; u32 at 0: Some(16); u32 at 1: None; u8 at 1: Some(63); scalar u32: Some(42); \
+          scalar u64 at 2: None; outside: None"
+        ]
+    );
+    // SAFETY: the host owns the memory again.
+    assert_eq!(unsafe { *(p as usize as *const u32) }, 42);
+    unsafe {
+        assert_eq!(cuMemFree_v2(p), 0);
+        assert_eq!(cuStreamDestroy_v2(s), 0);
+        assert_eq!(cuModuleUnload(module), 0);
+    }
+}
