@@ -6,13 +6,17 @@
 //
 //   um_cublas_baseline gemm DTYPE M N K ITERS SAMPLES     DTYPE: f32 | f64
 //
-// Prints one JSON object: the median and minimum over SAMPLES of the time per call, in µs.
+// Prints one JSON object: the median and minimum over SAMPLES of the time per call, in µs, and
+// "libs": the cuBLAS files this process mapped (from /proc/self/maps; the Rust side prints the
+// same for its own process), to show whether both ran the same libcublas and libcublasLt.
 #include <cublas_v2.h>
 #include <cuda.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -41,6 +45,21 @@
 static double now_us() {
     using namespace std::chrono;
     return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+// The paths of the mapped files whose name holds "libcublas", sorted, joined with ';'.
+static std::string cublas_files() {
+    std::ifstream maps("/proc/self/maps");
+    std::set<std::string> files;
+    std::string line;
+    while (std::getline(maps, line)) {
+        size_t slash = line.find('/');
+        if (slash != std::string::npos && line.find("libcublas", slash) != std::string::npos)
+            files.insert(line.substr(slash));
+    }
+    std::string out;
+    for (const std::string &f : files) out += (out.empty() ? "" : ";") + f;
+    return out;
 }
 
 // The values the Rust side fills its matrices with (benches/um_bench/cublas.rs, `value`).
@@ -90,8 +109,9 @@ static int run(const char *dtype, int m, int n, int k, int iters, int samples) {
     }
     std::sort(per_call.begin(), per_call.end());
     printf("{\"scenario\":\"cublas\",\"impl\":\"cpp\",\"dtype\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,"
-           "\"iters\":%d,\"median_us\":%.4f,\"min_us\":%.4f}\n",
-           dtype, m, n, k, iters, per_call[per_call.size() / 2], per_call[0]);
+           "\"iters\":%d,\"median_us\":%.4f,\"min_us\":%.4f,\"libs\":\"%s\"}\n",
+           dtype, m, n, k, iters, per_call[per_call.size() / 2], per_call[0],
+           cublas_files().c_str());
     CB(cublasDestroy(h));
     CK(cuMemFree(a));
     CK(cuMemFree(b));

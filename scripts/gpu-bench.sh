@@ -7,7 +7,8 @@
 # directory the script is called from. The page is rewritten after every scenario, so a run
 # cut short keeps what it measured. Mirrored memory (section 6) adds an estimated 2 to 2.5
 # minutes to the run (estimated from iteration counts and allocation sizes, not yet timed);
-# cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes (not yet timed).
+# cuBLAS (section 8, `--only cublas` alone) an estimated 3 to 5 minutes, plus about 1.5 for its
+# fresh-process runs of um (not yet timed).
 # Sections 12 (stream-ordered allocation, `--only alloc`) and 13 (device-only storage,
 # `--only device`) an estimated 2 to 3 minutes together (not yet timed); their C++ side is
 # bench/baseline.cpp's `alloc`, `scratch` and `run_task explicit` modes, built below.

@@ -197,6 +197,8 @@ fn parse_args() -> Result<Options, String> {
 /// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl KIND
 /// [LIMITS]`: one round of section 10's bandwidth rows of one kind, a line per measurement.
 /// `--child scratch`: section 12's loops with scratch per batch, as one JSON line.
+/// `--child cublas DTYPE M N K ITERS`: section 8a's mirror samples of one GEMM shape in a fresh
+/// process (`Blas::gemm` and the raw call), with the cuBLAS files the process mapped.
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -231,10 +233,12 @@ fn child(args: &[String]) -> ExitCode {
             [what] if what == "graphs" => graphs::child(ctx),
             [what] if what == "scratch" => alloc::child(ctx),
             [what, rest @ ..] if what == "nccl" => nccl::child(rest),
+            [what, rest @ ..] if what == "cublas" => cublas::child(ctx, rest),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
-                      `handoff STORAGE`, `graphs`, `scratch` or `nccl KIND [LIMITS]`"
+                      `handoff STORAGE`, `graphs`, `scratch`, `nccl KIND [LIMITS]` or \
+                      `cublas DTYPE M N K ITERS`"
                     .into(),
             ),
         }

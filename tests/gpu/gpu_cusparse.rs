@@ -3,7 +3,9 @@
 //! rows, on every storage of the dense operands; one handle's workspace serves products of
 //! every size in turn; a product on another stream of a set, with an operand of another stream
 //! or with a vector of the wrong length is refused before cuSPARSE runs, nothing written; a
-//! handle dropped inside a capture closure leaves the capture valid, and so do handles made and
+//! handle keeps the descriptors of a few operand sets, and a product on other operands or other
+//! scalars never uses another set's; a handle dropped inside a capture closure leaves the
+//! capture valid, and so do handles made and
 //! first used beside captures or inside a capture closure; values rewritten on the host reach
 //! the next product on every storage; a matrix of another stream of a set is refused; SpMM
 //! past 2^31 dense elements reaches its last column.
@@ -235,6 +237,65 @@ fn spmm_and_spmv_on_one_handle_match_the_cpu_as_its_workspace_grows() {
     let once = spmv_reference(&small, Op::N, (3, 3), 1.0, &[1.0; 3], 0.0, &[0.0; 3]);
     let twice: Vec<f64> = once.iter().map(|v| 2.0 * v).collect();
     assert_eq!(&y[..], &twice[..]);
+}
+
+/// A handle keeps the descriptors of a few operand sets for the next product on the same ones:
+/// with more vector pairs than it keeps, visited twice in turn with other scalars each time,
+/// the transposed product on the same buffers between, every product still reads and writes
+/// only its own operands, with its own scalars.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn kept_descriptors_serve_only_their_own_operands_across_more_operand_sets_than_a_handle_keeps() {
+    let _serial = serial();
+    let ctx = gpu();
+    let (m, k, pairs) = (37, 29, 7);
+    let csr = matrix(m, k);
+    let a = Csr::new(&ctx, m, k, &csr.0, &csr.1, &csr.2).expect("a proved CSR matrix");
+    let xs: Vec<Vec<f64>> = (0..pairs)
+        .map(|p| (0..k).map(|i| ((i * 3 + p * 5) % 7) as f64 - 3.0).collect())
+        .collect();
+    let xb: Vec<_> = xs
+        .iter()
+        .map(|x| Managed::from_slice(&ctx, x).expect("alloc"))
+        .collect();
+    let yb: Vec<_> = (0..pairs)
+        .map(|_| Managed::from_slice(&ctx, &vec![0.0f64; m]).expect("alloc"))
+        .collect();
+    let zb = Managed::from_slice(&ctx, &vec![0.0f64; k]).expect("alloc");
+    let (ys, z) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut sparse = Sparse::new(s)?;
+            let a = a.attach(s)?;
+            let mut z = zb.attach(s)?;
+            let mut xa = Vec::new();
+            let mut ya = Vec::new();
+            for (x, y) in xb.into_iter().zip(yb) {
+                xa.push(x.attach(s)?);
+                ya.push(y.attach(s)?);
+            }
+            // Round 1: y_p = 1 A x_p; round 2: y_p = 2 A x_p + 1 y_p, so 3 A x_p.
+            for (alpha, beta) in [(1.0, 0.0), (2.0, 1.0)] {
+                for (x, y) in xa.iter().zip(ya.iter_mut()) {
+                    sparse.spmv(s, Op::N, alpha, &a, x, beta, y)?;
+                }
+            }
+            // The transposed product of the first y: another product on known buffers.
+            sparse.spmv(s, Op::T, 1.0, &a, &ya[0], 0.0, &mut z)?;
+            let _ = a.sync()?;
+            let mut ys = Vec::new();
+            for (x, y) in xa.into_iter().zip(ya) {
+                let _ = x.sync()?;
+                ys.push(y.sync()?.to_vec());
+            }
+            Ok((ys, z.sync()?))
+        })
+        .expect("products");
+    for (p, (x, y)) in xs.iter().zip(&ys).enumerate() {
+        let want = spmv_reference(&csr, Op::N, (m, k), 3.0, x, 0.0, &vec![0.0; m]);
+        assert_eq!(y, &want, "pair {p}");
+    }
+    let want = spmv_reference(&csr, Op::T, (m, k), 1.0, &ys[0], 0.0, &vec![0.0; k]);
+    assert_eq!(&z[..], &want[..], "the transposed product");
 }
 
 #[test]

@@ -8,14 +8,22 @@ pub(crate) mod sealed {
     pub trait Sealed {
         /// The `cudaDataType` of the values and of the computation.
         const DATA_TYPE: std::ffi::c_int;
+        /// The value's bits, widened: equal bits, the same scalar as cuSPARSE reads it.
+        fn bits(self) -> u64;
     }
 
     impl Sealed for f32 {
         const DATA_TYPE: std::ffi::c_int = crate::sys::R_32F;
+        fn bits(self) -> u64 {
+            u64::from(self.to_bits())
+        }
     }
 
     impl Sealed for f64 {
         const DATA_TYPE: std::ffi::c_int = crate::sys::R_64F;
+        fn bits(self) -> u64 {
+            self.to_bits()
+        }
     }
 }
 

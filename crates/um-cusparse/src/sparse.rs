@@ -1,7 +1,7 @@
 //! A cuSPARSE handle that belongs to one stream, with its workspace, and the products on
 //! `um`'s buffers.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 
 use um_core::{Context, Managed, Mirror, Storage, Stream, StreamOwned};
@@ -71,6 +71,9 @@ pub struct Sparse<'s, K: SparseStream> {
     /// device half of a mirror, never synced): a workspace in managed memory associated with
     /// the stream made each call of a CG loop slower (`docs/performance.md`, section 11).
     workspace: Option<Managed<[u8], StreamOwned<'s, K>, Mirror>>,
+    /// The descriptors of the last few operand sets, with their workspace size: a product on
+    /// the same operands (a solver's loop) makes no descriptor and asks no size again.
+    plans: Plans<Plan>,
     _brand: PhantomData<(Brand<'s>, K)>,
 }
 
@@ -94,6 +97,7 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
             ctx,
             stream: stream.id(),
             workspace: None,
+            plans: Plans::new(),
             _brand: PhantomData,
         };
         let raw = stream.as_raw();
@@ -158,30 +162,50 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         let scalars: (*const c_void, *const c_void) =
             ((&raw const alpha).cast(), (&raw const beta).cast());
         let handle = self.handle;
+        let parts = [ptrs.0 as usize, ptrs.1 as usize, ptrs.2 as usize];
+        let key = Key::spmv(
+            op,
+            dt,
+            (shape, parts),
+            (xp as usize, to_i64(cols)),
+            (yp as usize, to_i64(rows)),
+        );
+        let scalar_bits = (alpha.bits(), beta.bits());
         um_core::relaxed_while_capturing(|| {
-            let mut descrs = Descrs::new(api);
-            // SAFETY: the three parts of `a`, owned by `stream` and alive for this borrow, hold
-            // a structure `Csr::new` proved (rows + 1 offsets, nnz in-range indices, nnz values
-            // of `T`); `x` and `y` hold `cols` and `rows` elements of `T` (checked above).
-            let am = descrs.keep(Descr::SpMat, unsafe {
-                result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
-            }?);
-            // SAFETY: as above.
-            let xv = descrs.keep(Descr::DnVec, unsafe {
-                result::create_dn_vec(&api, to_i64(cols), xp.cast_mut().cast(), dt)
-            }?);
-            // SAFETY: as above.
-            let yv = descrs.keep(Descr::DnVec, unsafe {
-                result::create_dn_vec(&api, to_i64(rows), yp.cast(), dt)
-            }?);
+            let make = |descrs: &mut Descrs| -> Result<()> {
+                // SAFETY: the three parts of `a`, owned by `stream` and alive for this borrow,
+                // hold a structure `Csr::new` proved (rows + 1 offsets, nnz in-range indices,
+                // nnz values of `T`); `x` and `y` hold `cols` and `rows` elements of `T`
+                // (checked above). A kept descriptor is used only by a call whose operands are
+                // at these addresses with these sizes (`key`).
+                descrs.keep(Descr::SpMat, unsafe {
+                    result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
+                }?);
+                // SAFETY: as above.
+                descrs.keep(Descr::DnVec, unsafe {
+                    result::create_dn_vec(&api, to_i64(cols), xp.cast_mut().cast(), dt)
+                }?);
+                // SAFETY: as above.
+                descrs.keep(Descr::DnVec, unsafe {
+                    result::create_dn_vec(&api, to_i64(rows), yp.cast(), dt)
+                }?);
+                Ok(())
+            };
             // SAFETY: a live handle bound to `stream` since it was made (`check`), its context
-            // current; the descriptors above; host scalars of `T` that live across the call.
-            let size =
-                unsafe { result::spmv_buffer_size(&api, handle, op, scalars, (am, xv, yv), dt) }?;
+            // current; descriptors of this call's operands (`plan`); host scalars of `T` that
+            // live across the call.
+            let size = |d| unsafe { result::spmv_buffer_size(&api, handle, op, scalars, d, dt) };
+            let (descrs, size) = self.plan(key, scalar_bits, make, size)?;
             let buffer = self.workspace(stream, size)?;
-            // SAFETY: as above, with a workspace of at least `size` bytes owned by `stream`:
-            // only this stream's work uses it, in order, and it is freed after that work.
-            unsafe { result::spmv(&api, handle, op, scalars, (am, xv, yv), dt, buffer) }
+            // SAFETY: a live handle bound to `stream` since it was made (`check`), its context
+            // current; descriptors of exactly this call's operands (made above, or kept from a
+            // call whose key, every field a descriptor holds, equals this one's: the same
+            // addresses, sizes and type; cuSPARSE keeps in a descriptor only what it was made
+            // with, as no preprocessing is ever asked), so they describe `a`, `x` and `y` as
+            // checked above; host scalars of `T` that live across the call; a workspace of at
+            // least `size` bytes (the size this operand set needs) owned by `stream`: only
+            // this stream's work uses it, in order, and it is freed after that work.
+            unsafe { result::spmv(&api, handle, op, scalars, descrs, dt, buffer) }
         })?
     }
 
@@ -214,33 +238,74 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         let scalars: (*const c_void, *const c_void) =
             ((&raw const alpha).cast(), (&raw const beta).cast());
         let handle = self.handle;
+        let parts = [ptrs.0 as usize, ptrs.1 as usize, ptrs.2 as usize];
+        let key = Key::spmm(dt, (shape, parts), bp as usize, cp as usize, to_i64(n));
+        let scalar_bits = (alpha.bits(), beta.bits());
         um_core::relaxed_while_capturing(|| {
-            let mut descrs = Descrs::new(api);
-            // SAFETY: as in `spmv`: `a`'s proved parts; `b` holds `k * n` and `c` `m * n`
-            // elements of `T` (checked above), both owned by `stream`.
-            let am = descrs.keep(Descr::SpMat, unsafe {
-                result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
-            }?);
-            // SAFETY: as above; leading dimension `k`, tightly packed.
-            let bm = descrs.keep(Descr::DnMat, unsafe {
-                result::create_dn_mat(
-                    &api,
-                    (to_i64(k), to_i64(n), to_i64(k)),
-                    bp.cast_mut().cast(),
-                    dt,
-                )
-            }?);
-            // SAFETY: as above; leading dimension `m`.
-            let cm = descrs.keep(Descr::DnMat, unsafe {
-                result::create_dn_mat(&api, (to_i64(m), to_i64(n), to_i64(m)), cp.cast(), dt)
-            }?);
+            let make = |descrs: &mut Descrs| -> Result<()> {
+                // SAFETY: as in `spmv`: `a`'s proved parts; `b` holds `k * n` and `c` `m * n`
+                // elements of `T` (checked above), both owned by `stream`.
+                descrs.keep(Descr::SpMat, unsafe {
+                    result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
+                }?);
+                // SAFETY: as above; leading dimension `k`, tightly packed.
+                descrs.keep(Descr::DnMat, unsafe {
+                    result::create_dn_mat(
+                        &api,
+                        (to_i64(k), to_i64(n), to_i64(k)),
+                        bp.cast_mut().cast(),
+                        dt,
+                    )
+                }?);
+                // SAFETY: as above; leading dimension `m`.
+                descrs.keep(Descr::DnMat, unsafe {
+                    result::create_dn_mat(&api, (to_i64(m), to_i64(n), to_i64(m)), cp.cast(), dt)
+                }?);
+                Ok(())
+            };
             // SAFETY: as in `spmv`.
-            let size =
-                unsafe { result::spmm_buffer_size(&api, handle, scalars, (am, bm, cm), dt) }?;
+            let size = |d| unsafe { result::spmm_buffer_size(&api, handle, scalars, d, dt) };
+            let (descrs, size) = self.plan(key, scalar_bits, make, size)?;
             let buffer = self.workspace(stream, size)?;
-            // SAFETY: as in `spmv`.
-            unsafe { result::spmm(&api, handle, scalars, (am, bm, cm), dt, buffer) }
+            // SAFETY: as in `spmv`: descriptors of exactly this call's operands (`key`).
+            unsafe { result::spmm(&api, handle, scalars, descrs, dt, buffer) }
         })?
+    }
+
+    /// The descriptors of `key`'s operands and the workspace their product needs with scalars
+    /// of `scalar_bits`: those kept from an earlier call of the same key, else made now by
+    /// `make` and kept; the size asked of cuSPARSE (`size`) once per key and scalars.
+    fn plan(
+        &mut self,
+        key: Key,
+        scalar_bits: (u64, u64),
+        make: impl FnOnce(&mut Descrs) -> Result<()>,
+        size: impl Fn(Three) -> Result<usize>,
+    ) -> Result<(Three, usize)> {
+        if let Some(plan) = self.plans.find_mut(&key) {
+            if plan.scalars != scalar_bits {
+                plan.size = size(plan.descrs())?;
+                plan.scalars = scalar_bits;
+            }
+            return Ok((plan.descrs(), plan.size));
+        }
+        // Destroyed again on an error (`Descrs`'s drop), kept otherwise.
+        let mut descrs = Descrs::new(*self.library.api());
+        make(&mut descrs)?;
+        let plan = Plan {
+            descrs,
+            scalars: scalar_bits,
+            size: 0,
+        };
+        let bytes = size(plan.descrs())?;
+        let plan = self.plans.keep(
+            key,
+            Plan {
+                size: bytes,
+                ..plan
+            },
+        );
+        Ok((plan.descrs(), plan.size))
     }
 
     /// Refuses a call inside um's stream callback or on another stream than the handle's; makes
@@ -330,7 +395,8 @@ fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The descriptors of one call, destroyed when it returns (also on an error).
+/// The descriptors of one operand set, destroyed when dropped (also when a call fails halfway
+/// through making them).
 struct Descrs {
     api: sys::Api,
     made: Vec<(Descr, *mut c_void)>,
@@ -340,7 +406,7 @@ impl Descrs {
     fn new(api: sys::Api) -> Self {
         Descrs {
             api,
-            made: Vec::new(),
+            made: Vec::with_capacity(3),
         }
     }
 
@@ -354,10 +420,135 @@ impl Descrs {
 impl Drop for Descrs {
     fn drop(&mut self) {
         for (kind, descr) in self.made.drain(..) {
-            // SAFETY: each was made by the function of its kind, and the call that used it has
-            // returned (a descriptor is host memory; the enqueued work does not read it).
+            // SAFETY: each was made by the function of its kind and is used by no call any
+            // more: the calls that used it have returned (a descriptor is host memory; the
+            // enqueued work does not read it), and it leaves the handle's plans with this drop.
             unsafe { result::destroy_descr(&self.api, kind, descr) };
         }
+    }
+}
+
+/// [`Key::product`] of an SpMM (an SpMV's is its operation, `OP_N` or `OP_T`).
+const SPMM: c_int = -1;
+
+/// How many operand sets a handle keeps described: a solver's loop uses one or two (SpMV of one
+/// matrix on one or two vector pairs), so a few cover it with room to spare.
+const PLANS: usize = 4;
+
+/// Everything a product's descriptors are made of: the product (SpMV's operation, or SpMM), the
+/// value type, `A`'s rows, columns, entries and the device addresses of its three arrays, and
+/// the two dense operands' addresses with their `(rows, cols, ld)` (a vector of `n`:
+/// `(n, 1, n)`). Descriptors made for equal keys are equal (cuSPARSE keeps in a descriptor only
+/// what it is made with, here: nothing is preprocessed into one), so a kept descriptor serves a
+/// later call of an equal key as a fresh one would: the same addresses, sizes and type. The
+/// contents at those addresses may have changed (rewritten values, or another buffer at the
+/// same address): a descriptor holds no contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key {
+    product: c_int,
+    data_type: c_int,
+    a: [i64; 3],
+    a_parts: [usize; 3],
+    b: (usize, [i64; 3]),
+    c: (usize, [i64; 3]),
+}
+
+/// `A`'s `(rows, cols, nnz)` and the addresses of its offsets, indices and values.
+type MatrixKey = ((i64, i64, i64), [usize; 3]);
+
+impl Key {
+    /// The key of an SpMV of operation `op` (`OP_N`, `OP_T`) with `x` and `y` given as
+    /// `(address, length)`.
+    pub(crate) fn spmv(
+        op: c_int,
+        data_type: c_int,
+        ((rows, cols, nnz), a_parts): MatrixKey,
+        (x, x_len): (usize, i64),
+        (y, y_len): (usize, i64),
+    ) -> Key {
+        Key {
+            product: op,
+            data_type,
+            a: [rows, cols, nnz],
+            a_parts,
+            b: (x, [x_len, 1, x_len]),
+            c: (y, [y_len, 1, y_len]),
+        }
+    }
+
+    /// The key of an SpMM of `A` (`m`×`k`) with `B` (`k`×`n`, at `b`) into `C` (`m`×`n`, at
+    /// `c`), both column-major and tightly packed.
+    pub(crate) fn spmm(
+        data_type: c_int,
+        ((m, k, nnz), a_parts): MatrixKey,
+        b: usize,
+        c: usize,
+        n: i64,
+    ) -> Key {
+        Key {
+            product: SPMM,
+            data_type,
+            a: [m, k, nnz],
+            a_parts,
+            b: (b, [k, n, k]),
+            c: (c, [m, n, m]),
+        }
+    }
+}
+
+/// The three descriptors of a product: `(A, x or B, y or C)`.
+type Three = (*mut c_void, *mut c_void, *mut c_void);
+
+/// The descriptors of one key (`A`, then the two dense operands) and the workspace its product
+/// needs with the scalars of `scalars` (`cusparseSpMV_bufferSize` or `cusparseSpMM_bufferSize`,
+/// asked again when a call's `alpha` or `beta` differs from the last one's).
+struct Plan {
+    descrs: Descrs,
+    /// The bits of the `alpha` and `beta` that `size` was asked with.
+    scalars: (u64, u64),
+    size: usize,
+}
+
+impl Plan {
+    /// `(A, x or B, y or C)`.
+    fn descrs(&self) -> Three {
+        let d = |i: usize| {
+            self.descrs
+                .made
+                .get(i)
+                .map_or(std::ptr::null_mut(), |d| d.1)
+        };
+        (d(0), d(1), d(2))
+    }
+}
+
+/// Up to [`PLANS`] values by [`Key`], the oldest dropped to make room for a new one.
+pub(crate) struct Plans<P> {
+    /// Oldest first.
+    kept: Vec<(Key, P)>,
+}
+
+impl<P> Plans<P> {
+    pub(crate) fn new() -> Self {
+        Plans {
+            kept: Vec::with_capacity(PLANS),
+        }
+    }
+
+    /// The value kept for `key`, to update.
+    pub(crate) fn find_mut(&mut self, key: &Key) -> Option<&mut P> {
+        self.kept.iter_mut().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    /// Keeps `value` for `key` (which has none), dropping the oldest value when [`PLANS`] are
+    /// kept already; gives it back.
+    pub(crate) fn keep(&mut self, key: Key, value: P) -> &P {
+        if self.kept.len() >= PLANS {
+            drop(self.kept.remove(0));
+        }
+        self.kept.push((key, value));
+        let last = self.kept.len() - 1;
+        &self.kept[last].1
     }
 }
 
@@ -415,7 +606,125 @@ impl<K: SparseStream> std::fmt::Debug for Sparse<'_, K> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Op, spmm_shape, spmv_shape};
+    use super::{Key, MatrixKey, Op, PLANS, Plans, spmm_shape, spmv_shape};
+    use crate::sys;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// A kept value that counts its drops.
+    struct Counted(Rc<Cell<usize>>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    const A: MatrixKey = ((3, 5, 7), [0x1000, 0x2000, 0x3000]);
+
+    fn spmv_key(x: usize, y: usize) -> Key {
+        Key::spmv(sys::OP_N, sys::R_64F, A, (x, 5), (y, 3))
+    }
+
+    #[test]
+    fn a_key_differs_when_any_field_of_a_descriptor_differs() {
+        let base = spmv_key(0x4000, 0x5000);
+        assert_eq!(
+            base,
+            spmv_key(0x4000, 0x5000),
+            "the same operands, the same key"
+        );
+        let (shape, parts) = A;
+        let changed = [
+            Key::spmv(sys::OP_T, sys::R_64F, A, (0x4000, 5), (0x5000, 3)),
+            Key::spmv(sys::OP_N, sys::R_32F, A, (0x4000, 5), (0x5000, 3)),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                ((4, 5, 7), parts),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                ((3, 6, 7), parts),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                ((3, 5, 8), parts),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                (shape, [0x1100, 0x2000, 0x3000]),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                (shape, [0x1000, 0x2100, 0x3000]),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            Key::spmv(
+                sys::OP_N,
+                sys::R_64F,
+                (shape, [0x1000, 0x2000, 0x3100]),
+                (0x4000, 5),
+                (0x5000, 3),
+            ),
+            spmv_key(0x4100, 0x5000),
+            spmv_key(0x4000, 0x5100),
+            Key::spmv(sys::OP_N, sys::R_64F, A, (0x4000, 6), (0x5000, 3)),
+            Key::spmv(sys::OP_N, sys::R_64F, A, (0x4000, 5), (0x5000, 4)),
+            // x and y exchanged: other descriptors (the output is the other buffer).
+            spmv_key(0x5000, 0x4000),
+            // An SpMM of one column on the same buffers is another product.
+            Key::spmm(sys::R_64F, A, 0x4000, 0x5000, 1),
+        ];
+        for (i, key) in changed.iter().enumerate() {
+            assert_ne!(base, *key, "change {i}");
+        }
+        assert_ne!(
+            Key::spmm(sys::R_64F, A, 0x4000, 0x5000, 2),
+            Key::spmm(sys::R_64F, A, 0x4000, 0x5000, 3),
+            "SpMM's column count"
+        );
+    }
+
+    #[test]
+    fn a_kept_plan_is_found_by_its_key_alone_and_the_oldest_is_dropped_first() {
+        let drops = Rc::new(Cell::new(0));
+        let mut plans = Plans::new();
+        let keys: Vec<Key> = (0..=PLANS)
+            .map(|i| spmv_key(0x10_000 * (i + 1), 0x5000))
+            .collect();
+        assert!(plans.find_mut(&keys[0]).is_none());
+        for key in &keys[..PLANS] {
+            plans.keep(*key, Counted(drops.clone()));
+        }
+        assert_eq!(drops.get(), 0, "nothing dropped while there is room");
+        for key in &keys[..PLANS] {
+            assert!(plans.find_mut(key).is_some());
+        }
+        assert!(plans.find_mut(&keys[PLANS]).is_none());
+        // One more: the oldest goes (its descriptors destroyed), the others stay.
+        plans.keep(keys[PLANS], Counted(drops.clone()));
+        assert_eq!(drops.get(), 1);
+        assert!(plans.find_mut(&keys[0]).is_none());
+        for key in &keys[1..] {
+            assert!(plans.find_mut(key).is_some());
+        }
+        // Dropping the handle's plans drops every one left, once.
+        drop(plans);
+        assert_eq!(drops.get(), PLANS + 1);
+    }
 
     #[test]
     fn a_transposed_spmv_takes_x_of_the_rows_and_y_of_the_columns() {
