@@ -160,8 +160,13 @@ fn an_end_before_its_start_is_an_error_never_a_negative_time() {
         b.wait_idle()?;
         let early_end = b.mark_time()?;
         let span: TimeSpan = late_start.until(&early_end)?;
-        let err = span.wait().expect_err("the end completed before the start");
-        assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+        let read = span.wait();
+        // A sanitizer runs the launches of all streams one after another, so `b`'s mark waits
+        // for `a`'s kernel there: no end is reached first.
+        if !common::under_sanitizer() {
+            let err = read.expect_err("the end completed before the start");
+            assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+        }
         Ok((x.sync()?, y.sync()?))
     })
     .map(drop)
@@ -304,8 +309,11 @@ fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
         got
     })
     .expect("two threads");
-    let err = unordered.expect_err("the end completed before the start");
-    assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+    // Under a sanitizer the launches of all streams run one after another (see above).
+    if !common::under_sanitizer() {
+        let err = unordered.expect_err("the end completed before the start");
+        assert!(matches!(err, Error::TimeSpan { .. }), "{err}");
+    }
     let lap = lap.wait().expect("read on another thread").duration();
     assert!(lap >= at_least(), "{lap:?}");
     assert!(x.iter().all(|v| *v == 2.0));

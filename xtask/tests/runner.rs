@@ -351,7 +351,7 @@ fn a_module_under_a_sanitizer_keeps_its_filter_and_its_skip_list() {
         .collect();
     let nccl = runs
         .iter()
-        .find(|l| l.contains("./tests/gpu_devices gpu_nccl:: --include-ignored --skip fault_"))
+        .find(|l| l.contains("./tests/gpu_devices gpu_nccl:: --include-ignored --skip ::fault_"))
         .unwrap_or_else(|| panic!("gpu_nccl's run: {args}"));
     assert!(
         nccl.contains("--skip a_rank_killed_mid_collective") && nccl.ends_with("--skip leaks_"),
@@ -374,6 +374,46 @@ fn a_module_under_a_sanitizer_keeps_its_filter_and_its_skip_list() {
         "{two}"
     );
     assert_eq!(runs.len(), 3, "two modules and one leaks_ run: {args}");
+    // What those arguments select, as libtest reads them (a filter or a skip matches anywhere
+    // in a name, unless --exact): the fault tests are left out, a test whose name merely holds
+    // `fault_` (as `default_` does) is not.
+    let selects = |run: &str, test: &str| -> bool {
+        let words: Vec<&str> = run.split_whitespace().collect();
+        let exact = words.contains(&"--exact");
+        let matches = |pat: &str| {
+            if exact {
+                test == pat
+            } else {
+                test.contains(pat)
+            }
+        };
+        let mut filters = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            match words[i] {
+                "--skip" => {
+                    if words.get(i + 1).is_some_and(|w| matches(w)) {
+                        return false;
+                    }
+                    i += 1;
+                }
+                w if w.starts_with("--") || w.starts_with("./") => {}
+                w => filters.push(w),
+            }
+            i += 1;
+        }
+        filters.is_empty() || filters.iter().any(|f| matches(f))
+    };
+    assert!(
+        !selects(nccl, "gpu_nccl::fault_in_a_rank_is_its_err"),
+        "{nccl}"
+    );
+    assert!(selects(nccl, "gpu_nccl::default_streams_reduce"), "{nccl}");
+    assert!(
+        !selects(nccl, "gpu_nccl::a_rank_killed_mid_collective_is_an_err"),
+        "{nccl}"
+    );
+    assert!(!selects(nccl, "gpu_nccl::one_leaks_x"), "{nccl}");
 }
 
 #[test]
