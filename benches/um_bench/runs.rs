@@ -357,6 +357,39 @@ fn run_task_device(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
     Ok(per_iteration(&starts))
 }
 
+/// The loop with each buffer in the storage its use needs: `input` and `out`, which only
+/// kernels touch, in `Device` storage (no host side at all); `data`, which the host works on
+/// every iteration, mirrored (`sync` copies it to its pinned host half, `attach` back). A third
+/// of the mirror's pinned host memory, the same copies as the C++ `explicit` policy.
+fn run_task_device_and_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    let host_input: Vec<f32> = (0..n).map(input_value).collect();
+    let input = Managed::from_slice_device(ctx, &host_input)?;
+    let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let out = DeviceManaged::<[f32]>::zeroed_slice_device(ctx, n)?;
+    let (out, starts) = ctx.with_stream(StreamOptions::new(), |s| {
+        let input = input.attach(s)?;
+        let mut out = out.attach(s)?;
+        let mut data = data.attach(s)?;
+        s.wait_idle()?;
+        let mut starts = Vec::new();
+        for _ in 0..iters + WARMUP + 1 {
+            starts.push(Instant::now());
+            rt::transform(s, &input, &mut data)?;
+            let mut host = data.sync()?;
+            host_process(&mut host);
+            data = host.attach(s)?;
+            rt::convert(s, &mut out, &data)?;
+        }
+        let (_, out, _) = s.sync_all((data, out, input))?;
+        Ok((out, starts))
+    })?;
+    // The result read back, so that a broken loop cannot pass for a fast one.
+    if out.to_vec()?.iter().any(|v| !v.is_finite()) {
+        return Err("run_task on device and mirrored storage: a result is not finite".into());
+    }
+    Ok(per_iteration(&starts))
+}
+
 /// Pinned host bytes per byte of buffer that a storage holds (footprint less the device
 /// allocation, from a real 1 MiB buffer of each): 0 for `Device`, 1 for a mirror.
 pub(crate) fn pinned_per_byte(ctx: &Context) -> Res<(f64, f64)> {
@@ -492,6 +525,7 @@ pub(crate) fn run_task_variant(
         ("um", "host_resident") => run_task_um(ctx, n, iters, Transfer::HostResident),
         ("um", "mirror") => run_task_mirror(ctx, n, iters),
         ("um", "device") => run_task_device(ctx, n, iters),
+        ("um", "device_mirror") => run_task_device_and_mirror(ctx, n, iters),
         ("cust", "attach") => run_task_cust(ctx, n, iters),
         ("cudarc", "attach") => run_task_cudarc(ctx, n, iters),
         _ => Err(format!("no run_task variant {imp} {variant}").into()),
