@@ -119,6 +119,10 @@ struct Queue<O> {
     pending: usize,
     /// Whether the reaper thread runs.
     thread: bool,
+    /// Orphans announced since the process started, settled or not: a count that only grows,
+    /// so that a test sees every free sent to the reaper however soon the stream passed it.
+    #[cfg(feature = "test-hooks")]
+    announced: usize,
 }
 
 /// The reaper's queue and its thread's handoff, generic over what it frees (`O`) and how its
@@ -144,6 +148,8 @@ impl<O: Reclaim> Reaper<O> {
                 jobs: Vec::new(),
                 pending: 0,
                 thread: false,
+                #[cfg(feature = "test-hooks")]
+                announced: 0,
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
@@ -159,6 +165,8 @@ impl<O: Reclaim> Reaper<O> {
                 jobs: Vec::new(),
                 pending: 0,
                 thread: false,
+                #[cfg(feature = "test-hooks")]
+                announced: 0,
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
@@ -170,6 +178,10 @@ impl<O: Reclaim> Reaper<O> {
     pub(crate) fn expect(&self, n: usize) {
         let mut q = lock(&self.queue);
         q.pending += n;
+        #[cfg(feature = "test-hooks")]
+        {
+            q.announced += n;
+        }
         if !q.thread {
             q.thread = (self.start)();
         }
@@ -242,6 +254,12 @@ impl<O: Reclaim> Reaper<O> {
     #[cfg(any(feature = "test-hooks", all(test, loom)))]
     pub(crate) fn pending(&self) -> usize {
         lock(&self.queue).pending
+    }
+
+    /// How many orphans were announced since the process started, settled or not.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn announced(&self) -> usize {
+        lock(&self.queue).announced
     }
 }
 
@@ -319,6 +337,16 @@ pub fn reap_pending() {
 #[cfg(feature = "test-hooks")]
 pub fn orphans_pending() -> usize {
     REAPER.pending()
+}
+
+/// How many buffers were given to the reaper since the process started (a stream callback, then
+/// the reaper, frees or leaks each), whether or not it has settled them yet: unlike
+/// [`orphans_pending`], a count that only grows, so that it shows which drops went through the
+/// reaper whatever the speed of the device (a stream that passed the point before the count is
+/// read has already taken its orphan off the pending count).
+#[cfg(feature = "test-hooks")]
+pub fn orphans_announced() -> usize {
+    REAPER.announced()
 }
 
 /// The loom models of the reaper (`docs/safety.md`, "What loom checks"): every orphan handed

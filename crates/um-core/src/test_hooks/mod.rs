@@ -8,7 +8,7 @@ use crate::driver::context::Context;
 use crate::memory::storage::MirrorCopies;
 
 pub use crate::reclaim::completion::use_event_thread_for_waits;
-pub use crate::reclaim::reaper::orphans_pending;
+pub use crate::reclaim::reaper::{orphans_announced, orphans_pending};
 
 /// How many `cuStreamAttachMemAsync` calls the calling thread has made: no redundant attach
 /// reaches the driver.
