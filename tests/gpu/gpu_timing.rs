@@ -269,6 +269,8 @@ fn timing_inside_a_capture_closure_is_refused_and_the_capture_stays_valid() {
 #[ignore = "needs a CUDA device"]
 fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
     let _serial = serial();
+    // A hang fails the test within a minute instead of holding the run.
+    let done = common::watchdog("marks of two threads' default streams");
     let ctx = gpu();
     let ctx = &ctx;
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
@@ -344,6 +346,42 @@ fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
         let time = span.wait().expect("read on the main thread").duration();
         assert!(time >= at_least(), "legacy stream: {time:?}");
     }
+    let _ = done.send(());
+}
+
+/// A span whose marks a thread made on its per-thread default stream is read after that thread
+/// has exited: the marks keep their events, and the read waits for nothing more than the work
+/// before them. Expected: the span reads at least half the kernel's spin, and no call waits
+/// forever (a watchdog aborts a hang).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_span_marked_on_a_per_thread_stream_is_read_after_its_thread_has_exited() {
+    let _serial = serial();
+    let done = common::watchdog("a span read after its thread exited");
+    let ctx = gpu();
+    let ctx = &ctx;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
+    let (x, span) = std::thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut x = x.attach(pts)?;
+                let start = pts.mark_time()?;
+                spin_then_add(pts, &mut x, 1.0, SPIN_NS)?;
+                let end = pts.mark_time()?;
+                Ok((x.sync()?, start.until(&end)?))
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("marked on the per-thread stream");
+    let time = span
+        .wait()
+        .expect("read after the thread exited")
+        .duration();
+    assert!(time >= at_least(), "{time:?}");
+    assert!(x.iter().all(|v| *v == 1.0));
+    let _ = done.send(());
 }
 
 /// `try_elapsed` only asks, from any number of threads at once: once both marks are reached,
