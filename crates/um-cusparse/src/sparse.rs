@@ -239,37 +239,53 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
             ((&raw const alpha).cast(), (&raw const beta).cast());
         let handle = self.handle;
         let parts = [ptrs.0 as usize, ptrs.1 as usize, ptrs.2 as usize];
-        let key = Key::spmm(dt, (shape, parts), bp as usize, cp as usize, to_i64(n));
         let scalar_bits = (alpha.bits(), beta.bits());
-        um_core::relaxed_while_capturing(|| {
-            let make = |descrs: &mut Descrs| -> Result<()> {
-                // SAFETY: as in `spmv`: `a`'s proved parts; `b` holds `k * n` and `c` `m * n`
-                // elements of `T` (checked above), both owned by `stream`.
-                descrs.keep(Descr::SpMat, unsafe {
-                    result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
-                }?);
-                // SAFETY: as above; leading dimension `k`, tightly packed.
-                descrs.keep(Descr::DnMat, unsafe {
-                    result::create_dn_mat(
-                        &api,
-                        (to_i64(k), to_i64(n), to_i64(k)),
-                        bp.cast_mut().cast(),
-                        dt,
-                    )
-                }?);
-                // SAFETY: as above; leading dimension `m`.
-                descrs.keep(Descr::DnMat, unsafe {
-                    result::create_dn_mat(&api, (to_i64(m), to_i64(n), to_i64(m)), cp.cast(), dt)
-                }?);
-                Ok(())
-            };
-            // SAFETY: as in `spmv`.
-            let size = |d| unsafe { result::spmm_buffer_size(&api, handle, scalars, d, dt) };
-            let (descrs, size) = self.plan(key, scalar_bits, make, size)?;
-            let buffer = self.workspace(stream, size)?;
-            // SAFETY: as in `spmv`: descriptors of exactly this call's operands (`key`).
-            unsafe { result::spmm(&api, handle, scalars, descrs, dt, buffer) }
-        })?
+        // In blocks of whole columns, each dense block under 2^31 bytes: cuSPARSE's SpMM wrote
+        // wrong values, from the first column on, where `B` and `C` held 2^31 + 2 elements
+        // (1x H200, CUDA 13.0). The columns of a block are independent of the others', so the
+        // blocks in stream order are the whole product.
+        for (j0, nb) in column_blocks(m.max(k), n, std::mem::size_of::<T>()) {
+            // Device addresses, never dereferenced here: `j0 + nb <= n`, so both stay inside `b`
+            // (`k * n` elements) and `c` (`m * n`), checked above.
+            let (bj, cj) = (bp.wrapping_add(j0 * k), cp.wrapping_add(j0 * m));
+            let key = Key::spmm(dt, (shape, parts), bj as usize, cj as usize, to_i64(nb));
+            um_core::relaxed_while_capturing(|| {
+                let make = |descrs: &mut Descrs| -> Result<()> {
+                    // SAFETY: as in `spmv`: `a`'s proved parts; `b` from `bj` holds `k * nb` and
+                    // `c` from `cj` `m * nb` elements of `T` (checked above), both owned by
+                    // `stream`.
+                    descrs.keep(Descr::SpMat, unsafe {
+                        result::create_csr(&api, shape, ptrs.0, ptrs.1, ptrs.2.cast(), dt)
+                    }?);
+                    // SAFETY: as above; leading dimension `k`, tightly packed.
+                    descrs.keep(Descr::DnMat, unsafe {
+                        result::create_dn_mat(
+                            &api,
+                            (to_i64(k), to_i64(nb), to_i64(k)),
+                            bj.cast_mut().cast(),
+                            dt,
+                        )
+                    }?);
+                    // SAFETY: as above; leading dimension `m`.
+                    descrs.keep(Descr::DnMat, unsafe {
+                        result::create_dn_mat(
+                            &api,
+                            (to_i64(m), to_i64(nb), to_i64(m)),
+                            cj.cast(),
+                            dt,
+                        )
+                    }?);
+                    Ok(())
+                };
+                // SAFETY: as in `spmv`.
+                let size = |d| unsafe { result::spmm_buffer_size(&api, handle, scalars, d, dt) };
+                let (descrs, size) = self.plan(key, scalar_bits, make, size)?;
+                let buffer = self.workspace(stream, size)?;
+                // SAFETY: as in `spmv`: descriptors of exactly this block's operands (`key`).
+                unsafe { result::spmm(&api, handle, scalars, descrs, dt, buffer) }
+            })??;
+        }
+        Ok(())
     }
 
     /// The descriptors of `key`'s operands and the workspace their product needs with scalars
@@ -379,6 +395,18 @@ pub(crate) fn spmm_shape(
             "A is {m}x{k} and n = {n}: b must hold {k}x{n} and c {m}x{n} column-major elements (have {b_len} and {c_len}), n at least 1"
         )),
     }
+}
+
+/// SpMM's column blocks for dense operands of `rows` rows (the larger of `B`'s and `C`'s) and
+/// `n` columns of `size`-byte elements: `(first column, columns)`, in order, covering `0..n`,
+/// each block under 2^31 bytes where a single column is (at least one column per block).
+pub(crate) fn column_blocks(
+    rows: usize,
+    n: usize,
+    size: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let per = (i32::MAX as usize / rows.max(1).saturating_mul(size.max(1))).max(1);
+    (0..n).step_by(per).map(move |j0| (j0, per.min(n - j0)))
 }
 
 /// `Error::StreamMismatch` unless `owned`.
@@ -606,7 +634,7 @@ impl<K: SparseStream> std::fmt::Debug for Sparse<'_, K> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Key, MatrixKey, Op, PLANS, Plans, spmm_shape, spmv_shape};
+    use super::{Key, MatrixKey, Op, PLANS, Plans, column_blocks, spmm_shape, spmv_shape};
     use crate::sys;
     use std::cell::Cell;
     use std::rc::Rc;
@@ -763,5 +791,44 @@ mod tests {
         );
         // k * n overflows usize: refused, not wrapped to a small product.
         assert!(spmm_shape((1, usize::MAX / 2), 4, usize::MAX, usize::MAX).is_err());
+    }
+
+    #[test]
+    fn column_blocks_cover_every_column_once_each_under_two_to_the_31_bytes() {
+        // The GPU test's shape: 2 rows, 2^30 + 1 columns of f32: two blocks.
+        let n = (1usize << 30) + 1;
+        let blocks: Vec<_> = column_blocks(2, n, 4).collect();
+        assert_eq!(
+            blocks,
+            [
+                (0, (1 << 28) - 1),
+                ((1 << 28) - 1, (1 << 28) - 1),
+                (2 * ((1 << 28) - 1), (1 << 28) - 1),
+                (3 * ((1 << 28) - 1), (1 << 28) - 1),
+                (4 * ((1 << 28) - 1), 5)
+            ]
+        );
+        for (rows, n, size) in [
+            (1, 7, 4),
+            (3, 1, 8),
+            (97, 1000, 8),
+            (1 << 20, 3000, 4),
+            (i32::MAX as usize, 3, 8),
+        ] {
+            let blocks: Vec<_> = column_blocks(rows, n, size).collect();
+            let mut next = 0;
+            for &(j0, nb) in &blocks {
+                assert_eq!(j0, next, "in order, no gap");
+                assert!(nb >= 1);
+                assert!(
+                    nb == 1 || rows * nb * size <= i32::MAX as usize,
+                    "{rows}x{nb}x{size}"
+                );
+                next = j0 + nb;
+            }
+            assert_eq!(next, n, "every column");
+        }
+        // A small product is one block: the call it always was.
+        assert_eq!(column_blocks(97, 61, 8).collect::<Vec<_>>(), [(0, 61)]);
     }
 }
