@@ -47,6 +47,13 @@ const ALLOWED_SPLITS: &[(&str, &str, &str)] = &[
          load modules and find kernels",
     ),
     (
+        "driver/model/mod.rs",
+        "driver/model/twins.rs",
+        "the model runs a launch's kernel through twins.rs (a crate's registered CPU twin first), \
+         and a twin reads the model's allocations through mod.rs's state (`lock`, `find`) to \
+         hand out checked slices",
+    ),
+    (
         "driver/sys.rs",
         "driver/model/api.rs",
         "with the feature `model`, sys.rs names the CPU model's entry points in place of its \
