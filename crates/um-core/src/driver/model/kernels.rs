@@ -1,7 +1,10 @@
 //! The model's kernels: what a PTX image declares (entry names, parameter sizes, `.maxntid`), and
-//! the CPU twins of the kernels um's tests launch, chosen by name.
+//! the CPU twins of the kernels um's tests launch, chosen by name (safe code, on the same checked
+//! [`LaunchArgs`] as a user's twins).
 
 use std::collections::HashMap;
+
+use super::twins::LaunchArgs;
 
 /// One `.entry` of a PTX image.
 #[derive(Debug, Clone)]
@@ -88,12 +91,6 @@ impl Args {
         b[..n].copy_from_slice(&a[..n]);
         u64::from_le_bytes(b)
     }
-    fn u32(&self, i: usize) -> u32 {
-        self.u64(i) as u32
-    }
-    fn f32(&self, i: usize) -> f32 {
-        f32::from_bits(self.u32(i))
-    }
     /// The addresses the arguments could be: every 8-byte parameter.
     pub(crate) fn pointers(&self) -> Vec<usize> {
         (0..self.0.len())
@@ -103,87 +100,98 @@ impl Args {
     }
 }
 
-/// `n` floats at `address`, as a mutable slice.
-///
-/// # Safety
-///
-/// `address` is the start of `n` floats of memory the model allocated, and nothing else
-/// accesses them while the slice lives (the stream's order and the model's checks say so).
-unsafe fn floats<'a>(address: u64, n: usize) -> &'a mut [f32] {
-    if n == 0 {
-        return &mut [];
+/// The first `n` elements of a checked slice (all of it where it is shorter; none where the
+/// parameter was no memory of the launch).
+fn first<T>(s: Option<&mut [T]>, n: usize) -> &mut [T] {
+    match s {
+        Some(s) => {
+            let n = n.min(s.len());
+            &mut s[..n]
+        }
+        None => &mut [],
     }
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts_mut(address as usize as *mut f32, n) }
 }
 
-/// Runs the CPU twin of kernel `name`; an unknown kernel does nothing, said once on stderr.
-/// Returns the sticky error of a kernel that faults.
-///
-/// # Safety
-///
-/// The arguments are those of a launch um checked (every buffer long enough for its length
-/// parameter), in memory the model allocated.
-pub(crate) unsafe fn run(name: &str, a: &Args) -> Option<i32> {
-    // SAFETY (every arm): um's launchers pass each buffer with its length (`um::len32` is the
-    // buffer's length, checked before the launch), so `n` elements lie in the allocation.
-    unsafe {
-        match name {
-            "add_scalar" | "bounded_add" => {
-                let n = a.u32(2) as usize;
-                let v = a.f32(1);
-                floats(a.u64(0), n).iter_mut().for_each(|x| *x += v);
+/// As [`first`], copied out: a kernel's input, read before its output is borrowed.
+fn input<T: Copy>(s: Option<&[T]>, n: usize) -> Vec<T> {
+    s.map(|s| s[..n.min(s.len())].to_vec()).unwrap_or_default()
+}
+
+/// Runs the model's twin of kernel `name`, on the same checked arguments a user's twin gets
+/// ([`LaunchArgs`]): a scalar only at its exact size, a buffer only as a slice inside the
+/// launch's memory, cut to its length parameter. So a user's kernel that shares a name with one
+/// of um's (`fill`, `kernel`, `scatter`, ...) but not its parameters reaches no memory past its
+/// buffers; where its parameter sizes differ the twin does nothing. An unknown kernel does
+/// nothing, said once on stderr. Returns the sticky error of a kernel that faults.
+pub(crate) fn run(name: &str, a: &mut LaunchArgs<'_>) -> Option<i32> {
+    let n = |a: &LaunchArgs<'_>, i| a.scalar::<u32>(i).map_or(0, |n| n as usize);
+    match name {
+        "add_scalar" | "bounded_add" => {
+            if let Some(v) = a.scalar::<f32>(1) {
+                let n = n(a, 2);
+                first(a.buffer_mut::<f32>(0), n)
+                    .iter_mut()
+                    .for_each(|x| *x += v);
             }
-            "spin_then_add" => {
-                // The GPU's timer, as a sleep (at most 3 s: a huge `ns` means "long").
-                let ns = a.u64(2).min(3_000_000_000);
-                std::thread::sleep(std::time::Duration::from_nanos(ns));
-                let n = a.u32(3) as usize;
-                let v = a.f32(1);
-                floats(a.u64(0), n).iter_mut().for_each(|x| *x += v);
+        }
+        "spin_then_add" => {
+            // The GPU's timer, as a sleep (at most 3 s: a huge `ns` means "long").
+            let ns = a.scalar::<u64>(2).unwrap_or(0).min(3_000_000_000);
+            std::thread::sleep(std::time::Duration::from_nanos(ns));
+            if let Some(v) = a.scalar::<f32>(1) {
+                let n = n(a, 3);
+                first(a.buffer_mut::<f32>(0), n)
+                    .iter_mut()
+                    .for_each(|x| *x += v);
             }
-            "axpy" => {
-                let n = a.u32(3) as usize;
-                let k = a.f32(2);
-                let x = floats(a.u64(0), n).to_vec();
-                let y = floats(a.u64(1), n);
-                for i in 0..n {
-                    y[i] += k * x[i];
+        }
+        "axpy" => {
+            if let Some(k) = a.scalar::<f32>(2) {
+                let n = n(a, 3);
+                let x = input(a.buffer::<f32>(0), n);
+                for (y, x) in first(a.buffer_mut::<f32>(1), n).iter_mut().zip(x) {
+                    *y += k * x;
                 }
             }
-            "fill" => {
-                let n = a.u32(2) as usize;
-                let v = a.u32(1) as f32;
-                floats(a.u64(0), n).iter_mut().for_each(|x| *x = v);
+        }
+        "fill" => {
+            if let Some(v) = a.scalar::<u32>(1) {
+                let n = n(a, 2);
+                first(a.buffer_mut::<f32>(0), n)
+                    .iter_mut()
+                    .for_each(|x| *x = v as f32);
             }
-            "scatter" => {
-                let n = a.u32(3) as usize;
-                let v = a.f32(2);
-                let idx = std::slice::from_raw_parts(a.u64(1) as usize as *const u32, n).to_vec();
-                let base = a.u64(0) as usize as *mut f32;
+        }
+        "scatter" => {
+            if let Some(v) = a.scalar::<f32>(2) {
+                let n = n(a, 3);
+                let idx = input(a.buffer::<u32>(1), n);
+                let base = first(a.buffer_mut::<f32>(0), usize::MAX);
+                // An index past the buffer writes nothing here (on a GPU, past its end).
                 for i in idx {
-                    *base.add(i as usize) = v;
+                    if let Some(x) = base.get_mut(i as usize) {
+                        *x = v;
+                    }
                 }
             }
-            "transform" => {
-                let n = a.u32(2) as usize;
-                let input = floats(a.u64(0), n).to_vec();
-                let data = floats(a.u64(1), n);
-                for i in 0..n {
-                    data[i] += 2.0 * input[i];
-                }
+        }
+        "transform" => {
+            let n = n(a, 2);
+            let input = input(a.buffer::<f32>(0), n);
+            for (d, i) in first(a.buffer_mut::<f32>(1), n).iter_mut().zip(input) {
+                *d += 2.0 * i;
             }
-            "convert" => {
-                let n = a.u32(2) as usize;
-                let data = floats(a.u64(1), n).to_vec();
-                let out = floats(a.u64(0), n);
-                for i in 0..n {
-                    out[i] = 0.5 * data[i];
-                }
+        }
+        "convert" => {
+            let n = n(a, 2);
+            let data = input(a.buffer::<f32>(1), n);
+            for (o, d) in first(a.buffer_mut::<f32>(0), n).iter_mut().zip(data) {
+                *o = 0.5 * d;
             }
-            "kernel" => {
-                let n = a.u32(1) as i32;
-                let x = floats(a.u64(0), n.max(0) as usize);
+        }
+        "kernel" => {
+            if let Some(n) = a.scalar::<i32>(1) {
+                let x = first(a.buffer_mut::<f32>(0), n.max(0) as usize);
                 // The kernel's own constant, not PI: its results are compared with it.
                 #[allow(clippy::approx_constant)]
                 let base = 3.14159f64;
@@ -191,18 +199,22 @@ pub(crate) unsafe fn run(name: &str, a: &Args) -> Option<i32> {
                     *v = base.powf(i as f64).sqrt() as f32;
                 }
             }
-            "empty" => {}
-            "stamp" => {
-                let (slot, n) = (a.u32(1), a.u32(2));
+        }
+        "empty" => {}
+        "stamp" => {
+            if let (Some(slot), Some(n)) = (a.scalar::<u32>(1), a.scalar::<u32>(2)) {
                 if slot < n {
-                    let t = a.u64(0) as usize as *mut u64;
-                    *t.add(slot as usize) = now_ns();
+                    if let Some(t) =
+                        first(a.buffer_mut::<u64>(0), n as usize).get_mut(slot as usize)
+                    {
+                        *t = now_ns();
+                    }
                 }
             }
-            // A device-side trap: the context's sticky `CUDA_ERROR_LAUNCH_FAILED`.
-            "trap_kernel" => return Some(719),
-            _ => unknown(name),
         }
+        // A device-side trap: the context's sticky `CUDA_ERROR_LAUNCH_FAILED`.
+        "trap_kernel" => return Some(719),
+        _ => unknown(name),
     }
     None
 }

@@ -172,7 +172,7 @@ pub(crate) struct Alloc {
     pub(crate) kind: Kind,
     layout: std::alloc::Layout,
     /// Per stream, the last operation that touched it.
-    accesses: BTreeMap<usize, u64>,
+    pub(crate) accesses: BTreeMap<usize, u64>,
     /// The stream it is attached to (`cuStreamAttachMemAsync`), if single.
     pub(crate) attached: Option<usize>,
     /// The pool it came from.
@@ -354,7 +354,7 @@ fn worker(id: usize) {
             join(&mut g.host, &clock);
         }
         drop(g);
-        execute(&op.work);
+        execute(&op.work, id, op.seq);
         let mut g = lock();
         // An idle stream reaches a timestamp when it is enqueued; a busy one when the work
         // before it is done: marks keep the host's order, whichever worker runs first.
@@ -386,16 +386,13 @@ fn worker(id: usize) {
     }
 }
 
-fn execute(work: &Work) {
+/// Runs `work`, operation `seq` of stream `stream`.
+fn execute(work: &Work, stream: usize, seq: u64) {
     match work {
         Work::Kernel { name, args } => {
-            // A user's twin first; else the model's own.
-            let fault = match twins::run(name, args) {
-                Some(fault) => fault,
-                // SAFETY: the launch's arguments, copied at the launch, in memory the model
-                // allocated.
-                None => unsafe { kernels::run(name, args) },
-            };
+            // A user's twin first; else the model's own: both see only checked memory.
+            let mut launch = twins::LaunchArgs::new(&lock(), args, stream, seq);
+            let fault = twins::run(name, &mut launch);
             if let Some(code) = fault {
                 let _ = STICKY.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
             }

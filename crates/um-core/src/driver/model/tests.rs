@@ -266,3 +266,192 @@ fn a_registered_twin_runs_in_stream_order_and_sees_only_checked_memory() {
         assert_eq!(cuModuleUnload(module), 0);
     }
 }
+
+/// Loads `ptx` and launches its entry `name` on `s` with `params` (one pointer per parameter).
+fn launch_entry(
+    ptx: &std::ffi::CStr,
+    name: &std::ffi::CStr,
+    s: CUstream,
+    params: &mut [*mut c_void],
+) {
+    let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+    unsafe {
+        assert_eq!(cuModuleLoadData(&mut module, ptx.as_ptr().cast()), 0);
+        assert_eq!(cuModuleGetFunction(&mut function, module, name.as_ptr()), 0);
+        let launched = cuLaunchKernel(
+            function,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        );
+        assert_eq!(launched, 0);
+    }
+}
+
+/// The model's own twins (of um's test kernels, chosen by name) read their arguments as a
+/// user's twin does: a user's kernel of the same name but other parameters, or with an index
+/// past its buffer, reaches no memory outside the launch's buffers.
+#[test]
+fn the_models_own_twin_of_a_kernel_name_reaches_only_the_launchs_buffers() {
+    let _serial = serial();
+    let (p, q, s) = (managed(64), managed(64), stream(0));
+    // `kernel(float *x, int n)` in um's tests; here `kernel(float *x, float *y)`: the second
+    // parameter is no `int`, so the twin does nothing (it once took an address's low half for
+    // `n` and wrote that many floats from `x`).
+    let ptx = c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry kernel(\n\
+        .param .u64 x,\n.param .u64 y\n)\n{\nret;\n}\n";
+    let (mut a0, mut a1) = (p, q);
+    launch_entry(
+        ptx,
+        c"kernel",
+        s,
+        &mut [(&raw mut a0).cast(), (&raw mut a1).cast()],
+    );
+    // `scatter(float *out, const unsigned *idx, float v, unsigned n)` with an index far past
+    // `out`: only the index inside it is written.
+    let idx = q as usize as *mut u32;
+    unsafe {
+        *idx = 3;
+        *idx.add(1) = 1 << 24;
+    }
+    let ptx = c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry scatter(\n\
+        .param .u64 out,\n.param .u64 idx,\n.param .f32 v,\n.param .u32 n\n)\n{\nret;\n}\n";
+    let (mut b0, mut b1, mut b2, mut b3) = (p, q, 5.0f32, 2u32);
+    launch_entry(
+        ptx,
+        c"scatter",
+        s,
+        &mut [
+            (&raw mut b0).cast(),
+            (&raw mut b1).cast(),
+            (&raw mut b2).cast(),
+            (&raw mut b3).cast(),
+        ],
+    );
+    assert_eq!(unsafe { cuStreamSynchronize(s) }, 0);
+    // SAFETY: the host owns the memory again.
+    let out = unsafe { std::slice::from_raw_parts(p as usize as *const f32, 16) };
+    let mut want = [0.0f32; 16];
+    want[3] = 5.0;
+    assert_eq!(out, want);
+    assert!(take_violations().is_empty());
+    unsafe {
+        assert_eq!(cuMemFree_v2(p), 0);
+        assert_eq!(cuMemFree_v2(q), 0);
+        assert_eq!(cuStreamDestroy_v2(s), 0);
+    }
+}
+
+/// A twin sees memory only where its launch touched it: an allocation made after the launch at
+/// an address a parameter names (a freed buffer's, reused) is not the launch's, since nothing
+/// keeps it from the host or from a free while the twin runs.
+#[test]
+fn an_allocation_made_after_a_launch_at_an_address_it_passes_is_not_given_to_the_twin() {
+    let _serial = serial();
+    static SEEN: Mutex<Vec<Option<usize>>> = Mutex::new(Vec::new());
+    super::register_kernel("twin_reads_param", |args| {
+        SEEN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(args.buffer::<u8>(0).map(<[u8]>::len));
+    });
+    let ptx = c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry twin_reads_param(\n\
+        .param .u64 p\n)\n{\nret;\n}\n";
+    let s = stream(0);
+    // Allocated before the launch: the launch's memory.
+    let live = managed(64);
+    let mut a0 = live;
+    launch_entry(ptx, c"twin_reads_param", s, &mut [(&raw mut a0).cast()]);
+    // Large enough to be mapped of its own (past glibc's largest mmap threshold), so that a
+    // freed block is not cut up for small allocations meanwhile, and is mapped again.
+    const BIG: usize = 64 << 20;
+    // Freed before their launches, allocated again (some at the same addresses) while the
+    // launches are queued.
+    let go = busy(s);
+    let gone: Vec<CUdeviceptr> = (0..2).map(|_| managed(BIG)).collect();
+    for &p in &gone {
+        assert_eq!(unsafe { cuMemFree_v2(p) }, 0);
+    }
+    for &p in &gone {
+        let mut a = p;
+        launch_entry(ptx, c"twin_reads_param", s, &mut [(&raw mut a).cast()]);
+    }
+    let mut made = Vec::new();
+    while !made.iter().any(|p| gone.contains(p)) {
+        assert!(
+            made.len() < 4096,
+            "the allocator never gave a freed block back"
+        );
+        made.push(managed(BIG));
+    }
+    drop(go);
+    assert_eq!(unsafe { cuStreamSynchronize(s) }, 0);
+    let seen = std::mem::take(&mut *SEEN.lock().unwrap_or_else(PoisonError::into_inner));
+    assert_eq!(seen[0], Some(64));
+    assert_eq!(seen[1..], [None; 2]);
+    assert!(take_violations().is_empty());
+    unsafe {
+        for p in made.into_iter().chain([live]) {
+            assert_eq!(cuMemFree_v2(p), 0);
+        }
+        assert_eq!(cuStreamDestroy_v2(s), 0);
+    }
+}
+
+/// A twin runs on its stream's driver thread, where a driver call is refused as it is in a host
+/// function (`CUDA_ERROR_NOT_PERMITTED`): a twin cannot allocate, free or wait from inside.
+#[test]
+fn a_twins_driver_calls_are_refused_as_a_host_functions_are() {
+    let _serial = serial();
+    static CODES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    super::register_kernel("twin_calls_the_driver", |args| {
+        let mut q = 0;
+        let alloc = unsafe { cuMemAllocManaged(&mut q, 8, 1) };
+        let address = args.scalar::<u64>(0).unwrap_or(0);
+        let free = unsafe { cuMemFree_v2(address) };
+        let wait = unsafe { cuCtxSynchronize() };
+        CODES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend([alloc, free, wait]);
+    });
+    let ptx =
+        c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry twin_calls_the_driver(\n\
+        .param .u64 p\n)\n{\nret;\n}\n";
+    let (p, s) = (managed(64), stream(0));
+    let mut a0 = p;
+    launch_entry(
+        ptx,
+        c"twin_calls_the_driver",
+        s,
+        &mut [(&raw mut a0).cast()],
+    );
+    assert_eq!(unsafe { cuStreamSynchronize(s) }, 0);
+    let codes = std::mem::take(&mut *CODES.lock().unwrap_or_else(PoisonError::into_inner));
+    assert_eq!(codes, [800, 800, 800]);
+    unsafe {
+        assert_eq!(cuMemFree_v2(p), 0, "not freed by the twin");
+        assert_eq!(cuStreamDestroy_v2(s), 0);
+    }
+}
+
+/// A twin's panic is a kernel fault; its payload is dropped on the stream's worker without
+/// unwinding out of it, even where the payload's own drop panics (the worker would stop, and a
+/// wait for its stream would never return).
+#[test]
+fn a_panic_payload_whose_drop_panics_is_dropped_without_unwinding() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("a payload's drop");
+        }
+    }
+    let dropped = std::panic::catch_unwind(|| super::twins::drop_payload(Box::new(PanicsOnDrop)));
+    assert!(dropped.is_ok());
+}

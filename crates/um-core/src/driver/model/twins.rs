@@ -16,7 +16,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use cust::memory::bytemuck::{self, Pod};
 
 use super::kernels::Args;
-use super::{find, lock};
+use super::{State, find};
 
 /// What a twin is: any thread may run it (each stream's worker runs its own kernels).
 type Twin = Arc<dyn Fn(&mut LaunchArgs<'_>) + Send + Sync>;
@@ -30,6 +30,37 @@ pub struct LaunchArgs<'a> {
     /// For each parameter that is an address inside an allocation of the model: that address
     /// and the bytes from it to the allocation's end.
     spans: Vec<Option<(usize, usize)>>,
+}
+
+impl<'a> LaunchArgs<'a> {
+    /// The arguments of operation `seq` of stream `stream`, as the model's state `g` has them
+    /// when its worker runs it. A parameter is an address only inside an allocation that records
+    /// an access by this stream at `seq` or later: one the launch touched when it was enqueued
+    /// (or a later operation of the stream, which runs after it). Such an allocation cannot be
+    /// freed, and the host or another stream cannot reach it unreported, until this operation
+    /// has completed. An allocation made at that address after the launch records no such
+    /// access, and is no memory of the launch.
+    pub(crate) fn new(g: &State, args: &'a Args, stream: usize, seq: u64) -> Self {
+        let spans = args
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if p.len() != 8 {
+                    return None;
+                }
+                let address = args.u64(i) as usize;
+                let start = find(g, address)?;
+                let a = g.allocs.get(&start)?;
+                let pending = a.accesses.get(&stream).is_some_and(|&v| v >= seq);
+                pending.then_some((address, start + a.len - address))
+            })
+            .collect();
+        LaunchArgs {
+            params: &args.0,
+            spans,
+        }
+    }
 }
 
 impl LaunchArgs<'_> {
@@ -123,37 +154,44 @@ pub fn register_noop_kernel(name: &str) {
     register_kernel(name, |_| {});
 }
 
-/// Runs the registered twin of `name` on `args`: `None` where none is registered, else
-/// `Some(fault)`, the sticky error of a twin that panicked.
-pub(crate) fn run(name: &str, args: &Args) -> Option<Option<i32>> {
-    let twin = TWINS
+/// The registered twin of `name`, if any.
+fn registered(name: &str) -> Option<Twin> {
+    TWINS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get(name)
-        .cloned()?;
-    let spans = {
-        let g = lock();
-        args.0
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                if p.len() != 8 {
-                    return None;
-                }
-                let address = args.u64(i) as usize;
-                let start = find(&g, address)?;
-                let len = g.allocs.get(&start)?.len;
-                Some((address, start + len - address))
-            })
-            .collect()
-    };
-    let mut launch = LaunchArgs {
-        params: &args.0,
-        spans,
-    };
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| twin(&mut launch)));
-    Some(ran.err().map(|_| {
-        eprintln!("um model: the CPU twin of kernel `{name}` panicked: a kernel fault");
-        719
-    }))
+        .cloned()
+}
+
+/// Runs the kernel `name` of a launch: the registered twin of that name, else the model's own
+/// ([`kernels::run`](super::kernels::run)), both on the checked [`LaunchArgs`]. Returns the
+/// sticky error of a kernel that faults: a twin that panics is one, and its panic stays here
+/// (the stream's worker goes on to its next operation).
+pub(crate) fn run(name: &str, launch: &mut LaunchArgs<'_>) -> Option<i32> {
+    let twin = registered(name);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &twin {
+        Some(twin) => {
+            twin(launch);
+            None
+        }
+        None => super::kernels::run(name, launch),
+    }));
+    match ran {
+        Ok(fault) => fault,
+        Err(payload) => {
+            drop_payload(payload);
+            eprintln!("um model: the CPU twin of kernel `{name}` panicked: a kernel fault");
+            Some(719)
+        }
+    }
+}
+
+/// Drops a panic's payload without unwinding: a payload whose own drop panics would otherwise
+/// unwind out of the stream's worker, which then never runs the stream's later work (a wait for
+/// it would hang). The payload of that second panic is leaked.
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+    if let Err(again) = dropped {
+        std::mem::forget(again);
+    }
 }
