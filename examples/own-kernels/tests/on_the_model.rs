@@ -11,7 +11,7 @@
 
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 
-use um::{Context, Created, LaunchConfig, Managed, Stream, StreamOptions, StreamOwned};
+use um::{Context, Created, DevicePtr, LaunchConfig, Managed, Stream, StreamOptions, StreamOwned};
 
 um::include_kernels!();
 
@@ -92,7 +92,7 @@ fn the_kernels_run_as_their_cpu_twins() {
 }
 
 /// The bug: `x` is written on stream `a`, and a kernel on stream `b` reads it through its raw
-/// address (`as_device_ptr`, passed as a plain `u64` to an `unsafe` launch), with no event
+/// address (`as_device_ptr`, passed to an `unsafe` launch), with no event
 /// between the streams. On a GPU it reads `x` before or after `a`'s write, as the scheduler
 /// pleases; the types cannot see it, since `b`'s launch names no buffer of `a`. The model sees
 /// that `b`'s work touches the allocation that `a`'s pending work touches with no ordering edge,
@@ -111,11 +111,11 @@ fn read_on_another_stream(order_first: bool) -> Vec<f32> {
             let y = if order_first {
                 // The fix: `b` waits for `a`'s work on `x` (an event, no host wait).
                 let x = x.hand_off(b)?;
-                saxpy_reading(b, x.as_device_ptr().address(), &mut y, n)?;
+                saxpy_reading(b, x.as_device_ptr(), &mut y, n)?;
                 y.sync()?
             } else {
                 // The bug: `x` stays on `a`, and nothing orders `b` after `a`.
-                saxpy_reading(b, x.as_device_ptr().address(), &mut y, n)?;
+                saxpy_reading(b, x.as_device_ptr(), &mut y, n)?;
                 y.sync()?
             };
             drop(ones);
@@ -126,9 +126,11 @@ fn read_on_another_stream(order_first: bool) -> Vec<f32> {
 }
 
 /// `y += x` on `stream`, where `x` is a raw address: the escape hatch of `Stream::launch_ptx`.
+/// A `DevicePtr`, not its `u64`: the model hands a twin as memory only what the launch passed
+/// as memory.
 fn saxpy_reading<'s>(
     stream: &Stream<'s, Created>,
-    x: u64,
+    x: DevicePtr<'_, f32>,
     y: &mut Managed<[f32], StreamOwned<'s, Created>>,
     n: usize,
 ) -> um::Result<()> {

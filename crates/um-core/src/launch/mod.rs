@@ -18,6 +18,7 @@ use crate::driver::{self, sys};
 use crate::error::{Error, Result};
 use crate::memory::managed::Managed;
 use crate::memory::marker::StreamOwned;
+use crate::memory::raw::DevicePtr;
 use crate::memory::storage::Storage;
 use crate::sealed::{PRIVATE, Private, Sealed};
 
@@ -77,6 +78,13 @@ pub trait KernelArg<'s>: Sealed {
     fn owner(&self, _: Private) -> Option<u64> {
         None
     }
+    /// Whether the value is the address of memory the kernel is given (a buffer, or a
+    /// [`DevicePtr`] an `unsafe` launch vouches for), not a plain value: what the CPU model
+    /// hands a twin as a slice, and only that.
+    #[doc(hidden)]
+    fn is_memory(&self, _: Private) -> bool {
+        self.owner(PRIVATE).is_some()
+    }
 }
 
 /// A tuple of [`KernelArg<'s>`] (up to twelve), or `()` for none. Sealed.
@@ -88,6 +96,9 @@ pub trait KernelArgs<'s>: Sealed {
     /// own (the token).
     #[doc(hidden)]
     fn with_params<R>(self, f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R, _: Private) -> R;
+    /// Bit `i` set where argument `i` is memory ([`KernelArg::is_memory`]).
+    #[doc(hidden)]
+    fn memory_mask(&self, _: Private) -> u64;
 }
 
 /// A value of any [`DeviceCopy`] type, passed to the kernel by value (a `struct` parameter,
@@ -132,6 +143,20 @@ impl<'s, T: ?Sized, K: StreamKind, M: Storage> KernelArg<'s>
     }
 }
 
+impl<T> Sealed for DevicePtr<'_, T> {}
+/// A raw device address (of a stream-owned buffer, for the borrow's life), passed as the
+/// kernel's pointer parameter. Only an `unsafe` launch takes it: the caller vouches that the
+/// stream orders the kernel after the buffer's own stream.
+impl<'s, T> KernelArg<'s> for DevicePtr<'_, T> {
+    type Raw = sys::CUdeviceptr;
+    fn raw(&self, _: Private) -> sys::CUdeviceptr {
+        self.address()
+    }
+    fn is_memory(&self, _: Private) -> bool {
+        true
+    }
+}
+
 macro_rules! scalar_args {
     ($($t:ty)*) => {$(
         impl Sealed for $t {}
@@ -160,6 +185,13 @@ macro_rules! tuple_args {
                 let ($($v,)*) = self;
                 let owners: [Option<u64>; count!($($t)*)] = [$($v.owner(PRIVATE)),*];
                 owners.iter().position(|owner| owner.is_some_and(|o| o != id))
+            }
+
+            #[allow(unused_variables, unused_mut)]
+            fn memory_mask(&self, _: Private) -> u64 {
+                let ($($v,)*) = self;
+                let memory: [bool; count!($($t)*)] = [$($v.is_memory(PRIVATE)),*];
+                memory.iter().enumerate().fold(0, |m, (i, &b)| m | (u64::from(b) << i))
             }
 
             #[allow(unused_mut, clippy::unused_unit)]
@@ -304,6 +336,9 @@ impl<'s, K: StreamKind> Stream<'s, K> {
             });
         }
         self.context().bind()?;
+        // The CPU model hands a twin as slices only the arguments that are memory.
+        #[cfg(feature = "model")]
+        driver::model::set_launch_memory(args.memory_mask(PRIVATE));
         args.with_params(
             |params, sizes| {
                 // SAFETY: the caller guarantees that `params` matches the kernel and that the

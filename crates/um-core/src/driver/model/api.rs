@@ -1258,9 +1258,14 @@ pub(crate) unsafe fn cuGraphExecKernelNodeSetParams_v2(
     else {
         return INVALID_VALUE;
     };
+    // The node's memory parameters stay those of its capture (only scalars are set here).
+    let mask = match &op.work {
+        Work::Kernel { args: old, .. } => old.1,
+        _ => 0,
+    };
     op.work = Work::Kernel {
         name: entry.name,
-        args,
+        args: kernels::Args(args.0, mask),
     };
     op.touches = t;
     0
@@ -1386,7 +1391,7 @@ unsafe fn copy_args(entry: &kernels::Entry, params: *mut *mut c_void) -> kernels
         };
         args.push(bytes);
     }
-    kernels::Args(args)
+    kernels::Args(args, kernels::take_launch_memory())
 }
 
 /// The allocations a launch's arguments point into.

@@ -81,7 +81,26 @@ fn param_size(decl: &str) -> usize {
 
 /// A launch's copied arguments: each parameter's bytes.
 #[derive(Debug, Clone)]
-pub(crate) struct Args(pub(crate) Vec<Vec<u8>>);
+pub(crate) struct Args(pub(crate) Vec<Vec<u8>>, pub(crate) u64);
+
+std::thread_local! {
+    /// The memory mask of the launch this thread makes next (`set_launch_memory`).
+    static LAUNCH_MEMORY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Says which parameters of the next launch on this thread are memory (bit `i` for parameter
+/// `i`): um's launch path, from its typed arguments (buffers, and `DevicePtr`s an `unsafe`
+/// launch vouches for). A twin gets a slice of those parameters only, never of a plain value
+/// that happens to hold an address.
+pub(crate) fn set_launch_memory(mask: u64) {
+    LAUNCH_MEMORY.with(|m| m.set(mask));
+}
+
+/// The mask `set_launch_memory` left for this launch, cleared: 0 (no parameter is memory)
+/// for a launch that did not come through um's launch path.
+pub(crate) fn take_launch_memory() -> u64 {
+    LAUNCH_MEMORY.with(|m| m.replace(0))
+}
 
 impl Args {
     pub(crate) fn u64(&self, i: usize) -> u64 {

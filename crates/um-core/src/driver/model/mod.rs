@@ -24,6 +24,7 @@ pub(crate) mod kernels;
 mod tests;
 pub(crate) mod twins;
 
+pub(crate) use kernels::set_launch_memory;
 pub use twins::{LaunchArgs, register_kernel, register_noop_kernel};
 
 use std::cell::Cell;

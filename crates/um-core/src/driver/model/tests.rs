@@ -226,6 +226,8 @@ fn a_registered_twin_runs_in_stream_order_and_sees_only_checked_memory() {
         (&raw mut a2).cast(),
         (&raw mut a3).cast(),
     ];
+    // As um's launch path says of buffers: the first two parameters are memory.
+    super::set_launch_memory(0b11);
     let launched = unsafe {
         cuLaunchKernel(
             function,
@@ -267,14 +269,27 @@ fn a_registered_twin_runs_in_stream_order_and_sees_only_checked_memory() {
     }
 }
 
-/// Loads `ptx` and launches its entry `name` on `s` with `params` (one pointer per parameter).
+/// Loads `ptx` and launches its entry `name` on `s` with `params` (one pointer per parameter),
+/// every parameter said to be memory, as um's launch path says of buffers.
 fn launch_entry(
     ptx: &std::ffi::CStr,
     name: &std::ffi::CStr,
     s: CUstream,
     params: &mut [*mut c_void],
 ) {
+    launch_entry_with(ptx, name, s, params, u64::MAX);
+}
+
+/// `launch_entry`, with bit `i` of `memory` set where parameter `i` is memory.
+fn launch_entry_with(
+    ptx: &std::ffi::CStr,
+    name: &std::ffi::CStr,
+    s: CUstream,
+    params: &mut [*mut c_void],
+    memory: u64,
+) {
     let (mut module, mut function) = (std::ptr::null_mut(), std::ptr::null_mut());
+    super::set_launch_memory(memory);
     unsafe {
         assert_eq!(cuModuleLoadData(&mut module, ptx.as_ptr().cast()), 0);
         assert_eq!(cuModuleGetFunction(&mut function, module, name.as_ptr()), 0);
@@ -454,4 +469,46 @@ fn a_panic_payload_whose_drop_panics_is_dropped_without_unwinding() {
     }
     let dropped = std::panic::catch_unwind(|| super::twins::drop_payload(Box::new(PanicsOnDrop)));
     assert!(dropped.is_ok());
+}
+
+/// A twin gets a slice only of a parameter that um's launch passed as memory (a buffer, or a
+/// `DevicePtr` of an `unsafe` launch): a plain value that holds a live allocation's address (a
+/// `u64` scalar of a safe launcher, given a host-owned buffer's address) is no memory of the
+/// launch, since the host may hold a reference into it while the twin runs.
+#[test]
+fn a_plain_value_holding_an_allocations_address_is_not_given_to_the_twin() {
+    let _serial = serial();
+    static SEEN: Mutex<Vec<Option<usize>>> = Mutex::new(Vec::new());
+    super::register_kernel("twin_reads_value_or_memory", |args| {
+        SEEN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(args.buffer::<u8>(0).map(<[u8]>::len));
+    });
+    let ptx = c".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry twin_reads_value_or_memory(\n\
+        .param .u64 p\n)\n{\nret;\n}\n";
+    let s = stream(0);
+    let live = managed(64);
+    // The same address, once as a plain value and once as memory.
+    for memory in [0, 1] {
+        let mut a0 = live;
+        launch_entry_with(
+            ptx,
+            c"twin_reads_value_or_memory",
+            s,
+            &mut [(&raw mut a0).cast()],
+            memory,
+        );
+        assert_eq!(unsafe { cuStreamSynchronize(s) }, 0);
+    }
+    let seen = std::mem::take(&mut *SEEN.lock().unwrap_or_else(PoisonError::into_inner));
+    assert_eq!(
+        seen,
+        [None, Some(64)],
+        "a value: no slice; memory: its allocation"
+    );
+    assert!(take_violations().is_empty());
+    unsafe {
+        assert_eq!(cuMemFree_v2(live), 0);
+        assert_eq!(cuStreamDestroy_v2(s), 0);
+    }
 }

@@ -46,7 +46,10 @@ impl<'a> LaunchArgs<'a> {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                if p.len() != 8 {
+                // Only what um's launch passed as memory: a plain value that holds an address
+                // is no memory of the launch's (a host-owned buffer's, say, that the host reads
+                // meanwhile).
+                if p.len() != 8 || i >= 64 || args.1 & (1 << i) == 0 {
                     return None;
                 }
                 let address = args.u64(i) as usize;
