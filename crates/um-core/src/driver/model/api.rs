@@ -11,7 +11,7 @@ use super::super::sys::{
     CUstream, KernelNodeParams, MemLocation, MemPoolProps, StreamCallback,
 };
 use super::{
-    Event, Graph, Kind, LEGACY, Op, Pool, State, Stream, Work, alloc, done, enqueue, find,
+    Event, Graph, Kind, Op, Pool, State, Stream, Work, alloc, devices, done, enqueue, find,
     free_now, host_knows, kernels, lock, spawn_worker, sync_stream, violation, wait,
 };
 
@@ -23,7 +23,6 @@ const NOT_READY: i32 = 600;
 const CAPTURE_UNSUPPORTED: i32 = 900;
 const CAPTURE_IMPLICIT: i32 = 906;
 const CAPTURE_WRONG_THREAD: i32 = 908;
-const CONTEXT: usize = 0x10;
 const TOTAL: usize = 8 << 30;
 
 thread_local! {
@@ -33,23 +32,33 @@ thread_local! {
     static CAPTURING: Cell<usize> = const { Cell::new(0) };
     /// The thread's current context.
     static CURRENT: Cell<usize> = const { Cell::new(0) };
-    /// The thread's default stream, once used.
-    static PER_THREAD: PerThread = const { PerThread(Cell::new(0)) };
+    /// The thread's default stream of each context, once used: (context, stream).
+    static PER_THREAD: PerThread = const { PerThread(std::cell::RefCell::new(Vec::new())) };
 }
 
-struct PerThread(Cell<usize>);
+struct PerThread(std::cell::RefCell<Vec<(usize, usize)>>);
 
 impl Drop for PerThread {
     fn drop(&mut self) {
-        let id = self.0.get();
-        if id != 0 {
+        let ids = std::mem::take(&mut *self.0.borrow_mut());
+        if !ids.is_empty() {
             let mut g = lock();
-            if let Some(s) = g.streams.get_mut(&id) {
-                s.destroyed = true;
+            for (_, id) in ids {
+                if let Some(s) = g.streams.get_mut(&id) {
+                    s.destroyed = true;
+                }
             }
             drop(g);
             super::MODEL.changed.notify_all();
         }
+    }
+}
+
+/// The calling thread's current context (device 0's where it made none current).
+fn current_context() -> usize {
+    match CURRENT.with(Cell::get) {
+        0 => devices::CONTEXT0,
+        ctx => ctx,
     }
 }
 
@@ -84,15 +93,23 @@ fn new_id(g: &mut State) -> usize {
 /// The stream a handle names.
 fn stream_id(g: &mut State, s: CUstream) -> usize {
     match s as usize {
-        0 | 1 => LEGACY,
+        0 | 1 => devices::legacy_stream(g, current_context()),
         2 => PER_THREAD.with(|p| {
-            if p.0.get() == 0 {
+            let ctx = current_context();
+            let mine =
+                p.0.borrow()
+                    .iter()
+                    .find(|&&(c, _)| c == ctx)
+                    .map(|&(_, id)| id);
+            mine.unwrap_or_else(|| {
                 let id = new_id(g);
-                g.streams.insert(id, Stream::new(true));
+                let mut s = Stream::new(true);
+                s.context = ctx;
+                g.streams.insert(id, s);
                 spawn_worker(id);
-                p.0.set(id);
-            }
-            p.0.get()
+                p.0.borrow_mut().push((ctx, id));
+                id
+            })
         }),
         id => id,
     }
@@ -101,13 +118,14 @@ fn stream_id(g: &mut State, s: CUstream) -> usize {
 /// Refuses work on the legacy stream while a blocking stream captures (its implicit
 /// synchronization would join the capture); the capture is invalidated.
 fn legacy_refused(g: &mut State, id: usize) -> bool {
-    if id != LEGACY {
+    if !devices::is_legacy(id) {
         return false;
     }
+    let context = g.streams.get(&id).map(|s| s.context);
     let hit: Vec<usize> = g
         .streams
         .iter()
-        .filter(|(_, s)| s.blocking && s.capture.is_some())
+        .filter(|(_, s)| s.blocking && s.capture.is_some() && Some(s.context) == context)
         .map(|(&k, _)| k)
         .collect();
     for &k in &hit {
@@ -180,22 +198,22 @@ pub(crate) unsafe fn cuDeviceGetCount(count: *mut c_int) -> i32 {
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    unsafe { put(count, 1) }
+    unsafe { put(count, devices::count() as c_int) }
 }
 pub(crate) unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> i32 {
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    if ordinal != 0 {
+    if !devices::valid(ordinal) {
         return INVALID_DEVICE;
     }
-    unsafe { put(device, 0) }
+    unsafe { put(device, ordinal) }
 }
 pub(crate) unsafe fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> i32 {
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
     let text = b"um CPU model\0";
@@ -216,7 +234,7 @@ pub(crate) unsafe fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, device
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
     let v = match attr {
@@ -236,21 +254,23 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, device: CUdev
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
-    lock().primary_refs += 1;
-    unsafe { put(ctx, CONTEXT as CUcontext) }
+    *lock().primary_refs.entry(device).or_insert(0) += 1;
+    unsafe { put(ctx, devices::context_of(device) as CUcontext) }
 }
 pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> i32 {
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
     let mut g = lock();
-    g.primary_refs = g.primary_refs.saturating_sub(1);
+    if let Some(refs) = g.primary_refs.get_mut(&device) {
+        *refs = refs.saturating_sub(1);
+    }
     0
 }
 pub(crate) unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> i32 {
@@ -274,11 +294,13 @@ pub(crate) unsafe fn cuCtxSynchronize() -> i32 {
         return CAPTURE_UNSUPPORTED;
     }
     let mut g = lock();
-    // A wait for the whole device while any stream captures: refused, and the captures fail.
+    let context = current_context();
+    // A wait for the whole device while any of its streams captures: refused, and the captures
+    // fail.
     let capturing: Vec<usize> = g
         .streams
         .iter()
-        .filter(|(_, s)| s.capture.is_some())
+        .filter(|(_, s)| s.capture.is_some() && s.context == context)
         .map(|(&k, _)| k)
         .collect();
     if !capturing.is_empty() {
@@ -287,7 +309,12 @@ pub(crate) unsafe fn cuCtxSynchronize() -> i32 {
         }
         return CAPTURE_UNSUPPORTED;
     }
-    let ids: Vec<usize> = g.streams.keys().copied().collect();
+    let ids: Vec<usize> = g
+        .streams
+        .iter()
+        .filter(|(_, s)| s.context == context)
+        .map(|(&k, _)| k)
+        .collect();
     for id in ids {
         g = sync_stream(g, id);
     }
@@ -317,7 +344,12 @@ unsafe fn alloc_into(ptr: *mut CUdeviceptr, bytes: usize, kind: Kind) -> i32 {
         return super::super::sys::ERROR_OUT_OF_MEMORY;
     }
     match alloc(&mut g, bytes, kind) {
-        Some(p) => unsafe { put(ptr, p as CUdeviceptr) },
+        Some(p) => {
+            if let Some(a) = g.allocs.get_mut(&p) {
+                a.context = current_context();
+            }
+            unsafe { put(ptr, p as CUdeviceptr) }
+        }
         None => super::super::sys::ERROR_OUT_OF_MEMORY,
     }
 }
@@ -576,16 +608,17 @@ pub(crate) unsafe fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, device: 
     if let Some(code) = super::refusal() {
         return code;
     }
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
+    let id = devices::default_pool_of(device);
     let mut g = lock();
-    g.pools.entry(0x8).or_insert(Pool {
+    g.pools.entry(id).or_insert(Pool {
         threshold: 0,
         used: 0,
         reserved: 0,
     });
-    unsafe { put(pool, 0x8 as CUmemoryPool) }
+    unsafe { put(pool, id as CUmemoryPool) }
 }
 pub(crate) unsafe fn cuMemPoolCreate(pool: *mut CUmemoryPool, _props: *const MemPoolProps) -> i32 {
     if let Some(code) = super::refusal() {
@@ -670,8 +703,10 @@ pub(crate) unsafe fn cuMemAllocFromPoolAsync(
     let Some(p) = alloc(&mut g, bytes, Kind::Device) else {
         return super::super::sys::ERROR_OUT_OF_MEMORY;
     };
+    let context = g.streams.get(&id).map_or(devices::CONTEXT0, |s| s.context);
     if let Some(a) = g.allocs.get_mut(&p) {
         a.pool = Some(pool as usize);
+        a.context = context;
     }
     if let Some(pl) = g.pools.get_mut(&(pool as usize)) {
         pl.used += bytes as u64;
@@ -717,10 +752,9 @@ pub(crate) unsafe fn cuStreamCreateWithPriority(
     }
     let mut g = lock();
     let id = new_id(&mut g);
-    g.streams.insert(
-        id,
-        Stream::new(flags & super::super::sys::STREAM_NON_BLOCKING == 0),
-    );
+    let mut s = Stream::new(flags & super::super::sys::STREAM_NON_BLOCKING == 0);
+    s.context = current_context();
+    g.streams.insert(id, s);
     drop(g);
     spawn_worker(id);
     unsafe { put(stream, id as CUstream) }
@@ -732,7 +766,7 @@ pub(crate) unsafe fn cuStreamDestroy_v2(stream: CUstream) -> i32 {
     let mut g = lock();
     let id = stream as usize;
     match g.streams.get_mut(&id) {
-        Some(s) if id != LEGACY => s.destroyed = true,
+        Some(s) if !devices::is_legacy(id) => s.destroyed = true,
         _ => return INVALID_HANDLE,
     }
     drop(g);
@@ -761,11 +795,16 @@ pub(crate) unsafe fn cuStreamSynchronize(stream: CUstream) -> i32 {
     drop(sync_stream(g, id));
     super::or_sticky(0)
 }
-pub(crate) unsafe fn cuStreamGetCtx(_stream: CUstream, ctx: *mut CUcontext) -> i32 {
+pub(crate) unsafe fn cuStreamGetCtx(stream: CUstream, ctx: *mut CUcontext) -> i32 {
     if let Some(code) = super::thread_refusal() {
         return code;
     }
-    unsafe { put(ctx, CONTEXT as CUcontext) }
+    let mut g = lock();
+    let id = stream_id(&mut g, stream);
+    let Some(context) = g.streams.get(&id).map(|s| s.context) else {
+        return INVALID_HANDLE;
+    };
+    unsafe { put(ctx, context as CUcontext) }
 }
 pub(crate) unsafe fn cuStreamQuery(stream: CUstream) -> i32 {
     if let Some(code) = super::refusal() {
@@ -851,6 +890,7 @@ pub(crate) unsafe fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> i32 {
             generation: 0,
             stamp: None,
             captured: None,
+            context: current_context(),
         },
     );
     unsafe { put(event, id as CUevent) }
@@ -862,8 +902,11 @@ pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> i32 {
     let e = event as usize;
     let mut g = lock();
     let id = stream_id(&mut g, stream);
-    if !g.events.contains_key(&e) {
-        return INVALID_HANDLE;
+    // The event and the stream must be of one context.
+    let context = g.streams.get(&id).map(|s| s.context);
+    match g.events.get(&e) {
+        Some(ev) if Some(ev.context) == context => {}
+        _ => return INVALID_HANDLE,
     }
     if legacy_refused(&mut g, id) {
         return CAPTURE_IMPLICIT;
@@ -973,7 +1016,8 @@ pub(crate) unsafe fn cuEventElapsedTime(
     ) else {
         return INVALID_HANDLE;
     };
-    if !a.timing || !b.timing {
+    // Two events of one context only.
+    if !a.timing || !b.timing || a.context != b.context {
         return INVALID_HANDLE;
     }
     match (a.stamp, b.stamp) {
@@ -1035,7 +1079,7 @@ pub(crate) unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> 
     }
     let mut g = lock();
     let id = stream_id(&mut g, stream);
-    if id == LEGACY {
+    if devices::is_legacy(id) {
         return CAPTURE_UNSUPPORTED;
     }
     if capturing(&g, id) {
@@ -1495,10 +1539,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     flags: *mut c_uint,
     active: *mut c_int,
 ) -> i32 {
-    if device != 0 {
+    if !devices::valid(device) {
         return INVALID_DEVICE;
     }
-    let refs = lock().primary_refs;
+    let refs = lock().primary_refs.get(&device).copied().unwrap_or(0);
     unsafe {
         put(flags, 0);
         put(active, i32::from(refs > 0))

@@ -233,6 +233,9 @@ pub(crate) fn run(name: &str, a: &mut LaunchArgs<'_>) -> Option<i32> {
         }
         // A device-side trap: the context's sticky `CUDA_ERROR_LAUNCH_FAILED`.
         "trap_kernel" => return Some(719),
+        // A write far outside every allocation (`tests/gpu_faults.rs`'s `oob_write`): the
+        // sticky `CUDA_ERROR_ILLEGAL_ADDRESS`.
+        "oob_write" => return Some(700),
         _ => unknown(name),
     }
     None

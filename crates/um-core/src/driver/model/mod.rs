@@ -2,7 +2,8 @@
 //! [`super::sys`] (`driver/sys.rs`) resolve to [`api`]'s functions instead of `libcuda`'s, with the
 //! same signatures and `i32` results, so that um's GPU tests run on a machine without a GPU.
 //!
-//! One device with concurrent managed access (`UM_MODEL_NO_CONCURRENT=1` emulates its absence);
+//! One device with concurrent managed access, or as many as `UM_MODEL_DEVICES` says
+//! ([`devices`]; `UM_MODEL_NO_CONCURRENT=1` emulates the access's absence);
 //! streams are ordered queues, each run by a worker thread; an operation is ordered after others
 //! by a vector clock (the stream's own order, event waits, the legacy stream's implicit
 //! synchronization with blocking streams), and the same clocks say what the host has waited
@@ -15,10 +16,12 @@
 //!   touched it is not known to the host as finished (no wait, query or callback showed it);
 //! * memory is freed while work that touches it is still pending;
 //! * work on one stream touches an allocation that work on another stream touched, with no
-//!   ordering edge between them.
+//!   ordering edge between them;
+//! * a kernel of one device's context touches device memory of another's.
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod api;
+pub(crate) mod devices;
 pub(crate) mod kernels;
 #[cfg(test)]
 mod tests;
@@ -158,6 +161,8 @@ pub(crate) struct Stream {
     /// When its last operation completed, on the device's clock: a timestamp is never earlier
     /// than the work before it, nor than its own enqueue.
     done_at: Option<Instant>,
+    /// The context it belongs to (`devices::context_of`).
+    pub(crate) context: usize,
 }
 
 /// Which memory an allocation is.
@@ -178,6 +183,9 @@ pub(crate) struct Alloc {
     pub(crate) attached: Option<usize>,
     /// The pool it came from.
     pub(crate) pool: Option<usize>,
+    /// The context it was allocated in: device memory is reached by that device's kernels only
+    /// (the model enables no peer access).
+    pub(crate) context: usize,
 }
 
 pub(crate) struct Event {
@@ -188,6 +196,8 @@ pub(crate) struct Event {
     pub(crate) stamp: Option<(u64, Instant)>,
     /// The capture it was last recorded into: a stream that waits for it joins that capture.
     pub(crate) captured: Option<usize>,
+    /// The context it was made in: it is recorded on that context's streams only.
+    pub(crate) context: usize,
 }
 
 /// A captured graph, and an executable graph (the same ops).
@@ -217,7 +227,8 @@ pub(crate) struct State {
     pub(crate) pools: HashMap<usize, Pool>,
     pub(crate) host: Clock,
     pub(crate) next: usize,
-    pub(crate) primary_refs: u32,
+    /// Per device, the retains of its primary context.
+    pub(crate) primary_refs: BTreeMap<i32, u32>,
     pub(crate) allocated: usize,
     pub(crate) violations: Vec<String>,
 }
@@ -242,7 +253,7 @@ pub(crate) static MODEL: LazyLock<Model> = LazyLock::new(|| {
             pools: HashMap::new(),
             host: Clock::new(),
             next: 0x1000,
-            primary_refs: 0,
+            primary_refs: BTreeMap::new(),
             allocated: 0,
             violations: Vec::new(),
         }),
@@ -276,6 +287,7 @@ impl Stream {
             destroyed: false,
             capture: None,
             done_at: None,
+            context: devices::CONTEXT0,
         }
     }
 }
@@ -464,6 +476,7 @@ pub(crate) fn alloc(g: &mut State, bytes: usize, kind: Kind) -> Option<usize> {
             accesses: BTreeMap::new(),
             attached: None,
             pool: None,
+            context: devices::CONTEXT0,
         },
     );
     Some(p as usize)
@@ -503,24 +516,37 @@ pub(crate) fn enqueue(mut g: MutexGuard<'static, State>, id: usize, mut op: Op) 
     }
     let mut clock = stream.clock.clone();
     let blocking = stream.blocking;
-    if id == LEGACY {
+    // The legacy stream's implicit synchronization: with the blocking streams of its context.
+    let context = stream.context;
+    if devices::is_legacy(id) {
         let others: Vec<Clock> = g
             .streams
             .iter()
-            .filter(|(k, s)| **k != LEGACY && s.blocking && !s.destroyed)
+            .filter(|(k, s)| {
+                !devices::is_legacy(**k) && s.blocking && !s.destroyed && s.context == context
+            })
             .map(|(_, s)| s.clock.clone())
             .collect();
         for c in &others {
             join(&mut clock, c);
         }
     } else if blocking {
-        let legacy = g.streams.get(&LEGACY).map(|s| s.clock.clone());
+        let legacy = g
+            .streams
+            .get(&devices::legacy_of(context))
+            .map(|s| s.clock.clone());
         if let Some(l) = legacy {
             join(&mut clock, &l);
         }
     }
     let seq = g.streams.get(&id).map_or(0, |s| s.submitted) + 1;
     clock.insert(id, seq);
+    if let Work::Kernel { name, .. } = &op.work {
+        if let Some(what) = foreign_device_memory(&g, &op.touches, context, name) {
+            violation(g, what);
+            return 1;
+        }
+    }
     // Work on this stream must be ordered after every other stream's work on the same memory.
     for &(address, len) in &op.touches {
         let Some(start) = find(&g, address) else {
@@ -561,6 +587,27 @@ pub(crate) fn enqueue(mut g: MutexGuard<'static, State>, id: usize, mut op: Op) 
     drop(g);
     MODEL.changed.notify_all();
     0
+}
+
+/// A kernel of context `context` that touches device memory of another context (of another
+/// device, with no peer access): what the model says of it.
+fn foreign_device_memory(
+    g: &State,
+    touches: &[(usize, usize)],
+    context: usize,
+    name: &str,
+) -> Option<String> {
+    touches.iter().find_map(|&(address, _)| {
+        let start = find(g, address)?;
+        let a = g.allocs.get(&start)?;
+        (a.kind == Kind::Device && a.context != context).then(|| {
+            format!(
+                "kernel `{name}` of context {context:#x} touches the device memory at {start:#x} \
+                 of context {:#x} (another device's, with no peer access)",
+                a.context
+            )
+        })
+    })
 }
 
 /// Blocks until stream `id` has run everything queued so far; then the host knows it.

@@ -16,20 +16,20 @@ use super::api::*;
 use super::{host_access, take_violations};
 
 /// The model is one process-wide driver: these tests run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
+pub(super) fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     let g = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     take_violations();
     g
 }
 
-fn stream(flags: u32) -> CUstream {
+pub(super) fn stream(flags: u32) -> CUstream {
     let mut s = std::ptr::null_mut();
     assert_eq!(unsafe { cuStreamCreateWithPriority(&mut s, flags, 0) }, 0);
     s
 }
 
-fn managed(bytes: usize) -> CUdeviceptr {
+pub(super) fn managed(bytes: usize) -> CUdeviceptr {
     let mut p = 0;
     assert_eq!(unsafe { cuMemAllocManaged(&mut p, bytes, 1) }, 0);
     p
@@ -42,19 +42,19 @@ unsafe extern "system" fn hold(_: CUstream, _: i32, data: *mut c_void) {
 }
 
 /// Holds stream `s` busy until the returned sender sends (or is dropped).
-fn busy(s: CUstream) -> Sender<()> {
+pub(super) fn busy(s: CUstream) -> Sender<()> {
     let (tx, rx) = channel::<()>();
     let data = Box::into_raw(Box::new(rx)).cast::<c_void>();
     assert_eq!(unsafe { cuStreamAddCallback(s, hold, data, 0) }, 0);
     tx
 }
 
-fn fill(p: CUdeviceptr, s: CUstream) -> i32 {
+pub(super) fn fill(p: CUdeviceptr, s: CUstream) -> i32 {
     unsafe { cuMemsetD8Async(p, 7, 64, s) }
 }
 
 /// The violation `f` made the model record (and panic with), if any.
-fn violation_of(f: impl FnOnce()) -> Option<String> {
+pub(super) fn violation_of(f: impl FnOnce()) -> Option<String> {
     let panicked = std::panic::catch_unwind(AssertUnwindSafe(f)).is_err();
     let seen = take_violations();
     assert_eq!(panicked, !seen.is_empty(), "a violation panics: {seen:?}");
