@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use cust::sys as cs;
 use um::kernels::{run_task as rt, streams};
-use um::{Context, DeviceManaged, LaunchConfig, Managed, MirroredManaged, StreamOptions, Transfer};
+use um::{
+    Context, DeviceManaged, HostOwned, HostVisible, LaunchConfig, Managed, MirroredManaged,
+    Storage, StreamOptions, Transfer,
+};
 use um_test_kernels::testing;
 
 use crate::Record;
@@ -269,39 +272,21 @@ fn per_iteration(starts: &[Instant]) -> Vec<f64> {
         .collect()
 }
 
-fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res<Vec<f64>> {
-    let input = Managed::from_fn(ctx, n, input_value)?;
-    let data = Managed::<[f32]>::zeroed_slice(ctx, n)?;
-    let out = Managed::<[f32]>::zeroed_slice(ctx, n)?;
-    Ok(
-        ctx.with_stream(StreamOptions::new().transfer(transfer), |s| {
-            let input = input.attach(s)?;
-            let mut out = out.attach(s)?;
-            let mut data = data.attach(s)?;
-            s.wait_idle()?;
-            let mut starts = Vec::new();
-            for _ in 0..iters + WARMUP + 1 {
-                starts.push(Instant::now());
-                rt::transform(s, &input, &mut data)?;
-                let mut host = data.sync()?;
-                host_process(&mut host);
-                data = host.attach(s)?;
-                rt::convert(s, &mut out, &data)?;
-            }
-            s.sync_all((data, out, input))?;
-            Ok(per_iteration(&starts))
-        })?,
-    )
-}
-
-/// The loop of `run_task_um` on mirrored memory: `sync` copies `data` back (the kernel wrote
-/// it), `attach` copies it to the device (the host wrote it); `input` and `out` stay on the
-/// device. The same copies as the C++ `explicit` policy.
-fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
-    let input = Managed::from_fn_mirrored(ctx, n, input_value)?;
-    let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
-    let out = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
-    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+/// Section 2's loop on buffers of any storages, `data`'s with a host side: `transform` on the
+/// stream, `data` back to the host (`sync`) for the host's pass and to the stream again
+/// (`attach`), `convert`; the per-iteration starts, and `out` given back to the host.
+fn run_task_loop<MI: Storage, MD: HostVisible, MO: Storage>(
+    ctx: &Context,
+    options: StreamOptions,
+    buffers: (
+        Managed<[f32], HostOwned, MI>,
+        Managed<[f32], HostOwned, MD>,
+        Managed<[f32], HostOwned, MO>,
+    ),
+    iters: usize,
+) -> Res<(Managed<[f32], HostOwned, MO>, Vec<Instant>)> {
+    let (input, data, out) = buffers;
+    Ok(ctx.with_stream(options, |s| {
         let input = input.attach(s)?;
         let mut out = out.attach(s)?;
         let mut data = data.attach(s)?;
@@ -315,9 +300,29 @@ fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
             data = host.attach(s)?;
             rt::convert(s, &mut out, &data)?;
         }
-        s.sync_all((data, out, input))?;
-        Ok(per_iteration(&starts))
+        let (_, out, _) = s.sync_all((data, out, input))?;
+        Ok((out, starts))
     })?)
+}
+
+fn run_task_um(ctx: &Context, n: usize, iters: usize, transfer: Transfer) -> Res<Vec<f64>> {
+    let input = Managed::from_fn(ctx, n, input_value)?;
+    let data = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    let out = Managed::<[f32]>::zeroed_slice(ctx, n)?;
+    let options = StreamOptions::new().transfer(transfer);
+    let (_, starts) = run_task_loop(ctx, options, (input, data, out), iters)?;
+    Ok(per_iteration(&starts))
+}
+
+/// The loop of `run_task_um` on mirrored memory: `sync` copies `data` back (the kernel wrote
+/// it), `attach` copies it to the device (the host wrote it); `input` and `out` stay on the
+/// device. The same copies as the C++ `explicit` policy.
+fn run_task_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<f64>> {
+    let input = Managed::from_fn_mirrored(ctx, n, input_value)?;
+    let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let out = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
+    let (_, starts) = run_task_loop(ctx, StreamOptions::new(), (input, data, out), iters)?;
+    Ok(per_iteration(&starts))
 }
 
 /// The loop on device-only memory (`Device` storage): `sync`, then `copy_to_host` of `data` into
@@ -366,23 +371,7 @@ fn run_task_device_and_mirror(ctx: &Context, n: usize, iters: usize) -> Res<Vec<
     let input = Managed::from_slice_device(ctx, &host_input)?;
     let data = MirroredManaged::<[f32]>::zeroed_slice_mirrored(ctx, n)?;
     let out = DeviceManaged::<[f32]>::zeroed_slice_device(ctx, n)?;
-    let (out, starts) = ctx.with_stream(StreamOptions::new(), |s| {
-        let input = input.attach(s)?;
-        let mut out = out.attach(s)?;
-        let mut data = data.attach(s)?;
-        s.wait_idle()?;
-        let mut starts = Vec::new();
-        for _ in 0..iters + WARMUP + 1 {
-            starts.push(Instant::now());
-            rt::transform(s, &input, &mut data)?;
-            let mut host = data.sync()?;
-            host_process(&mut host);
-            data = host.attach(s)?;
-            rt::convert(s, &mut out, &data)?;
-        }
-        let (_, out, _) = s.sync_all((data, out, input))?;
-        Ok((out, starts))
-    })?;
+    let (out, starts) = run_task_loop(ctx, StreamOptions::new(), (input, data, out), iters)?;
     // The result read back, so that a broken loop cannot pass for a fast one.
     if out.to_vec()?.iter().any(|v| !v.is_finite()) {
         return Err("run_task on device and mirrored storage: a result is not finite".into());
