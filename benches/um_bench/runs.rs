@@ -272,19 +272,18 @@ fn per_iteration(starts: &[Instant]) -> Vec<f64> {
         .collect()
 }
 
+/// A host-owned buffer of `f32` of storage `M`.
+type Host<M> = Managed<[f32], HostOwned, M>;
+
 /// Section 2's loop on buffers of any storages, `data`'s with a host side: `transform` on the
 /// stream, `data` back to the host (`sync`) for the host's pass and to the stream again
 /// (`attach`), `convert`; the per-iteration starts, and `out` given back to the host.
 fn run_task_loop<MI: Storage, MD: HostVisible, MO: Storage>(
     ctx: &Context,
     options: StreamOptions,
-    buffers: (
-        Managed<[f32], HostOwned, MI>,
-        Managed<[f32], HostOwned, MD>,
-        Managed<[f32], HostOwned, MO>,
-    ),
+    buffers: (Host<MI>, Host<MD>, Host<MO>),
     iters: usize,
-) -> Res<(Managed<[f32], HostOwned, MO>, Vec<Instant>)> {
+) -> Res<(Host<MO>, Vec<Instant>)> {
     let (input, data, out) = buffers;
     Ok(ctx.with_stream(options, |s| {
         let input = input.attach(s)?;
