@@ -298,12 +298,18 @@ pub fn handle_with_a_module() -> Context {
 /// goes to the process's stderr directly, past the harness's output capture, which an abort
 /// would discard.
 pub fn watchdog(what: &'static str) -> std::sync::mpsc::Sender<()> {
+    watchdog_after(what, if under_sanitizer() { 240 } else { 60 })
+}
+
+/// [`watchdog`] with a limit of `seconds` everywhere, under a sanitizer too: for a test whose
+/// own work is a few seconds of GPU time at any speed, so that a hang costs a sanitizer part no
+/// more than a plain run.
+pub fn watchdog_after(what: &'static str, seconds: u64) -> std::sync::mpsc::Sender<()> {
     use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
-        let limit = if under_sanitizer() { 240 } else { 60 };
         if let Err(RecvTimeoutError::Timeout) =
-            rx.recv_timeout(std::time::Duration::from_secs(limit))
+            rx.recv_timeout(std::time::Duration::from_secs(seconds))
         {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "deadlock: {what}");

@@ -269,8 +269,9 @@ fn timing_inside_a_capture_closure_is_refused_and_the_capture_stays_valid() {
 #[ignore = "needs a CUDA device"]
 fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
     let _serial = serial();
-    // A hang fails the test within a minute instead of holding the run.
-    let done = common::watchdog("marks of two threads' default streams");
+    // A hang fails the test within a minute instead of holding the run, under a sanitizer too
+    // (its work is about a second of spinning kernels at any speed).
+    let done = common::watchdog_after("marks of two threads' default streams", 60);
     let ctx = gpu();
     let ctx = &ctx;
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
@@ -357,7 +358,7 @@ fn marks_of_two_threads_default_streams_are_ordered_only_by_the_program() {
 #[ignore = "needs a CUDA device"]
 fn a_span_marked_on_a_per_thread_stream_is_read_after_its_thread_has_exited() {
     let _serial = serial();
-    let done = common::watchdog("a span read after its thread exited");
+    let done = common::watchdog_after("a span read after its thread exited", 60);
     let ctx = gpu();
     let ctx = &ctx;
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("x");
