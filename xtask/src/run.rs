@@ -310,6 +310,18 @@ fn two_gpu_only(name: &str) -> bool {
     )
 }
 
+/// How the sanitizers' reports begin (after `========= `), leaks last.
+const REPORT_KINDS: [&str; 8] = [
+    "Invalid",
+    "Uninitialized",
+    "Race",
+    "Barrier",
+    "Error",
+    "Program hit",
+    "Internal",
+    "Leaked",
+];
+
 /// Libraries that allocate device memory inside their own calls and free it with no call of
 /// theirs, so that memcheck's leak check reports it in every program that uses them: the
 /// library's file as a backtrace names it, and why it is not um's.
@@ -319,16 +331,16 @@ const LIBRARY_LEAKS: [(&str, &str); 1] = [(
 )];
 
 /// Where every error of a memcheck log is a leak whose allocation's backtrace passes through
-/// one library of `LIBRARY_LEAKS`: (leaks, bytes, that library). None where any report is
-/// something else, a leak is made elsewhere, or the counts disagree.
-fn library_own_leaks(log: &str) -> Option<(u64, u64, &'static str)> {
+/// one library of `LIBRARY_LEAKS`: (leaks, bytes, that library's entry). None where any report
+/// is something else, a leak is made elsewhere, or the counts disagree.
+fn library_own_leaks(log: &str) -> Option<(u64, u64, (&'static str, &'static str))> {
     let errors: u64 = log
         .lines()
         .filter_map(|l| l.split_once("ERROR SUMMARY: "))
         .filter_map(|(_, r)| r.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     let lines: Vec<&str> = log.lines().collect();
-    let (mut n, mut bytes, mut lib) = (0u64, 0u64, None::<&'static str>);
+    let (mut n, mut bytes, mut lib) = (0u64, 0u64, None::<(&'static str, &'static str)>);
     for (i, l) in lines.iter().enumerate() {
         let Some(r) = l.strip_prefix("========= ") else {
             continue;
@@ -336,22 +348,15 @@ fn library_own_leaks(log: &str) -> Option<(u64, u64, &'static str)> {
         if !r.starts_with("Leaked ") {
             continue;
         }
-        // The record's frames: up to the record's blank line.
-        let frames = lines[i + 1..]
+        // The record's frames, up to its blank line: the first that names a listed library.
+        let this = lines[i + 1..]
             .iter()
-            .take_while(|f| f.starts_with("=========") && f.trim_end() != "=========");
-        let mut this = None;
-        for f in frames {
-            if let Some((name, _)) = LIBRARY_LEAKS.iter().find(|(name, _)| f.contains(name)) {
-                this = Some(*name);
-                break;
-            }
-        }
-        let this = this?;
-        if lib.is_some_and(|l| l != this) {
+            .take_while(|f| f.starts_with("=========") && f.trim_end() != "=========")
+            .find_map(|f| LIBRARY_LEAKS.iter().find(|(name, _)| f.contains(name)))?;
+        if lib.is_some_and(|l| l != *this) {
             return None;
         }
-        lib = Some(this);
+        lib = Some(*this);
         n += 1;
         bytes += r
             .trim_start_matches("Leaked ")
@@ -361,24 +366,17 @@ fn library_own_leaks(log: &str) -> Option<(u64, u64, &'static str)> {
             .and_then(|b| b.parse::<u64>().ok())
             .unwrap_or(0);
     }
-    let kinds = lines.iter().filter(|l| {
+    // Any report but a leak.
+    let others = lines.iter().any(|l| {
         l.strip_prefix("========= ").is_some_and(|r| {
-            [
-                "Invalid",
-                "Uninitialized",
-                "Race",
-                "Barrier",
-                "Error",
-                "Program hit",
-                "Internal",
-            ]
-            .iter()
-            .any(|k| r.starts_with(k))
+            REPORT_KINDS[..REPORT_KINDS.len() - 1]
+                .iter()
+                .any(|k| r.starts_with(k))
         })
     });
     // The program's own failure is not hidden behind the tool's exit status.
     let failed = log.contains("Target application returned an error");
-    (n > 0 && errors == n && kinds.count() == 0 && !failed).then_some((n, bytes, lib?))
+    (n > 0 && errors == n && !others && !failed).then_some((n, bytes, lib?))
 }
 
 /// Whether PROGRAM is a test program that uses the GPU: a binary or module named gpu or gpu_*.
@@ -1057,18 +1055,13 @@ impl Runner {
         // Memcheck's only reports are leaks that a library made inside its own calls and that
         // no call of it frees (`library_own_leaks`): not um's, and not the program's.
         if tool == "memcheck" && rc == 99 {
-            if let Some((n, bytes, lib)) = library_own_leaks(&log) {
+            if let Some((n, bytes, (lib, why))) = library_own_leaks(&log) {
                 let _ = writeln!(
                     out,
                     "ok  {tool} {base}: {summary}: {n} leak(s), {bytes} bytes, every one made inside {lib}"
                 );
-                *program_note = format!(
-                    "; {n} leak(s) of {bytes} bytes made inside {lib} excluded: {}",
-                    LIBRARY_LEAKS
-                        .iter()
-                        .find(|(l, _)| *l == lib)
-                        .map_or("", |(_, why)| why)
-                );
+                *program_note =
+                    format!("; {n} leak(s) of {bytes} bytes made inside {lib} excluded: {why}");
                 return 0;
             }
         }
@@ -1091,21 +1084,11 @@ impl Runner {
                 stacks_note(env, &format!("{tool}-{base}")),
                 stacks_note(env, &format!("{tool}-{base}-leaks_"))
             );
-            const KINDS: [&str; 8] = [
-                "Invalid",
-                "Uninitialized",
-                "Race",
-                "Barrier",
-                "Error",
-                "Program hit",
-                "Internal",
-                "Leaked",
-            ];
             let kinds: Vec<&str> = log
                 .lines()
                 .filter(|l| {
                     l.strip_prefix("========= ")
-                        .is_some_and(|r| KINDS.iter().any(|k| r.starts_with(k)))
+                        .is_some_and(|r| REPORT_KINDS.iter().any(|k| r.starts_with(k)))
                 })
                 .collect();
             for l in uniq_c(kinds, false).into_iter().take(5) {
@@ -2570,7 +2553,7 @@ mod tests {
     fn a_leak_made_inside_cufft_alone_is_the_librarys_and_anything_else_is_not() {
         assert_eq!(
             library_own_leaks(CUFFT_LEAK),
-            Some((1, 6_967_984, "libcufft.so"))
+            Some((1, 6_967_984, LIBRARY_LEAKS[0]))
         );
         // A leak of um's beside it: both counted, so not the library's alone.
         let both = CUFFT_LEAK.replace(
