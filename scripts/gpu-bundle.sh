@@ -101,14 +101,12 @@ chmod +x "$out/run.sh" "$out/um-xtask"
   for f in tests/gpu/gpu_*.rs tests/gpu_devices/gpu_*.rs; do
     if [ -n "$shared_tests" ] || grep -q "mem_info" "$f"; then echo "tests/$(basename "$f" .rs)"; fi
   done
+  # Code every example shares, or the user's kernel crate: then every example reads it.
+  shared_examples=$(grep -rlq "mem_info" examples/common examples/own-kernels 2>/dev/null && echo yes || true)
   for f in examples/*.rs; do
-    if grep -q "mem_info" "$f"; then echo "examples/$(basename "$f" .rs)"; fi
+    if [ -n "$shared_examples" ] || grep -q "mem_info" "$f"; then echo "examples/$(basename "$f" .rs)"; fi
   done
-  # Code every example shares, or a user's kernel crate: then every example reads it.
-  if grep -rq "mem_info" examples/common examples/own-kernels 2>/dev/null; then
-    for f in examples/*.rs; do echo "examples/$(basename "$f" .rs)"; done
-    echo "examples/own_kernels"
-  fi
+  if [ -n "$shared_examples" ]; then echo "examples/own_kernels"; fi
 } >"$out/gpu-exclusive.txt"
 # run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
 cp scripts/reliability-doc.py "$out/reliability_doc.py"
