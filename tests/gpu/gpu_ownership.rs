@@ -74,6 +74,43 @@ fn per_thread_default_stream_accepts_attach() {
     assert_eq!(data[0], 42.0);
 }
 
+/// Memory synced from a thread's per-thread default stream outlives the thread: the thread
+/// exits, and the memory is the host's afterwards. (A thread whose default stream still has
+/// managed memory attached never finishes exiting: `sync` re-attaches it to the host.) A
+/// watchdog aborts a hang.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn memory_synced_from_a_per_thread_stream_outlives_its_thread() {
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("a thread exiting after a per-thread sync", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let data = Managed::from_fn(ctx, 256, |_| 41.0f32).expect("alloc");
+    let data = std::thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut d = data.attach(pts)?;
+                add_scalar(pts, &mut d, 1.0)?;
+                d.sync()
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("synced on the per-thread stream");
+    assert!(data.iter().all(|v| *v == 42.0));
+    // Back on a stream after its thread's exit, and to the host again.
+    let data = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut d = data.attach(s)?;
+            add_scalar(s, &mut d, 1.0)?;
+            d.sync()
+        })
+        .expect("attached again");
+    assert!(data.iter().all(|v| *v == 43.0));
+    let _ = done.send(());
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn kernels_run_on_the_legacy_default_stream() {

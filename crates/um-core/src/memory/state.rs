@@ -158,7 +158,10 @@ impl<'s, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'s, K>, M> {
     /// Before the wait it enqueues the storage's release to the host: with the default storage,
     /// on a device without concurrent managed access, a re-attach to the host
     /// (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the stream runs more work
-    /// later; under [`Transfer::Prefetch`], a prefetch to the host. What the other storages
+    /// later; from a per-thread default stream, that re-attach on every device, so that the
+    /// memory may outlive the thread (whose exit never ends while managed memory is still
+    /// attached to its default stream); under [`Transfer::Prefetch`], a prefetch to the host
+    /// first. What the other storages
     /// enqueue is in [`crate::storage`].
     ///
     /// If the wait fails, the memory is dropped (and leaked if the stream may still use it) and

@@ -38,15 +38,36 @@ thread_local! {
 
 struct PerThread(std::cell::RefCell<Vec<(usize, usize)>>);
 
+/// The thread's exit destroys its default streams. A thread whose default stream still has
+/// managed memory attached (`CU_MEM_ATTACH_SINGLE`) never finishes exiting on the driver (seen
+/// with driver 580): the model records a violation (without a panic, which would abort in a
+/// thread-local destructor; the test's guard reports it) and lets the thread go.
 impl Drop for PerThread {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut *self.0.borrow_mut());
         if !ids.is_empty() {
             let mut g = lock();
-            for (_, id) in ids {
+            let attached: Vec<usize> = g
+                .allocs
+                .iter()
+                .filter(|(_, a)| {
+                    a.attached
+                        .is_some_and(|s| ids.iter().any(|&(_, id)| id == s))
+                })
+                .map(|(&start, _)| start)
+                .collect();
+            for &(_, id) in &ids {
                 if let Some(s) = g.streams.get_mut(&id) {
                     s.destroyed = true;
                 }
+            }
+            for start in attached {
+                let what = format!(
+                    "a thread exits while managed memory at {start:#x} is still attached to its \
+                     default stream (CU_STREAM_PER_THREAD): the driver's thread exit never ends"
+                );
+                eprintln!("um model: VIOLATION: {what}");
+                g.violations.push(what);
             }
             drop(g);
             super::MODEL.changed.notify_all();

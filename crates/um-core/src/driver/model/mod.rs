@@ -17,7 +17,9 @@
 //! * memory is freed while work that touches it is still pending;
 //! * work on one stream touches an allocation that work on another stream touched, with no
 //!   ordering edge between them;
-//! * a kernel of one device's context touches device memory of another's.
+//! * a kernel of one device's context touches device memory of another's;
+//! * a thread exits while managed memory is still attached to its per-thread default stream
+//!   (the driver's thread exit then never ends).
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod api;

@@ -127,6 +127,40 @@ fn a_free_of_memory_with_pending_work_is_a_violation() {
 }
 
 #[test]
+fn a_thread_that_exits_with_memory_attached_to_its_default_stream_is_a_violation() {
+    let _serial = serial();
+    let exit_with = |flags: u32| {
+        let p = managed(64);
+        let ptr = p as usize;
+        let exited = std::thread::spawn(move || {
+            let (p, per_thread) = (ptr as CUdeviceptr, 0x2 as CUstream);
+            assert_eq!(unsafe { cuStreamAttachMemAsync(per_thread, p, 0, 0x4) }, 0);
+            assert_eq!(fill(p, per_thread), 0);
+            if flags != 0x4 {
+                assert_eq!(
+                    unsafe { cuStreamAttachMemAsync(per_thread, p, 0, flags) },
+                    0
+                );
+            }
+            assert_eq!(unsafe { cuStreamSynchronize(per_thread) }, 0);
+        })
+        .join();
+        assert!(exited.is_ok());
+        let seen = take_violations();
+        assert_eq!(unsafe { cuMemFree_v2(p) }, 0);
+        seen
+    };
+    // Still attached (`CU_MEM_ATTACH_SINGLE`) as the thread exits: the driver's exit never ends.
+    let seen = exit_with(0x4);
+    assert!(
+        seen.len() == 1 && seen[0].contains("still attached to its default stream"),
+        "{seen:?}"
+    );
+    // Re-attached to the host (`CU_MEM_ATTACH_HOST`) first: the thread exits.
+    assert_eq!(exit_with(0x2), Vec::<String>::new());
+}
+
+#[test]
 fn the_legacy_stream_waits_for_blocking_streams_only() {
     let _serial = serial();
     let (p, q) = (managed(64), managed(64));

@@ -10,7 +10,9 @@
 //! * `sync`, before the wait: the owner's policy, and the association stays (a later attach to
 //!   the same stream makes no call); where the device lacks concurrent managed access, instead
 //!   a re-attach to the host (`CU_MEM_ATTACH_HOST`), so that CPU access stays legal while the
-//!   stream runs later work;
+//!   stream runs later work; from a per-thread default stream, the policy and then that
+//!   re-attach on every device, so that the memory outlives the thread (a thread whose default
+//!   stream still has managed memory attached never finishes exiting);
 //! * `hand_off`, after the event: `cuStreamAttachMemAsync(B, ptr, 0, CU_MEM_ATTACH_SINGLE)`, on
 //!   B after its wait for A, then B's policy;
 //! * launches mark nothing.
@@ -126,7 +128,12 @@ impl HasParts for Unified {
             // SAFETY: the caller's guarantees.
             unsafe { transfer::on_release(ptr, a.bytes, &a.ctx, a.stream) }?;
             // The association stays; a later attach to the same stream needs no driver call.
-            return Ok(a.stream);
+            // Not a per-thread stream's: a thread that exits while managed memory is still
+            // attached to its default stream never finishes exiting (seen with driver 580), and
+            // host-owned memory may outlive the thread. It goes back attached to the host, below.
+            if a.stream.handle != sys::STREAM_PER_THREAD {
+                return Ok(a.stream);
+            }
         }
         // SAFETY: a live managed allocation we own; the owning stream is alive and its context
         // current (the caller's guarantees).
