@@ -1168,9 +1168,15 @@ fn legacy_and_per_thread_buffers_dropped_in_a_capture_are_freed_behind_their_str
 /// Work kept for the end of a capture (`defer_while_capturing`) that begins a capture of its own
 /// and drops a host-owned mirrored buffer in that closure: it runs inside the end of the first
 /// capture, the buffer is kept again and freed when the second one ends, and both captures are
-/// valid.
+/// valid. Both halves of the buffer are watched: each must be gone from the driver once the run
+/// has settled (a check of those two allocations, not of the device's free memory, which the
+/// driver's own allocations move).
 fn capture_in_kept_work(ctx: &Context) -> Result<(), String> {
-    let held = Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32).map_err(text)?;
+    let held = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            watched_mirror(s, Managed::from_fn_mirrored(ctx, len(), |_| 1.0f32)?)
+        })
+        .map_err(text)?;
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).map_err(text)?;
     let said = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let (kept_ctx, kept_said) = (ctx.clone(), std::sync::Arc::clone(&said));

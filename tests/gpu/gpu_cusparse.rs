@@ -612,11 +612,12 @@ fn a_matrix_of_another_stream_of_the_set_is_refused_and_nothing_is_written() {
 /// SpMM whose dense operands hold more than 2^31 elements (`A` 2x2, `n` = 2^30 + 1 columns, so
 /// `B` and `C` hold 2^31 + 2 each): cuSPARSE takes their sizes as 64-bit, and a product that
 /// cut them to 32 bits would leave the last columns of `C` unwritten (as cuRAND did with its
-/// lengths, rule 219). cuSPARSE alone got it wrong from the first column on (1x H200, CUDA
-/// 13.0), so `spmm` makes the product in blocks of whole columns, each dense block under 2^31
-/// bytes. Expected to pass: every probed column of `C` (both ends, every 2^20th between, and
-/// both sides of each block boundary) is `A` times that column of `B`. Skipped without twice
-/// the operands' 16 GiB of free device memory, or under a sanitizer.
+/// lengths, rule 219). cuSPARSE alone left `C` at zero from the first column on, here and in
+/// blocks of 2^28 - 1 columns (1x H200, CUDA 13.0: its kernel's grid of `n / 16` blocks in `y`
+/// is past the limit of 65,535), so `spmm` makes the product in blocks of at most 65,535 * 16
+/// whole columns. Expected to pass: every probed column of `C` (both ends, every 2^20th
+/// between, and both sides of each block boundary) is `A` times that column of `B`. Skipped
+/// without twice the operands' 16 GiB of free device memory, or under a sanitizer.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn spmm_with_dense_operands_past_two_to_the_31_elements_is_right_to_the_last_column() {
@@ -653,7 +654,7 @@ fn spmm_with_dense_operands_past_two_to_the_31_elements_is_right_to_the_last_col
             c.sync()
         })
         .expect("SpMM past 2^31 elements");
-    let per = (1usize << 28) - 1; // columns per block: 2 rows of f32 under 2^31 bytes
+    let per = 65_535 * 16; // columns per block: the kernel's grid limit
     let edges = (1..=n / per).flat_map(|b| [b * per - 1, b * per]);
     let columns = (0..4096)
         .chain(n - 4096..n)

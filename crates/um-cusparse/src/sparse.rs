@@ -240,10 +240,10 @@ impl<'s, K: SparseStream> Sparse<'s, K> {
         let handle = self.handle;
         let parts = [ptrs.0 as usize, ptrs.1 as usize, ptrs.2 as usize];
         let scalar_bits = (alpha.bits(), beta.bits());
-        // In blocks of whole columns, each dense block under 2^31 bytes: cuSPARSE's SpMM wrote
-        // wrong values, from the first column on, where `B` and `C` held 2^31 + 2 elements
-        // (1x H200, CUDA 13.0). The columns of a block are independent of the others', so the
-        // blocks in stream order are the whole product.
+        // In blocks of whole columns ([`column_blocks`]): cuSPARSE's SpMM left `C` at `beta C`
+        // (zeros), from the first column on, for `n` = 2^28 - 1 and 2^30 + 1 columns (1x H200,
+        // CUDA 13.0). The columns of a block are independent of the others', so the blocks in
+        // stream order are the whole product.
         for (j0, nb) in column_blocks(m.max(k), n, std::mem::size_of::<T>()) {
             // Device addresses, never dereferenced here: `j0 + nb <= n`, so both stay inside `b`
             // (`k * n` elements) and `c` (`m * n`), checked above.
@@ -397,15 +397,23 @@ pub(crate) fn spmm_shape(
     }
 }
 
+/// The most columns of `C` one SpMM call is given: cuSPARSE's CSR SpMM kernel launches a grid
+/// of `ceil(n / 16)` blocks in `y`, whose limit is 65,535, and a larger grid fails to launch
+/// with no error returned, leaving `C` as `beta C` (the cuSPARSE of CUDA 13.0; CuPy works around
+/// the same limit).
+pub(crate) const MAX_SPMM_COLUMNS: usize = 65_535 * 16;
+
 /// SpMM's column blocks for dense operands of `rows` rows (the larger of `B`'s and `C`'s) and
-/// `n` columns of `size`-byte elements: `(first column, columns)`, in order, covering `0..n`,
-/// each block under 2^31 bytes where a single column is (at least one column per block).
+/// `n` columns of `size`-byte elements: `(first column, columns)`, in order, covering `0..n`;
+/// each block at most [`MAX_SPMM_COLUMNS`] columns and under 2^31 bytes where a single column
+/// is (at least one column per block).
 pub(crate) fn column_blocks(
     rows: usize,
     n: usize,
     size: usize,
 ) -> impl Iterator<Item = (usize, usize)> {
-    let per = (i32::MAX as usize / rows.max(1).saturating_mul(size.max(1))).max(1);
+    let per =
+        (i32::MAX as usize / rows.max(1).saturating_mul(size.max(1))).clamp(1, MAX_SPMM_COLUMNS);
     (0..n).step_by(per).map(move |j0| (j0, per.min(n - j0)))
 }
 
@@ -634,7 +642,9 @@ impl<K: SparseStream> std::fmt::Debug for Sparse<'_, K> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Key, MatrixKey, Op, PLANS, Plans, column_blocks, spmm_shape, spmv_shape};
+    use super::{
+        Key, MAX_SPMM_COLUMNS, MatrixKey, Op, PLANS, Plans, column_blocks, spmm_shape, spmv_shape,
+    };
     use crate::sys;
     use std::cell::Cell;
     use std::rc::Rc;
@@ -794,19 +804,20 @@ mod tests {
     }
 
     #[test]
-    fn column_blocks_cover_every_column_once_each_under_two_to_the_31_bytes() {
-        // The GPU test's shape: 2 rows, 2^30 + 1 columns of f32: two blocks.
+    fn column_blocks_cover_every_column_once_each_within_the_kernels_grid_and_under_two_to_the_31_bytes()
+     {
+        // The GPU test's shape: 2 rows, 2^30 + 1 columns of f32: blocks of the grid's limit.
         let n = (1usize << 30) + 1;
         let blocks: Vec<_> = column_blocks(2, n, 4).collect();
+        assert_eq!(blocks.len(), n.div_ceil(MAX_SPMM_COLUMNS));
+        assert_eq!(blocks[0], (0, 65_535 * 16));
+        assert_eq!(blocks[1], (65_535 * 16, 65_535 * 16));
+        let last = (blocks.len() - 1) * MAX_SPMM_COLUMNS;
+        assert_eq!(blocks[blocks.len() - 1], (last, n - last));
+        // Tall operands: the 2^31-byte bound is the smaller.
         assert_eq!(
-            blocks,
-            [
-                (0, (1 << 28) - 1),
-                ((1 << 28) - 1, (1 << 28) - 1),
-                (2 * ((1 << 28) - 1), (1 << 28) - 1),
-                (3 * ((1 << 28) - 1), (1 << 28) - 1),
-                (4 * ((1 << 28) - 1), 5)
-            ]
+            column_blocks(1 << 20, 3000, 4).next(),
+            Some((0, i32::MAX as usize / (4 << 20)))
         );
         for (rows, n, size) in [
             (1, 7, 4),
@@ -814,6 +825,7 @@ mod tests {
             (97, 1000, 8),
             (1 << 20, 3000, 4),
             (i32::MAX as usize, 3, 8),
+            (1, 5 * MAX_SPMM_COLUMNS + 3, 8),
         ] {
             let blocks: Vec<_> = column_blocks(rows, n, size).collect();
             let mut next = 0;
@@ -824,6 +836,7 @@ mod tests {
                     nb == 1 || rows * nb * size <= i32::MAX as usize,
                     "{rows}x{nb}x{size}"
                 );
+                assert!(nb <= MAX_SPMM_COLUMNS);
                 next = j0 + nb;
             }
             assert_eq!(next, n, "every column");
