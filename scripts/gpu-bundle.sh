@@ -108,6 +108,20 @@ chmod +x "$out/run.sh" "$out/um-xtask"
   done
   if [ -n "$shared_examples" ]; then echo "examples/own_kernels"; fi
 } >"$out/gpu-exclusive.txt"
+# The programs that use a second device where one exists (they ask for the device count or for
+# device 1): under a sanitizer, on a machine of two or more GPUs, run.sh runs each with every
+# GPU, so that its tests of a second device are not skipped there. Found in the sources too.
+{
+  echo "# written by scripts/gpu-bundle.sh: programs that use a second device where there is one"
+  for f in tests/gpu/gpu_*.rs tests/gpu_devices/gpu_*.rs examples/*.rs; do
+    if grep -qE 'device_count\(|Context::new\(1\)' "$f"; then
+      case $f in
+        examples/*) echo "examples/$(basename "$f" .rs)" ;;
+        *) echo "tests/$(basename "$f" .rs)" ;;
+      esac
+    fi
+  done
+} >"$out/gpu-every.txt"
 # run.sh --all renders docs/reliability.md from its verdict and these notes, naming this commit.
 cp scripts/reliability-doc.py "$out/reliability_doc.py"
 cp bench/reliability-notes.md "$out/reliability-notes.md"

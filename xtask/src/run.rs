@@ -385,10 +385,23 @@ fn gpu_test_program(p: &str) -> bool {
 }
 
 /// Programs that use every GPU of the machine where there are two or more (the two-GPU
-/// programs, and those that use a second device when one exists): under the sanitizers they run
-/// one at a time with every GPU; every other program runs on one GPU of its own, beside others.
-fn uses_every_gpu(p: &str) -> bool {
-    two_gpu_only(basename(p)) || p == "tests/gpu_mirrored" || p == "examples/pipeline"
+/// programs, and those that use a second device when one exists: `listed`, the bundle's
+/// gpu-every.txt, or where the bundle has none, `gpu_mirrored` and `pipeline`): under the
+/// sanitizers they run one at a time with every GPU, so that their tests of a second device run
+/// there too; every other program runs on one GPU of its own, beside others.
+fn uses_every_gpu(p: &str, listed: Option<&BTreeSet<String>>) -> bool {
+    two_gpu_only(basename(p))
+        || match listed {
+            Some(l) => l.contains(p),
+            None => p == "tests/gpu_mirrored" || p == "examples/pipeline",
+        }
+}
+
+/// The programs that use a second device where one exists (`gpu-every.txt` of the bundle,
+/// written by scripts/gpu-bundle.sh from the sources: every module or example that asks for
+/// the device count or device 1). None where the bundle has no such list.
+fn second_device_programs() -> Option<BTreeSet<String>> {
+    listed_programs("gpu-every.txt")
 }
 
 /// Programs per GPU under a sanitizer: UM_SANITIZE_PER_GPU, else one per 4 CPU cores a GPU has
@@ -408,7 +421,12 @@ fn per_gpu(env: &Env, gpus: u64) -> u64 {
 /// so that no other process's allocations move what it reads. None where the bundle has no such
 /// list: then every program runs alone on its GPU.
 fn exclusive_programs() -> Option<BTreeSet<String>> {
-    let text = fs::read_to_string("gpu-exclusive.txt").ok()?;
+    listed_programs("gpu-exclusive.txt")
+}
+
+/// The programs a list of the bundle names, one per line (`#` begins a comment line).
+fn listed_programs(file: &str) -> Option<BTreeSet<String>> {
+    let text = fs::read_to_string(file).ok()?;
     Some(
         text.lines()
             .map(str::trim)
@@ -1463,6 +1481,7 @@ impl Runner {
         let only = env.var("UM_SANITIZE_ONLY");
         let only: Vec<&str> = only.split_whitespace().collect();
         let kept = verdict.map(read).unwrap_or_default();
+        let every = second_device_programs();
         let mut single = Vec::new();
         let mut whole = Vec::new();
         let examples = entries("examples").into_iter().map(Program::plain);
@@ -1492,7 +1511,7 @@ impl Runner {
                 println!("=== {tool} {}: kept from an earlier call", prog.base());
                 continue;
             }
-            if self.gpus >= 2 && uses_every_gpu(p) {
+            if self.gpus >= 2 && uses_every_gpu(p, every.as_ref()) {
                 whole.push(prog);
             } else {
                 single.push(prog);

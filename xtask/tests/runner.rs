@@ -525,6 +525,38 @@ fn intervals(times: &str) -> Vec<(String, String, u128, u128)> {
 }
 
 #[test]
+fn a_program_listed_as_using_a_second_device_gets_every_gpu_under_a_sanitizer() {
+    let m = Machine::new(
+        "second-device",
+        2,
+        &["gpu_a", "gpu_second", "gpu_b"],
+        &["ex1", "pipeline"],
+    );
+    fs::write(
+        m.dir.join("bundle/gpu-every.txt"),
+        "# programs that use a second device\ntests/gpu_second\nexamples/ex1\n",
+    )
+    .expect("list");
+    let (status, _, verdict, log) = m.run("out", &["--parts", "synccheck"], &[]);
+    assert_eq!(status, 0, "{verdict}");
+    let visible = |prog: &str| -> String {
+        log.lines()
+            .find(|l| l.starts_with(&format!("{prog} synccheck ")))
+            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
+            .unwrap_or("not run")
+            .to_string()
+    };
+    // Listed: every GPU, so that its tests of device 1 run under the tool too.
+    assert_eq!(visible("gpu_second"), "visible=all");
+    assert_eq!(visible("ex1"), "visible=all");
+    // Not listed: one GPU each (the list, where the bundle has one, is the whole story).
+    for p in ["gpu_a", "gpu_b", "pipeline"] {
+        let v = visible(p);
+        assert!(v == "visible=0" || v == "visible=1", "{p}: {v}");
+    }
+}
+
+#[test]
 fn several_programs_share_a_gpu_but_one_that_reads_free_memory_has_it_to_itself() {
     let m = Machine::new(
         "per-gpu",
