@@ -546,3 +546,343 @@ fn default_streams_run_the_safe_launchers_exactly() {
         }
     });
 }
+
+// A thread exits after giving up memory attached to its per-thread default stream (a thread
+// whose default stream still has managed memory attached never finishes exiting, driver 580):
+// each test lets the thread exit with the stream still busy, so that nothing the reaper frees
+// later can have been freed before the exit. A watchdog aborts a hang on a GPU; the CPU model
+// records the exit as a violation, which fails the test.
+
+/// How long the per-thread stream stays busy after the memory is given up: the thread exits
+/// well before its work is done.
+const EXIT_BUSY_MS: u64 = 300;
+
+/// The context's result after the thread has exited: `x` of 256 zeros, plus one, on a stream
+/// of its own (a sticky error from memory freed under a kernel would show here).
+fn context_still_runs(ctx: &um::Context) {
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let x = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let mut x = x.attach(s)?;
+            add_scalar(s, &mut x, 1.0)?;
+            x.sync()
+        })
+        .expect("the context runs work after the thread's exit");
+    assert!(x.iter().all(|v| *v == 1.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_per_thread_buffer_dropped_in_a_capture_closure_lets_its_thread_exit() {
+    let _serial = crate::common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let done = common::watchdog_after("a per-thread buffer dropped in a capture closure", 60);
+    let ctx = &ctx;
+    let busy = Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc");
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let x = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut busy = busy.attach(pts)?;
+                testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                ctx.with_stream(StreamOptions::new(), |s| {
+                    let x = x.attach(s)?;
+                    let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+                        add_scalar(cap, &mut x, 1.0)?;
+                        // Given up on a capturing thread: freed once the per-thread stream
+                        // is done, after the thread has exited.
+                        drop(busy);
+                        Ok(((x,), ()))
+                    })?;
+                    graph.launch(s)?;
+                    graph.sync()
+                })
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .map(|(x,)| x)
+    .expect("the capture, replayed");
+    assert!(x.iter().all(|v| *v == 1.0));
+    um::reap_pending();
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_capture_of_the_per_thread_stream_that_drops_its_buffer_lets_the_thread_exit() {
+    let _serial = crate::common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let done = common::watchdog_after("a per-thread capture that drops its buffer", 60);
+    let ctx = &ctx;
+    let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
+    let came = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut x = x.attach(pts)?;
+                testing::spin_then_add(pts, &mut x, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                let captured = pts.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    // The capture's own buffer, dropped: kept by the scope, freed behind the
+                    // per-thread stream once the capture has ended.
+                    drop(x);
+                    Err::<(_, ()), _>(Error::StreamPoisoned)
+                });
+                Ok(captured.map(drop))
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("the per-thread scope");
+    assert!(
+        matches!(came, Err(Error::StreamPoisoned)),
+        "the closure's own error comes back: {came:?}"
+    );
+    um::reap_pending();
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_per_thread_scope_dropped_unfinished_lets_its_thread_exit() {
+    use std::future::Future;
+    use std::task::{Context as TaskContext, Waker};
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("a per-thread async scope dropped unfinished", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let busy = Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc");
+    let pending = thread::scope(|t| {
+        t.spawn(move || {
+            let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
+                let mut busy = busy.attach(pts)?;
+                testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                std::future::pending::<()>().await;
+                Ok(busy.sync_async().await?[0])
+            }));
+            let polled = scope
+                .as_mut()
+                .poll(&mut TaskContext::from_waker(Waker::noop()));
+            // Dropped with the buffer attached in it: it goes to the reaper, no wait here.
+            drop(scope);
+            polled.is_pending()
+        })
+        .join()
+        .expect("no panic")
+    });
+    assert!(pending, "the scope waits forever");
+    um::reap_pending();
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn per_thread_sync_futures_polled_or_cancelled_let_their_thread_exit() {
+    use std::future::Future;
+    use std::task::{Context as TaskContext, Waker};
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("per-thread sync futures", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let (a, b, c) = (
+        Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
+        Managed::from_fn(ctx, 256, |_| 2.0f32).expect("alloc"),
+        Managed::from_fn(ctx, 256, |_| 3.0f32).expect("alloc"),
+    );
+    let (a, b) = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let (mut a, b, mut c) = (a.attach(pts)?, b.attach(pts)?, c.attach(pts)?);
+                add_scalar(pts, &mut a, 1.0)?;
+                // Awaited to the end: a group of two.
+                let (a, b) = pollster::block_on(pts.sync_all_async((a, b)))?;
+                // Cancelled with the stream busy: freed by the reaper after the exit.
+                testing::spin_then_add(pts, &mut c, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                let mut fut = c.sync_async();
+                let polled =
+                    std::pin::Pin::new(&mut fut).poll(&mut TaskContext::from_waker(Waker::noop()));
+                assert!(polled.is_pending(), "the stream spins");
+                drop(fut);
+                Ok((a, b))
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("the per-thread scope");
+    assert!(a.iter().all(|v| *v == 2.0) && b.iter().all(|v| *v == 2.0));
+    um::reap_pending();
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn per_thread_memory_handed_off_both_ways_lets_its_thread_exit() {
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("per-thread memory handed off both ways", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let (a, b) = (
+        Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
+        Managed::from_fn(ctx, 256, |_| 10.0f32).expect("alloc"),
+    );
+    let (a, b) = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_stream(StreamOptions::new(), |s| {
+                ctx.with_per_thread_stream(|pts| {
+                    // From the per-thread stream to a stream of its own, synced there.
+                    let mut a = a.attach(pts)?;
+                    testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                    let mut a = a.hand_off(s)?;
+                    add_scalar(s, &mut a, 1.0)?;
+                    // From that stream to the per-thread stream, synced in a group there.
+                    let mut b = b.attach(s)?;
+                    add_scalar(s, &mut b, 1.0)?;
+                    let mut b = b.hand_off(pts)?;
+                    add_scalar(pts, &mut b, 1.0)?;
+                    let (b,) = pts.sync_all((b,))?;
+                    Ok((a.sync()?, b))
+                })
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("the scopes");
+    assert!(a.iter().all(|v| *v == 3.0), "{:?}", &a[..4]);
+    assert!(b.iter().all(|v| *v == 12.0), "{:?}", &b[..4]);
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_thread_that_panics_with_per_thread_work_in_flight_exits() {
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("a panic with per-thread work in flight", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let busy = Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc");
+    let joined = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut busy = busy.attach(pts)?;
+                testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                // The unwind drops the buffer, which waits for the stream, then frees it.
+                panic!("a panic with the per-thread stream busy");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+        })
+        .join()
+    });
+    assert!(joined.is_err(), "the thread panicked, and exited");
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn buffers_of_the_other_storages_given_up_on_a_per_thread_stream_let_its_thread_exit() {
+    let _serial = crate::common::serial();
+    let Some(ctx) = common::device_for_captures() else {
+        return;
+    };
+    let done = common::watchdog_after("other storages on a per-thread stream", 60);
+    let ctx = &ctx;
+    let coherent = Managed::from_fn_coherent(ctx, 256, |_| 1.0f32).expect("alloc");
+    let mirror = Managed::from_fn_mirrored(ctx, 256, |_| 1.0f32).expect("alloc");
+    let device = Managed::from_slice_device(ctx, &[1.0f32; 256]).expect("alloc");
+    let pool = um::MemPool::new(ctx).expect("a memory pool");
+    let (coherent, mirror) = thread::scope(|t| {
+        t.spawn(|| {
+            ctx.with_per_thread_stream(|pts| {
+                let mut device = device.attach(pts)?;
+                testing::spin_then_add(pts, &mut device, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                let mut pooled = pts.alloc_zeroed::<f32>(&pool, 256)?;
+                add_scalar(pts, &mut pooled, 1.0)?;
+                let (mut coherent, mut mirror) = (coherent.attach(pts)?, mirror.attach(pts)?);
+                add_scalar(pts, &mut coherent, 1.0)?;
+                add_scalar(pts, &mut mirror, 1.0)?;
+                let (coherent, mirror) = pts.sync_all((coherent, mirror))?;
+                // Given up on a capturing thread with the stream busy: freed after the exit.
+                let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
+                ctx.with_stream(StreamOptions::new(), |s| {
+                    let x = x.attach(s)?;
+                    let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+                        add_scalar(cap, &mut x, 1.0)?;
+                        drop((device, pooled));
+                        Ok(((x,), ()))
+                    })?;
+                    graph.launch(s)?;
+                    graph.sync().map(drop)
+                })?;
+                Ok((coherent, mirror))
+            })
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("the per-thread scope");
+    assert!(coherent.iter().all(|v| *v == 2.0) && mirror.iter().all(|v| *v == 2.0));
+    um::reap_pending();
+    context_still_runs(ctx);
+    let _ = done.send(());
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn forgotten_per_thread_memory_lets_its_thread_exit() {
+    use std::future::Future;
+    use std::task::{Context as TaskContext, Waker};
+    let _serial = crate::common::serial();
+    let done = common::watchdog_after("forgotten per-thread memory", 60);
+    let ctx = gpu();
+    let ctx = &ctx;
+    let (a, b, c) = (
+        Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
+        Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
+        Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
+    );
+    let pending = thread::scope(|t| {
+        t.spawn(move || {
+            ctx.with_per_thread_stream(|pts| {
+                let mut a = a.attach(pts)?;
+                testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                // Leaked, attached, a kernel in flight: the memory is lost, and the thread
+                // must still exit.
+                std::mem::forget(a);
+                let b = b.attach(pts)?;
+                std::mem::forget(b);
+                Ok(())
+            })?;
+            // A per-thread async scope, leaked with its buffer attached.
+            let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
+                let c = c.attach(pts)?;
+                std::future::pending::<()>().await;
+                Ok(c.sync_async().await?[0])
+            }));
+            let polled = scope
+                .as_mut()
+                .poll(&mut TaskContext::from_waker(Waker::noop()));
+            std::mem::forget(scope);
+            Ok::<_, Error>(polled.is_pending())
+        })
+        .join()
+        .expect("no panic")
+    })
+    .expect("the per-thread scopes");
+    assert!(pending, "the async scope waits forever");
+    context_still_runs(ctx);
+    let _ = done.send(());
+}

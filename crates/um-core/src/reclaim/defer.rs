@@ -8,10 +8,12 @@
 //! memory to it ([`defer_free`]), and the reaper frees it once the stream has run past that
 //! point. Outside the mark, dropping stream-owned memory still waits, as in synchronous code.
 
+use crate::driver;
 use crate::driver::context::{
     Context, keep_for_capture_end, kept_work_recordable, thread_is_capturing,
 };
 use crate::driver::stream::RawStream;
+use crate::driver::sys;
 use crate::reclaim::completion::Completion;
 use crate::reclaim::reaper::Orphan;
 
@@ -91,13 +93,45 @@ pub(crate) fn defer_free_or_keep(owner: &Context, stream: RawStream, orphan: Orp
 /// the callback cannot be enqueued): the caller then waits, as always.
 ///
 /// `owner` is the context of `stream`, the stream that owns the memory.
+///
+/// Managed memory still attached to a per-thread default stream (`CU_MEM_ATTACH_SINGLE`) is
+/// re-attached to the host (`CU_MEM_ATTACH_HOST`) on that stream first, before the callback: a
+/// thread whose default stream still has managed memory attached never finishes exiting (seen
+/// with driver 580), and the thread may exit before the reaper frees the memory. Where the
+/// re-attach fails, the orphan comes back (the caller waits for the stream, or keeps it). On a
+/// thread that captures, the re-attach (a call on a stream that is not capturing, but on the
+/// capturing thread, which the driver might refuse and so invalidate the capture) is not made
+/// there: the whole deferred free is kept for the end of the thread's captures, which comes
+/// before the thread can exit, and made then (only memory of this thread's own default stream
+/// gets here, so that stream is alive then).
 pub(crate) fn defer_free(
     owner: &Context,
     stream: RawStream,
     orphan: Orphan,
 ) -> std::result::Result<(), Orphan> {
+    let attached_here = (stream.handle == sys::STREAM_PER_THREAD)
+        .then(|| orphan.associated())
+        .flatten();
+    if attached_here.is_some() && thread_is_capturing() {
+        let owner = owner.clone();
+        keep_for_capture_end(Box::new(move || {
+            defer_free_or_keep(&owner, stream, orphan);
+        }));
+        return Ok(());
+    }
     if owner.bind().is_err() {
         return Err(orphan);
+    }
+    if let Some(ptr) = attached_here {
+        // SAFETY: `ptr` is the start of the live managed allocation that `orphan` owns (freed
+        // only by it, after the callback below, which the stream runs after this attach); the
+        // stream is this thread's default stream of `owner`, current, alive while the thread
+        // runs, not capturing (a per-thread stream never is: `um` captures on streams of its
+        // own) and not the NULL stream. The attach is stream-ordered after every kernel queued
+        // there that may use the memory.
+        if unsafe { driver::stream_attach(stream.handle, ptr, sys::MEM_ATTACH_HOST) }.is_err() {
+            return Err(orphan);
+        }
     }
     match Completion::enqueue(owner, stream) {
         Ok(completion) => {

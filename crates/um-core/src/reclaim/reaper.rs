@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::driver::context::{Context, in_driver_callback, thread_is_capturing};
 use crate::driver::poison::PoisonFlag;
+use crate::driver::sys;
 use crate::sync::{Condvar, Mutex, lock, wait};
 
 /// One allocation given up before its stream was done with it: its context, and how its storage
@@ -28,6 +29,10 @@ pub struct Orphan {
     /// from (`driver/poison.rs`): once one is set, the memory is leaked, whatever the stream
     /// reports.
     poison: Vec<Arc<PoisonFlag>>,
+    /// The address of managed memory that may still be attached to the stream that owned it
+    /// (`CU_MEM_ATTACH_SINGLE`, unified memory): a free deferred behind a per-thread default
+    /// stream re-attaches it to the host first (`crate::reclaim::defer::defer_free`).
+    associated: Option<sys::CUdeviceptr>,
 }
 
 impl Orphan {
@@ -42,7 +47,20 @@ impl Orphan {
             ctx,
             free: Box::new(free),
             poison: Vec::new(),
+            associated: None,
         }
+    }
+
+    /// The same orphan, of managed memory at `ptr` that may still be attached to the stream that
+    /// owned it (`CU_MEM_ATTACH_SINGLE`).
+    pub(crate) fn associated_at(mut self, ptr: sys::CUdeviceptr) -> Self {
+        self.associated = Some(ptr);
+        self
+    }
+
+    /// The managed address that may still be attached to the owning stream, if any.
+    pub(crate) fn associated(&self) -> Option<sys::CUdeviceptr> {
+        self.associated
     }
 
     /// The same orphan, leaked instead of freed if one of `poison` (marks of streams that owned

@@ -57,8 +57,10 @@ impl HasParts for Unified {
     }
 
     unsafe fn free(host: NonNull<u8>, parts: &Advice, _: Private) {
+        let ptr = Self::device_ptr(host, parts);
+        per_thread::detached(ptr);
         // SAFETY: the caller's guarantees.
-        let _ = unsafe { driver::mem_free(Self::device_ptr(host, parts)) };
+        let _ = unsafe { driver::mem_free(ptr) };
     }
 
     #[inline]
@@ -111,6 +113,10 @@ impl HasParts for Unified {
             // SAFETY: the start of a live managed allocation we own; `to` is alive; the flag
             // suits the stream (the caller's guarantees).
             unsafe { driver::stream_attach(to.handle, ptr, flag) }?;
+            if to.handle == sys::STREAM_PER_THREAD {
+                // The same context as the memory's (`attach` checks it).
+                per_thread::attached(ptr, &a.ctx);
+            }
         }
         // SAFETY: the caller's guarantees; the attach, if any, is enqueued.
         unsafe { transfer::on_attach(ptr, a.bytes, &a.ctx, &mut a.parts, to) }
@@ -138,6 +144,7 @@ impl HasParts for Unified {
         // SAFETY: a live managed allocation we own; the owning stream is alive and its context
         // current (the caller's guarantees).
         unsafe { driver::stream_attach(a.stream.handle, ptr, sys::MEM_ATTACH_HOST) }?;
+        per_thread::detached(ptr);
         Ok(RawStream::NONE)
     }
 
@@ -151,16 +158,18 @@ impl HasParts for Unified {
         to: RawStream,
         _: Private,
     ) -> Result<()> {
+        let ptr = Self::device_ptr(host, &a.parts);
         // SAFETY: the start of a live managed allocation we own; `to` is alive, current and not
         // the NULL stream, and waits for A before the attach takes effect, so the association
         // changes only once A's kernels are done (the caller's guarantees).
-        unsafe {
-            driver::stream_attach(
-                to.handle,
-                Self::device_ptr(host, &a.parts),
-                sys::MEM_ATTACH_SINGLE,
-            )
+        unsafe { driver::stream_attach(to.handle, ptr, sys::MEM_ATTACH_SINGLE) }?;
+        per_thread::detached(ptr);
+        if to.handle == sys::STREAM_PER_THREAD {
+            // SAFETY: `to` is alive (the caller's guarantee).
+            let ctx = unsafe { to.events() }.map_or(&a.ctx, |e| e.context());
+            per_thread::attached(ptr, ctx);
         }
+        Ok(())
     }
 
     unsafe fn receive(
@@ -175,8 +184,12 @@ impl HasParts for Unified {
     }
 
     unsafe fn orphan(host: NonNull<u8>, a: &Allocation<Self>, _: Private) -> Orphan {
+        let ptr = Self::device_ptr(host, &a.parts);
+        // Whoever takes the orphan settles the association: a free deferred behind a
+        // per-thread stream re-attaches it to the host first (`reclaim::defer::defer_free`).
+        per_thread::detached(ptr);
         // SAFETY: the caller's guarantee.
-        unsafe { managed_orphan(Self::device_ptr(host, &a.parts), &a.ctx) }
+        unsafe { managed_orphan(ptr, &a.ctx) }.associated_at(ptr)
     }
 }
 
@@ -209,4 +222,75 @@ pub(crate) unsafe fn managed_orphan(ptr: sys::CUdeviceptr, ctx: &Context) -> Orp
     };
     // SAFETY: `free` frees this managed allocation and nothing else; the caller gives it up.
     unsafe { Orphan::new(ctx.clone(), free) }
+}
+
+/// The managed memory attached to this thread's per-thread default streams
+/// (`CU_MEM_ATTACH_SINGLE`) that no transition has moved away yet, for the thread's exit: a
+/// thread whose default stream still has managed memory attached never finishes exiting (seen
+/// with driver 580). Every path that ends the association on this thread takes its entry out
+/// (`release`'s re-attach to the host, a handoff to another stream, the free, the orphan, whose
+/// deferred free re-attaches it to the host first); what is left when the thread exits was
+/// leaked (`mem::forget`, a leaked scope future, a poisoned stream's or a failed wait's leak):
+/// never freed, so its address is still the allocation's, and no brand of the thread's
+/// per-thread scopes is alive to use it. The record's destructor re-attaches each to the host
+/// and, unless the thread is inside a capture, waits for the stream.
+///
+/// The record is first used (so its destructor registered) only right after a successful
+/// attach to a per-thread stream, which is after the driver's first use of this thread's
+/// default stream: thread-local destructors run in the reverse order of their registration,
+/// so this one runs before the CPU model's record of the thread's streams (and before the
+/// driver's own, which runs after every thread-local destructor where it is a `pthread` key's).
+mod per_thread {
+    use std::cell::{Cell, RefCell};
+
+    use crate::driver;
+    use crate::driver::context::{Context, thread_is_capturing};
+    use crate::driver::sys;
+
+    struct Attached(RefCell<Vec<(sys::CUdeviceptr, Context)>>);
+
+    thread_local! {
+        /// Whether `ATTACHED` was ever used on this thread (a `Cell` without a destructor: the
+        /// removals touch the record only then, so that nothing else registers it first).
+        static USED: Cell<bool> = const { Cell::new(false) };
+        static ATTACHED: Attached = const { Attached(RefCell::new(Vec::new())) };
+    }
+
+    /// `ptr`, of `ctx`, is now attached to this thread's per-thread stream of `ctx`.
+    pub(super) fn attached(ptr: sys::CUdeviceptr, ctx: &Context) {
+        USED.with(|u| u.set(true));
+        let _ = ATTACHED.try_with(|a| {
+            let mut a = a.0.borrow_mut();
+            a.retain(|(p, _)| *p != ptr);
+            a.push((ptr, ctx.clone()));
+        });
+    }
+
+    /// `ptr` is no longer attached to a per-thread stream of this thread (or never was).
+    pub(super) fn detached(ptr: sys::CUdeviceptr) {
+        if USED.with(Cell::get) {
+            let _ = ATTACHED.try_with(|a| a.0.borrow_mut().retain(|(p, _)| *p != ptr));
+        }
+    }
+
+    impl Drop for Attached {
+        fn drop(&mut self) {
+            let left = std::mem::take(&mut *self.0.borrow_mut());
+            for (ptr, ctx) in &left {
+                if ctx.bind().is_err() {
+                    continue;
+                }
+                // SAFETY: `ptr` is the start of a managed allocation that was leaked attached
+                // to this thread's default stream of `ctx` (now current): never freed, and
+                // unreachable (every brand of the thread's per-thread scopes has ended). The
+                // attach is stream-ordered after the work queued there.
+                let _ = unsafe {
+                    driver::stream_attach(sys::STREAM_PER_THREAD, *ptr, sys::MEM_ATTACH_HOST)
+                };
+                if !thread_is_capturing() {
+                    let _ = driver::stream_synchronize(sys::STREAM_PER_THREAD);
+                }
+            }
+        }
+    }
 }
