@@ -242,34 +242,32 @@ pub(crate) unsafe fn managed_orphan(ptr: sys::CUdeviceptr, ctx: &Context) -> Orp
 /// driver's own, which runs after every thread-local destructor where it is a `pthread` key's).
 mod per_thread {
     use std::cell::{Cell, RefCell};
+    use std::collections::BTreeMap;
 
     use crate::driver;
     use crate::driver::context::{Context, thread_is_capturing};
     use crate::driver::sys;
 
-    struct Attached(RefCell<Vec<(sys::CUdeviceptr, Context)>>);
+    /// By address, the context whose per-thread stream the memory is attached to.
+    struct Attached(RefCell<BTreeMap<sys::CUdeviceptr, Context>>);
 
     thread_local! {
         /// Whether `ATTACHED` was ever used on this thread (a `Cell` without a destructor: the
         /// removals touch the record only then, so that nothing else registers it first).
         static USED: Cell<bool> = const { Cell::new(false) };
-        static ATTACHED: Attached = const { Attached(RefCell::new(Vec::new())) };
+        static ATTACHED: Attached = const { Attached(RefCell::new(BTreeMap::new())) };
     }
 
     /// `ptr`, of `ctx`, is now attached to this thread's per-thread stream of `ctx`.
     pub(super) fn attached(ptr: sys::CUdeviceptr, ctx: &Context) {
         USED.with(|u| u.set(true));
-        let _ = ATTACHED.try_with(|a| {
-            let mut a = a.0.borrow_mut();
-            a.retain(|(p, _)| *p != ptr);
-            a.push((ptr, ctx.clone()));
-        });
+        let _ = ATTACHED.try_with(|a| a.0.borrow_mut().insert(ptr, ctx.clone()));
     }
 
     /// `ptr` is no longer attached to a per-thread stream of this thread (or never was).
     pub(super) fn detached(ptr: sys::CUdeviceptr) {
         if USED.with(Cell::get) {
-            let _ = ATTACHED.try_with(|a| a.0.borrow_mut().retain(|(p, _)| *p != ptr));
+            let _ = ATTACHED.try_with(|a| a.0.borrow_mut().remove(&ptr));
         }
     }
 
