@@ -9,6 +9,10 @@
 //!                       --examples-only skips the test binaries; UM_SKIP_EXAMPLES="a b" skips
 //!                       those examples (left out of the verdict). Each program runs under
 //!                       `timeout` (UM_PROGRAM_LIMIT_S, default 300 s): a hang is a failure.
+//!                       With two or more GPUs and N = 1, the programs of one GPU run side
+//!                       by side, one per GPU (CUDA_VISIBLE_DEVICES), each printed whole when
+//!                       it ends, then those that use every GPU (`uses_every_gpu`) one at a
+//!                       time; UM_NORMAL_ONE_AT_A_TIME=1 runs them all one at a time.
 //!   run.sh --sanitize [TOOL ...]
 //!                       every test binary and example under compute-sanitizer, once per tool
 //!                       (default: memcheck racecheck synccheck initcheck). A program passes when
@@ -218,9 +222,9 @@ fn run_to_file(mut c: Command, log: &Path, append: bool) -> i32 {
     c.status().map(status_code).unwrap_or(127)
 }
 
-/// Runs `c` and gives its stdout and stderr (together, as `2>&1`) both to this process's
-/// stdout and, whole, to the caller (as `| tee LOG`).
-fn run_tee(mut c: Command) -> (i32, String) {
+/// Runs `c` and gives its stdout and stderr together (as `2>&1`) to the caller; where `echo`,
+/// also to this process's stdout as they come (as `| tee LOG`).
+fn run_merged(mut c: Command, echo: bool) -> (i32, String) {
     let Ok((mut r, w)) = std::io::pipe() else {
         return (127, String::new());
     };
@@ -240,8 +244,10 @@ fn run_tee(mut c: Command) -> (i32, String) {
         match r.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let _ = stdout.write_all(&buf[..n]);
-                let _ = stdout.flush();
+                if echo {
+                    let _ = stdout.write_all(&buf[..n]);
+                    let _ = stdout.flush();
+                }
                 all.extend_from_slice(&buf[..n]);
             }
         }
@@ -511,6 +517,65 @@ impl Plan {
     }
 }
 
+/// A program of the normal run.
+enum Job<'a> {
+    /// A test binary (or one module of one).
+    Test(&'a Program),
+    /// An example, by its path under the bundle (`examples/NAME`).
+    Example(String),
+}
+
+impl Job<'_> {
+    /// "test" or "example", and the name its lines give it.
+    fn kind_and_name(&self) -> (&'static str, &str) {
+        match self {
+            Job::Test(t) => ("test", t.base()),
+            Job::Example(e) => ("example", basename(e)),
+        }
+    }
+
+    /// Its name as the bundle's lists give it (`tests/NAME`, `examples/NAME`).
+    fn program(&self) -> String {
+        match self {
+            Job::Test(t) => t.name.clone(),
+            Job::Example(e) => e.clone(),
+        }
+    }
+}
+
+/// What one program of the normal run came to: its output where it was kept, its verdict line,
+/// and its counts.
+struct Done {
+    out: String,
+    line: String,
+    passed: u64,
+    failed: u64,
+}
+
+/// Where a program's lines go: this process's stdout as they come (`live`), or kept.
+struct Sink {
+    live: bool,
+    out: String,
+}
+
+impl Sink {
+    fn line(&mut self, l: &str) {
+        if self.live {
+            println!("{l}");
+        } else {
+            self.out.push_str(l);
+            self.out.push('\n');
+        }
+    }
+
+    /// A program's own output: already on stdout where live (`run_merged` echoed it).
+    fn text(&mut self, t: &str) {
+        if !self.live {
+            self.out.push_str(t);
+        }
+    }
+}
+
 /// The module of a listed test (`gpu_x::...` -> `gpu_x`), as `^\(gpu_[a-z0-9_]*\)::`.
 fn module_of(test: &str) -> Option<&str> {
     let rest = test.strip_prefix("gpu_")?;
@@ -678,113 +743,181 @@ impl Runner {
     /// Tests once, examples REPEAT times; one line per program to the verdict file (when
     /// given); (passed, failed).
     fn run_all(&self, env: &Env, repeat: u64, verdict: Option<&Path>) -> (u64, u64) {
-        let (mut passed, mut failed) = (0, 0);
         let limit = env.num("UM_PROGRAM_LIMIT_S", 300);
-        for t in &self.tests {
-            if self.examples_only {
-                break;
-            }
-            let name = t.base();
-            if two_gpu_only(name) && self.gpus < 2 {
-                println!(
-                    "=== test binary {name}: skipped (needs two GPUs, this machine has {})",
-                    self.gpus
-                );
-                append(
-                    verdict,
-                    &format!(
-                        "test {name}: skipped (needs two GPUs, this machine has {})",
-                        self.gpus
-                    ),
-                );
-                continue;
-            }
-            println!("=== test binary {name}");
-            let t0 = Instant::now();
-            let mut cmd = t.command();
-            cmd.push(s("--include-ignored"));
-            // Bounded: a hung binary is one failure, not a lost call (UM_PROGRAM_LIMIT_S,
-            // default 300).
-            let (rc, log) = run_tee(bounded(env, limit, name, &cmd));
-            let (p, mut f) = result_counts(&log).unwrap_or((0, 0));
-            // A binary that crashed before its summary counts as one failure.
-            if rc != 0 && f == 0 {
-                println!("!!! {name} exited with {rc}");
-                f = 1;
-            }
-            passed += p;
-            failed += f;
-            println!("=== test binary {name}: {} s", t0.elapsed().as_secs());
-            let names: String = failed_tests(&log)
-                .iter()
-                .map(|n| format!("; {n}"))
-                .collect();
-            let note = if f == 0 {
-                String::new()
-            } else {
-                stacks_note(env, name)
-            };
-            append(
-                verdict,
-                &format!("test {name}: {p} passed, {f} failed{names}{note}"),
-            );
-        }
+        let mut jobs = Vec::new();
+        let tests = self.tests.iter().filter(|_| !self.examples_only);
         let skip = env.var("UM_SKIP_EXAMPLES");
         let skip: Vec<&str> = skip.split_whitespace().collect();
-        for e in entries("examples") {
-            let name = basename(&e);
-            if skip.contains(&name) {
+        let examples = entries("examples").into_iter().filter_map(|e| {
+            let name = basename(&e).to_string();
+            if skip.contains(&name.as_str()) {
                 println!("=== example {name}: skipped (UM_SKIP_EXAMPLES)");
-                continue;
+                return None;
             }
+            Some(Job::Example(e))
+        });
+        for job in tests.map(Job::Test).chain(examples) {
+            let (kind, name) = job.kind_and_name();
             if two_gpu_only(name) && self.gpus < 2 {
                 println!(
-                    "=== example {name}: skipped (needs two GPUs, this machine has {})",
+                    "=== {kind} {name}: skipped (needs two GPUs, this machine has {})",
                     self.gpus
                 );
                 append(
                     verdict,
                     &format!(
-                        "example {name}: skipped (needs two GPUs, this machine has {})",
+                        "{kind} {name}: skipped (needs two GPUs, this machine has {})",
                         self.gpus
                     ),
                 );
                 continue;
             }
-            let (mut ok, mut bad) = (0, 0);
-            for i in 1..=repeat {
-                if repeat > 1 {
-                    println!("=== example {name} (run {i} of {repeat})");
-                } else {
-                    println!("=== example {name}");
+            jobs.push(job);
+        }
+        // Where the machine has two or more GPUs (and each program runs once), the programs of
+        // one GPU run side by side, one per GPU (CUDA_VISIBLE_DEVICES), each with its GPU to
+        // itself; then those that use every GPU (`uses_every_gpu`), one at a time.
+        // UM_NORMAL_ONE_AT_A_TIME=1 runs every program alone with every GPU, in order.
+        let every = second_device_programs();
+        let side_by_side =
+            self.gpus >= 2 && repeat == 1 && env.var("UM_NORMAL_ONE_AT_A_TIME").trim() != "1";
+        let (single, whole): (Vec<Job<'_>>, Vec<Job<'_>>) = jobs
+            .into_iter()
+            .partition(|j| side_by_side && !uses_every_gpu(&j.program(), every.as_ref()));
+        let (mut passed, mut failed) = (0, 0);
+        let mut collect = |done: Done| {
+            passed += done.passed;
+            failed += done.failed;
+            append(verdict, &done.line);
+        };
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel::<(u64, Done)>();
+            let mut plan = Plan::new(self.gpus, 1);
+            let mut queue: std::collections::VecDeque<Job<'_>> = single.into();
+            while !queue.is_empty() || plan.busy() > 0 {
+                while let Some((i, k)) = plan.next(queue.iter().map(|_| true)) {
+                    let Some(job) = queue.remove(i) else {
+                        break;
+                    };
+                    plan.start(k, true);
+                    let tx = tx.clone();
+                    let env = env.with("CUDA_VISIBLE_DEVICES", Some(&k.to_string()));
+                    scope.spawn(move || {
+                        let done = self.run_job(&env, &job, limit, 1, Some(k));
+                        let _ = tx.send((k, done));
+                    });
                 }
-                let t0 = Instant::now();
+                if plan.busy() == 0 {
+                    break;
+                }
+                let Ok((k, done)) = rx.recv() else {
+                    break;
+                };
+                plan.end(k);
+                print!("{}", done.out);
                 let _ = std::io::stdout().flush();
-                let mut c = bounded(env, limit, name, &[format!("./{e}")]);
-                if c.status().map(status_code).unwrap_or(127) == 0 {
-                    ok += 1;
-                } else {
-                    println!("!!! example {name} failed (run {i})");
-                    bad += 1;
-                }
-                println!("=== example {name}: {} s", t0.elapsed().as_secs());
+                collect(done);
             }
-            if repeat > 1 {
-                println!("example {name}: {ok} of {repeat} runs passed");
-            }
-            let note = if bad == 0 {
-                String::new()
-            } else {
-                stacks_note(env, name)
-            };
-            append(
-                verdict,
-                &format!("example {name}: {ok} of {repeat} runs passed{note}"),
-            );
-            passed += ok;
-            failed += bad;
+        });
+        for job in &whole {
+            collect(self.run_job(env, job, limit, repeat, None));
         }
         (passed, failed)
+    }
+
+    /// One program of the normal run: a test binary (its tests count) or an example (each of
+    /// `repeat` runs counts). Its output goes to this process's stdout as it comes where `gpu`
+    /// is None (alone on the machine), else it is kept in `Done::out` (side by side, on that GPU).
+    fn run_job(&self, env: &Env, job: &Job<'_>, limit: u64, repeat: u64, gpu: Option<u64>) -> Done {
+        let mut sink = Sink {
+            live: gpu.is_none(),
+            out: String::new(),
+        };
+        let (_, name) = job.kind_and_name();
+        let on = gpu.map(|k| format!(" (on GPU {k})")).unwrap_or_default();
+        let t0 = Instant::now();
+        let (passed, failed, line) = match job {
+            Job::Test(t) => {
+                sink.line(&format!("=== test binary {name}{on}"));
+                let mut cmd = t.command();
+                cmd.push(s("--include-ignored"));
+                // Bounded: a hung binary is one failure, not a lost call (UM_PROGRAM_LIMIT_S,
+                // default 300).
+                let (rc, log) = run_merged(bounded(env, limit, name, &cmd), sink.live);
+                sink.text(&log);
+                let (p, mut f) = result_counts(&log).unwrap_or((0, 0));
+                // A binary that crashed before its summary counts as one failure.
+                if rc != 0 && f == 0 {
+                    sink.line(&format!("!!! {name} exited with {rc}"));
+                    f = 1;
+                }
+                sink.line(&format!(
+                    "=== test binary {name}: {} s",
+                    t0.elapsed().as_secs()
+                ));
+                let names: String = failed_tests(&log)
+                    .iter()
+                    .map(|n| format!("; {n}"))
+                    .collect();
+                let note = if f == 0 {
+                    String::new()
+                } else {
+                    stacks_note(env, name)
+                };
+                (
+                    p,
+                    f,
+                    format!("test {name}: {p} passed, {f} failed{names}{note}"),
+                )
+            }
+            Job::Example(e) => {
+                let (mut ok, mut bad) = (0, 0);
+                for i in 1..=repeat {
+                    if repeat > 1 {
+                        sink.line(&format!("=== example {name} (run {i} of {repeat})"));
+                    } else {
+                        sink.line(&format!("=== example {name}{on}"));
+                    }
+                    let t0 = Instant::now();
+                    let _ = std::io::stdout().flush();
+                    let c = bounded(env, limit, name, &[format!("./{e}")]);
+                    let rc = if sink.live {
+                        let mut c = c;
+                        c.status().map(status_code).unwrap_or(127)
+                    } else {
+                        let (rc, log) = run_merged(c, false);
+                        sink.text(&log);
+                        rc
+                    };
+                    if rc == 0 {
+                        ok += 1;
+                    } else {
+                        sink.line(&format!("!!! example {name} failed (run {i})"));
+                        bad += 1;
+                    }
+                    sink.line(&format!("=== example {name}: {} s", t0.elapsed().as_secs()));
+                }
+                if repeat > 1 {
+                    sink.line(&format!("example {name}: {ok} of {repeat} runs passed"));
+                }
+                let note = if bad == 0 {
+                    String::new()
+                } else {
+                    stacks_note(env, name)
+                };
+                (
+                    ok,
+                    bad,
+                    format!("example {name}: {ok} of {repeat} runs passed{note}"),
+                )
+            }
+        };
+        Done {
+            out: sink.out,
+            line,
+            passed,
+            failed,
+        }
     }
 
     /// The C++ reproducer of racecheck's legacy-stream report (no um): (executable, its

@@ -556,6 +556,99 @@ fn a_program_listed_as_using_a_second_device_gets_every_gpu_under_a_sanitizer() 
     }
 }
 
+/// A program of the normal part that logs when it ran and on which GPU, and passes one test
+/// (an example prints no summary); asked for its list of tests, it has none.
+const TIMED: &str = r#"#!/usr/bin/env bash
+case " $* " in *" --list "*) exit 0 ;; esac
+n=$(basename "$0")
+echo "$n start $(date +%s%N) visible=${CUDA_VISIBLE_DEVICES:-all}" >>"$FAKE_LOG.times"
+sleep 0.3
+echo "$n end $(date +%s%N)" >>"$FAKE_LOG.times"
+case "$0" in
+  */tests/*) echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out" ;;
+esac
+"#;
+
+#[test]
+fn the_normal_part_runs_one_program_per_gpu_side_by_side_and_the_rest_alone() {
+    let m = Machine::new(
+        "normal-side-by-side",
+        2,
+        &["gpu_a", "gpu_b", "gpu_c", "gpu_second", "gpu_nccl"],
+        &["ex1", "ex2"],
+    );
+    for p in ["gpu_a", "gpu_b", "gpu_c", "gpu_second", "gpu_nccl"] {
+        executable(&m.dir.join("bundle/tests").join(p), TIMED);
+    }
+    for e in ["ex1", "ex2"] {
+        executable(&m.dir.join("bundle/examples").join(e), TIMED);
+    }
+    fs::write(m.dir.join("bundle/gpu-every.txt"), "tests/gpu_second\n").expect("list");
+    let (status, text, verdict, _) = m.run("out", &["--parts", "normal"], &[]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        verdict.contains("== part normal: 7 passed, 0 failed"),
+        "{verdict}"
+    );
+    for l in [
+        "test gpu_a: 1 passed, 0 failed",
+        "test gpu_second: 1 passed, 0 failed",
+        "test gpu_nccl: 1 passed, 0 failed",
+        "example ex2: 1 of 1 runs passed",
+    ] {
+        assert!(verdict.lines().any(|v| v == l), "{l} in\n{verdict}");
+    }
+    let times = fs::read_to_string(m.dir.join("out.tool-log.times")).expect("times");
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 7, "{times}");
+    let overlap =
+        |a: &(String, String, u128, u128), b: &(String, String, u128, u128)| a.2 < b.3 && b.2 < a.3;
+    let (single, every): (Vec<_>, Vec<_>) = runs
+        .iter()
+        .partition(|r| !["gpu_second", "gpu_nccl"].contains(&r.0.as_str()));
+    // One GPU each, both GPUs used, never two programs on one GPU at once.
+    assert!(
+        single
+            .iter()
+            .all(|r| r.1 == "visible=0" || r.1 == "visible=1"),
+        "{runs:?}"
+    );
+    assert!(
+        single.iter().any(|r| r.1 == "visible=0") && single.iter().any(|r| r.1 == "visible=1"),
+        "{runs:?}"
+    );
+    assert!(
+        single
+            .iter()
+            .any(|a| single.iter().any(|b| a.1 != b.1 && overlap(a, b))),
+        "side by side: {runs:?}"
+    );
+    for a in &single {
+        for b in single.iter().filter(|b| b.0 != a.0 && b.1 == a.1) {
+            assert!(!overlap(a, b), "{} and {} on one GPU at once", a.0, b.0);
+        }
+    }
+    // A two-GPU program and a listed one: every GPU, alone.
+    for a in &every {
+        assert_eq!(a.1, "visible=all", "{runs:?}");
+        for b in runs.iter().filter(|b| b.0 != a.0) {
+            assert!(!overlap(a, b), "{} ran beside {}", b.0, a.0);
+        }
+    }
+    // One at a time where asked: every program with every GPU.
+    let (status, _, _, _) = m.run(
+        "one",
+        &["--parts", "normal"],
+        &[("UM_NORMAL_ONE_AT_A_TIME", "1")],
+    );
+    assert_eq!(status, 0);
+    let times = fs::read_to_string(m.dir.join("one.tool-log.times")).expect("times");
+    assert!(
+        intervals(&times).iter().all(|r| r.1 == "visible=all"),
+        "{times}"
+    );
+}
+
 #[test]
 fn several_programs_share_a_gpu_but_one_that_reads_free_memory_has_it_to_itself() {
     let m = Machine::new(
