@@ -178,8 +178,12 @@ fn a_note_of_the_same_device_and_sections_replaces_the_earlier_one() {
         page = splice::splice(&page, &new, &keys, &n);
     }
     // Day 3's note is stale (same device, same section); day 1's names section 1 too, and
-    // day 2's is of another device: both stay, in the order of the runs.
+    // now only that one; day 2's is of another device: both stay, in the order of the runs.
     assert!(!page.contains("day 3"), "{page}");
+    assert!(
+        page.contains(&note("Section 1", "NVIDIA H200", "day 1")),
+        "{page}"
+    );
     let days: Vec<usize> = ["day 1", "day 2", "day 4"]
         .iter()
         .map(|d| page.find(d).expect(d))
@@ -188,4 +192,24 @@ fn a_note_of_the_same_device_and_sections_replaces_the_earlier_one() {
     assert!(page.find("Measured on **H200**").unwrap() < days[0]);
     assert!(days[2] < page.find("## 1.").unwrap());
     assert_eq!(page.matches("measured again").count(), 3, "{page}");
+}
+
+#[test]
+fn a_note_of_the_same_device_keeps_only_the_sections_a_later_run_did_not_measure_again() {
+    let new = new_page(&[("5. Cost of each transition", "new transitions")]);
+    let keys = vec!["5".to_owned()];
+    let note = |names: &str, whose: &str, date: &str| {
+        format!(
+            "{names} measured again on **NVIDIA H200**, driver CUDA 13.0, {date} (`um_bench`): \
+             {whose} ratios compare figures of that run."
+        )
+    };
+    let page = splice::splice(BASE, &new, &keys, &note("Sections 1, 5", "their", "day 1"));
+    let page = splice::splice(&page, &new, &keys, &note("Section 5", "its", "day 2"));
+    assert!(
+        page.contains(&note("Section 1", "its", "day 1")),
+        "day 1's note names section 1 alone: {page}"
+    );
+    assert!(page.contains(&note("Section 5", "its", "day 2")), "{page}");
+    assert_eq!(page.matches("measured again").count(), 2, "{page}");
 }

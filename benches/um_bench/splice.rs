@@ -67,15 +67,39 @@ fn note_parts(note: &str) -> Option<(Vec<&str>, &str)> {
     Some((names.split(", ").collect(), device))
 }
 
-/// Whether the splice note `new` makes the paragraph `old` stale: `old` is a splice note of
-/// the same device whose every section `new` names too.
-fn supersedes(new: &str, old: &str) -> bool {
-    match (note_parts(new), note_parts(old)) {
-        (Some((new_names, new_device)), Some((old_names, old_device))) => {
-            new_device == old_device && old_names.iter().all(|n| new_names.contains(n))
-        }
-        _ => false,
+/// The paragraph `old` as it stands once the splice note `new` is in: unchanged where it is
+/// not a splice note of the same device or names none of `new`'s sections; `None` (stale) where
+/// `new` names every section it names; else narrowed to the sections `new` does not name
+/// ("Sections 12, 13 ..., their ratios" becomes "Section 12 ..., its ratios").
+fn after_note(new: &str, old: &str) -> Option<String> {
+    let (Some((new_names, new_device)), Some((old_names, old_device))) =
+        (note_parts(new), note_parts(old))
+    else {
+        return Some(old.to_owned());
+    };
+    let left: Vec<&str> = old_names
+        .iter()
+        .copied()
+        .filter(|n| !new_names.contains(n))
+        .collect();
+    if new_device != old_device || left.len() == old_names.len() {
+        return Some(old.to_owned());
     }
+    if left.is_empty() {
+        return None;
+    }
+    let (_, rest) = old.split_once(" measured again on **")?;
+    let one = left.len() == 1;
+    let rest = if one {
+        rest.replacen(": their ratios", ": its ratios", 1)
+    } else {
+        rest.to_owned()
+    };
+    Some(format!(
+        "Section{} {} measured again on **{rest}",
+        if one { "" } else { "s" },
+        left.join(", ")
+    ))
 }
 
 /// `base` with every section of `new` whose key is in `keys` put in place of the base's section
@@ -122,13 +146,13 @@ pub(crate) fn splice(base: &str, new: &str, keys: &[String], note: &str) -> Stri
         !(measured_nccl && first.contains("NCCL") && first.contains("not measured"))
     });
     if !note.is_empty() {
-        // After the "Measured on ..." paragraph and the notes of earlier splices, less those
-        // this run makes stale: a note of the same device naming only sections this run
-        // measured again.
-        let kept: Vec<&str> = head
+        // After the "Measured on ..." paragraph and the notes of earlier splices, less what
+        // this run makes stale: in a note of the same device, the sections this run measured
+        // again (a note left with none goes).
+        let kept: Vec<String> = head
             .trim_end()
             .split("\n\n")
-            .filter(|p| !supersedes(note, p))
+            .filter_map(|p| after_note(note, p))
             .collect();
         head = format!("{}\n\n{note}\n\n", kept.join("\n\n"));
     }
