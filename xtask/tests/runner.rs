@@ -195,6 +195,16 @@ impl Machine {
     }
 }
 
+/// The GPUs `program` saw under `tool`, as the stand-in logged them (`visible=0`, `visible=all`),
+/// or "not run".
+fn visible_under(log: &str, tool: &str, program: &str) -> String {
+    log.lines()
+        .find(|l| l.starts_with(&format!("{program} {tool} ")))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
+        .unwrap_or("not run")
+        .to_string()
+}
+
 /// The verdict's line of `program` under `tool`.
 fn line<'a>(verdict: &'a str, tool: &str, program: &str) -> &'a str {
     let head = format!("{tool} {program}: ");
@@ -463,13 +473,7 @@ fn two_gpus_run_the_one_gpu_programs_side_by_side_and_the_rest_alone() {
     );
     assert_ne!(status, 0, "an own run that failed fails the run");
     // One GPU each for the programs of one GPU, both GPUs used; every GPU for the others.
-    let visible = |prog: &str| -> String {
-        log.lines()
-            .find(|l| l.starts_with(&format!("{prog} synccheck ")))
-            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
-            .unwrap_or("not run")
-            .to_string()
-    };
+    let visible = |prog: &str| visible_under(&log, "synccheck", prog);
     let singles: Vec<String> = ["gpu_a", "gpu_b", "gpu_c", "gpu_own_test_fails", "ex1"]
         .iter()
         .map(|p| visible(p))
@@ -539,13 +543,7 @@ fn a_program_listed_as_using_a_second_device_gets_every_gpu_under_a_sanitizer() 
     .expect("list");
     let (status, _, verdict, log) = m.run("out", &["--parts", "synccheck"], &[]);
     assert_eq!(status, 0, "{verdict}");
-    let visible = |prog: &str| -> String {
-        log.lines()
-            .find(|l| l.starts_with(&format!("{prog} synccheck ")))
-            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("visible=")))
-            .unwrap_or("not run")
-            .to_string()
-    };
+    let visible = |prog: &str| visible_under(&log, "synccheck", prog);
     // Listed: every GPU, so that its tests of device 1 run under the tool too.
     assert_eq!(visible("gpu_second"), "visible=all");
     assert_eq!(visible("ex1"), "visible=all");
