@@ -759,8 +759,9 @@ impl Runner {
         for job in tests.map(Job::Test).chain(examples) {
             let (kind, name) = job.kind_and_name();
             if two_gpu_only(name) && self.gpus < 2 {
+                let shown = if kind == "test" { "test binary" } else { kind };
                 println!(
-                    "=== {kind} {name}: skipped (needs two GPUs, this machine has {})",
+                    "=== {shown} {name}: skipped (needs two GPUs, this machine has {})",
                     self.gpus
                 );
                 append(

@@ -274,6 +274,8 @@ mod per_thread {
     impl Drop for Attached {
         fn drop(&mut self) {
             let left = std::mem::take(&mut *self.0.borrow_mut());
+            // The contexts whose per-thread streams got a re-attach, each waited for once below.
+            let mut streams: Vec<&Context> = Vec::new();
             for (ptr, ctx) in &left {
                 if ctx.bind().is_err() {
                     continue;
@@ -285,8 +287,15 @@ mod per_thread {
                 let _ = unsafe {
                     driver::stream_attach(sys::STREAM_PER_THREAD, *ptr, sys::MEM_ATTACH_HOST)
                 };
-                if !thread_is_capturing() {
-                    let _ = driver::stream_synchronize(sys::STREAM_PER_THREAD);
+                if !streams.iter().any(|c| c.same_as(ctx)) {
+                    streams.push(ctx);
+                }
+            }
+            if !thread_is_capturing() {
+                for ctx in streams {
+                    if ctx.bind().is_ok() {
+                        let _ = driver::stream_synchronize(sys::STREAM_PER_THREAD);
+                    }
                 }
             }
         }
