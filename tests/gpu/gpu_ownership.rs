@@ -86,16 +86,12 @@ fn memory_synced_from_a_per_thread_stream_outlives_its_thread() {
     let ctx = gpu();
     let ctx = &ctx;
     let data = Managed::from_fn(ctx, 256, |_| 41.0f32).expect("alloc");
-    let data = std::thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_per_thread_stream(|pts| {
-                let mut d = data.attach(pts)?;
-                add_scalar(pts, &mut d, 1.0)?;
-                d.sync()
-            })
+    let data = on_a_thread_that_exits(move || {
+        ctx.with_per_thread_stream(|pts| {
+            let mut d = data.attach(pts)?;
+            add_scalar(pts, &mut d, 1.0)?;
+            d.sync()
         })
-        .join()
-        .expect("no panic")
     })
     .expect("synced on the per-thread stream");
     assert!(data.iter().all(|v| *v == 42.0));
@@ -557,6 +553,12 @@ fn default_streams_run_the_safe_launchers_exactly() {
 /// well before its work is done.
 const EXIT_BUSY_MS: u64 = 300;
 
+/// Runs `f` on a thread of its own and gives its result once that thread has exited (a panic
+/// there fails the test).
+fn on_a_thread_that_exits<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    thread::scope(|t| t.spawn(f).join().expect("no panic"))
+}
+
 /// The context's result after the thread has exited: `x` of 256 zeros, plus one, on a stream
 /// of its own (a sticky error from memory freed under a kernel would show here).
 fn context_still_runs(ctx: &um::Context) {
@@ -582,27 +584,23 @@ fn a_per_thread_buffer_dropped_in_a_capture_closure_lets_its_thread_exit() {
     let ctx = &ctx;
     let busy = Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc");
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
-    let x = thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_per_thread_stream(|pts| {
-                let mut busy = busy.attach(pts)?;
-                testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                ctx.with_stream(StreamOptions::new(), |s| {
-                    let x = x.attach(s)?;
-                    let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
-                        add_scalar(cap, &mut x, 1.0)?;
-                        // Given up on a capturing thread: freed once the per-thread stream
-                        // is done, after the thread has exited.
-                        drop(busy);
-                        Ok(((x,), ()))
-                    })?;
-                    graph.launch(s)?;
-                    graph.sync()
-                })
+    let x = on_a_thread_that_exits(move || {
+        ctx.with_per_thread_stream(|pts| {
+            let mut busy = busy.attach(pts)?;
+            testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    // Given up on a capturing thread: freed once the per-thread stream
+                    // is done, after the thread has exited.
+                    drop(busy);
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                graph.sync()
             })
         })
-        .join()
-        .expect("no panic")
     })
     .map(|(x,)| x)
     .expect("the capture, replayed");
@@ -622,23 +620,19 @@ fn a_capture_of_the_per_thread_stream_that_drops_its_buffer_lets_the_thread_exit
     let done = common::watchdog_after("a per-thread capture that drops its buffer", 60);
     let ctx = &ctx;
     let x = Managed::from_slice(ctx, &[0.0f32; 256]).expect("alloc");
-    let came = thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_per_thread_stream(|pts| {
-                let mut x = x.attach(pts)?;
-                testing::spin_then_add(pts, &mut x, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                let captured = pts.capture((x,), |cap, (mut x,)| {
-                    add_scalar(cap, &mut x, 1.0)?;
-                    // The capture's own buffer, dropped: kept by the scope, freed behind the
-                    // per-thread stream once the capture has ended.
-                    drop(x);
-                    Err::<(_, ()), _>(Error::StreamPoisoned)
-                });
-                Ok(captured.map(drop))
-            })
+    let came = on_a_thread_that_exits(move || {
+        ctx.with_per_thread_stream(|pts| {
+            let mut x = x.attach(pts)?;
+            testing::spin_then_add(pts, &mut x, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            let captured = pts.capture((x,), |cap, (mut x,)| {
+                add_scalar(cap, &mut x, 1.0)?;
+                // The capture's own buffer, dropped: kept by the scope, freed behind the
+                // per-thread stream once the capture has ended.
+                drop(x);
+                Err::<(_, ()), _>(Error::StreamPoisoned)
+            });
+            Ok(captured.map(drop))
         })
-        .join()
-        .expect("no panic")
     })
     .expect("the per-thread scope");
     assert!(
@@ -660,23 +654,19 @@ fn a_per_thread_scope_dropped_unfinished_lets_its_thread_exit() {
     let ctx = gpu();
     let ctx = &ctx;
     let busy = Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc");
-    let pending = thread::scope(|t| {
-        t.spawn(move || {
-            let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
-                let mut busy = busy.attach(pts)?;
-                testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                std::future::pending::<()>().await;
-                Ok(busy.sync_async().await?[0])
-            }));
-            let polled = scope
-                .as_mut()
-                .poll(&mut TaskContext::from_waker(Waker::noop()));
-            // Dropped with the buffer attached in it: it goes to the reaper, no wait here.
-            drop(scope);
-            polled.is_pending()
-        })
-        .join()
-        .expect("no panic")
+    let pending = on_a_thread_that_exits(move || {
+        let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
+            let mut busy = busy.attach(pts)?;
+            testing::spin_then_add(pts, &mut busy, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            std::future::pending::<()>().await;
+            Ok(busy.sync_async().await?[0])
+        }));
+        let polled = scope
+            .as_mut()
+            .poll(&mut TaskContext::from_waker(Waker::noop()));
+        // Dropped with the buffer attached in it: it goes to the reaper, no wait here.
+        drop(scope);
+        polled.is_pending()
     });
     assert!(pending, "the scope waits forever");
     um::reap_pending();
@@ -698,25 +688,21 @@ fn per_thread_sync_futures_polled_or_cancelled_let_their_thread_exit() {
         Managed::from_fn(ctx, 256, |_| 2.0f32).expect("alloc"),
         Managed::from_fn(ctx, 256, |_| 3.0f32).expect("alloc"),
     );
-    let (a, b) = thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_per_thread_stream(|pts| {
-                let (mut a, b, mut c) = (a.attach(pts)?, b.attach(pts)?, c.attach(pts)?);
-                add_scalar(pts, &mut a, 1.0)?;
-                // Awaited to the end: a group of two.
-                let (a, b) = pollster::block_on(pts.sync_all_async((a, b)))?;
-                // Cancelled with the stream busy: freed by the reaper after the exit.
-                testing::spin_then_add(pts, &mut c, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                let mut fut = c.sync_async();
-                let polled =
-                    std::pin::Pin::new(&mut fut).poll(&mut TaskContext::from_waker(Waker::noop()));
-                assert!(polled.is_pending(), "the stream spins");
-                drop(fut);
-                Ok((a, b))
-            })
+    let (a, b) = on_a_thread_that_exits(move || {
+        ctx.with_per_thread_stream(|pts| {
+            let (mut a, b, mut c) = (a.attach(pts)?, b.attach(pts)?, c.attach(pts)?);
+            add_scalar(pts, &mut a, 1.0)?;
+            // Awaited to the end: a group of two.
+            let (a, b) = pollster::block_on(pts.sync_all_async((a, b)))?;
+            // Cancelled with the stream busy: freed by the reaper after the exit.
+            testing::spin_then_add(pts, &mut c, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            let mut fut = c.sync_async();
+            let polled =
+                std::pin::Pin::new(&mut fut).poll(&mut TaskContext::from_waker(Waker::noop()));
+            assert!(polled.is_pending(), "the stream spins");
+            drop(fut);
+            Ok((a, b))
         })
-        .join()
-        .expect("no panic")
     })
     .expect("the per-thread scope");
     assert!(a.iter().all(|v| *v == 2.0) && b.iter().all(|v| *v == 2.0));
@@ -736,27 +722,23 @@ fn per_thread_memory_handed_off_both_ways_lets_its_thread_exit() {
         Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
         Managed::from_fn(ctx, 256, |_| 10.0f32).expect("alloc"),
     );
-    let (a, b) = thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_stream(StreamOptions::new(), |s| {
-                ctx.with_per_thread_stream(|pts| {
-                    // From the per-thread stream to a stream of its own, synced there.
-                    let mut a = a.attach(pts)?;
-                    testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                    let mut a = a.hand_off(s)?;
-                    add_scalar(s, &mut a, 1.0)?;
-                    // From that stream to the per-thread stream, synced in a group there.
-                    let mut b = b.attach(s)?;
-                    add_scalar(s, &mut b, 1.0)?;
-                    let mut b = b.hand_off(pts)?;
-                    add_scalar(pts, &mut b, 1.0)?;
-                    let (b,) = pts.sync_all((b,))?;
-                    Ok((a.sync()?, b))
-                })
+    let (a, b) = on_a_thread_that_exits(move || {
+        ctx.with_stream(StreamOptions::new(), |s| {
+            ctx.with_per_thread_stream(|pts| {
+                // From the per-thread stream to a stream of its own, synced there.
+                let mut a = a.attach(pts)?;
+                testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
+                let mut a = a.hand_off(s)?;
+                add_scalar(s, &mut a, 1.0)?;
+                // From that stream to the per-thread stream, synced in a group there.
+                let mut b = b.attach(s)?;
+                add_scalar(s, &mut b, 1.0)?;
+                let mut b = b.hand_off(pts)?;
+                add_scalar(pts, &mut b, 1.0)?;
+                let (b,) = pts.sync_all((b,))?;
+                Ok((a.sync()?, b))
             })
         })
-        .join()
-        .expect("no panic")
     })
     .expect("the scopes");
     assert!(a.iter().all(|v| *v == 3.0), "{:?}", &a[..4]);
@@ -804,34 +786,30 @@ fn buffers_of_the_other_storages_given_up_on_a_per_thread_stream_let_its_thread_
     let mirror = Managed::from_fn_mirrored(ctx, 256, |_| 1.0f32).expect("alloc");
     let device = Managed::from_slice_device(ctx, &[1.0f32; 256]).expect("alloc");
     let pool = um::MemPool::new(ctx).expect("a memory pool");
-    let (coherent, mirror) = thread::scope(|t| {
-        t.spawn(|| {
-            ctx.with_per_thread_stream(|pts| {
-                let mut device = device.attach(pts)?;
-                testing::spin_then_add(pts, &mut device, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                let mut pooled = pts.alloc_zeroed::<f32>(&pool, 256)?;
-                add_scalar(pts, &mut pooled, 1.0)?;
-                let (mut coherent, mut mirror) = (coherent.attach(pts)?, mirror.attach(pts)?);
-                add_scalar(pts, &mut coherent, 1.0)?;
-                add_scalar(pts, &mut mirror, 1.0)?;
-                let (coherent, mirror) = pts.sync_all((coherent, mirror))?;
-                // Given up on a capturing thread with the stream busy: freed after the exit.
-                let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
-                ctx.with_stream(StreamOptions::new(), |s| {
-                    let x = x.attach(s)?;
-                    let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
-                        add_scalar(cap, &mut x, 1.0)?;
-                        drop((device, pooled));
-                        Ok(((x,), ()))
-                    })?;
-                    graph.launch(s)?;
-                    graph.sync().map(drop)
+    let (coherent, mirror) = on_a_thread_that_exits(|| {
+        ctx.with_per_thread_stream(|pts| {
+            let mut device = device.attach(pts)?;
+            testing::spin_then_add(pts, &mut device, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            let mut pooled = pts.alloc_zeroed::<f32>(&pool, 256)?;
+            add_scalar(pts, &mut pooled, 1.0)?;
+            let (mut coherent, mut mirror) = (coherent.attach(pts)?, mirror.attach(pts)?);
+            add_scalar(pts, &mut coherent, 1.0)?;
+            add_scalar(pts, &mut mirror, 1.0)?;
+            let (coherent, mirror) = pts.sync_all((coherent, mirror))?;
+            // Given up on a capturing thread with the stream busy: freed after the exit.
+            let x = Managed::from_slice(ctx, &[0.0f32; 256])?;
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), move |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    drop((device, pooled));
+                    Ok(((x,), ()))
                 })?;
-                Ok((coherent, mirror))
-            })
+                graph.launch(s)?;
+                graph.sync().map(drop)
+            })?;
+            Ok((coherent, mirror))
         })
-        .join()
-        .expect("no panic")
     })
     .expect("the per-thread scope");
     assert!(coherent.iter().all(|v| *v == 2.0) && mirror.iter().all(|v| *v == 2.0));
@@ -854,32 +832,28 @@ fn forgotten_per_thread_memory_lets_its_thread_exit() {
         Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
         Managed::from_fn(ctx, 256, |_| 1.0f32).expect("alloc"),
     );
-    let pending = thread::scope(|t| {
-        t.spawn(move || {
-            ctx.with_per_thread_stream(|pts| {
-                let mut a = a.attach(pts)?;
-                testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
-                // Leaked, attached, a kernel in flight: the memory is lost, and the thread
-                // must still exit.
-                std::mem::forget(a);
-                let b = b.attach(pts)?;
-                std::mem::forget(b);
-                Ok(())
-            })?;
-            // A per-thread async scope, leaked with its buffer attached.
-            let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
-                let c = c.attach(pts)?;
-                std::future::pending::<()>().await;
-                Ok(c.sync_async().await?[0])
-            }));
-            let polled = scope
-                .as_mut()
-                .poll(&mut TaskContext::from_waker(Waker::noop()));
-            std::mem::forget(scope);
-            Ok::<_, Error>(polled.is_pending())
-        })
-        .join()
-        .expect("no panic")
+    let pending = on_a_thread_that_exits(move || {
+        ctx.with_per_thread_stream(|pts| {
+            let mut a = a.attach(pts)?;
+            testing::spin_then_add(pts, &mut a, 1.0, spin_ns(EXIT_BUSY_MS))?;
+            // Leaked, attached, a kernel in flight: the memory is lost, and the thread
+            // must still exit.
+            std::mem::forget(a);
+            let b = b.attach(pts)?;
+            std::mem::forget(b);
+            Ok(())
+        })?;
+        // A per-thread async scope, leaked with its buffer attached.
+        let mut scope = Box::pin(ctx.with_per_thread_stream_async(async |pts| {
+            let c = c.attach(pts)?;
+            std::future::pending::<()>().await;
+            Ok(c.sync_async().await?[0])
+        }));
+        let polled = scope
+            .as_mut()
+            .poll(&mut TaskContext::from_waker(Waker::noop()));
+        std::mem::forget(scope);
+        Ok::<_, Error>(polled.is_pending())
     })
     .expect("the per-thread scopes");
     assert!(pending, "the async scope waits forever");
