@@ -820,7 +820,7 @@ fn buffers_of_the_other_storages_given_up_on_a_per_thread_stream_let_its_thread_
 
 #[test]
 #[ignore = "needs a CUDA device"]
-fn forgotten_per_thread_memory_lets_its_thread_exit() {
+fn forgotten_per_thread_memory_leaks_and_lets_its_thread_exit() {
     use std::future::Future;
     use std::task::{Context as TaskContext, Waker};
     let _serial = crate::common::serial();
