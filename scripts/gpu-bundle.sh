@@ -77,7 +77,7 @@ for exe in "$out"/tests/* "$out"/examples/* "$out"/bench/*; do
     *) strip "$exe" ;;
   esac
 done
-cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/cg_baseline.cpp bench/memcheck_cross_device.cu bench/notes.md "$out/bench/"
+cp bench/baseline.cpp bench/cublas_baseline.cpp bench/nccl_baseline.cpp bench/graph_baseline.cpp bench/cg_baseline.cpp bench/memcheck_cross_device.cu bench/racecheck_cusparse.cu bench/notes.md "$out/bench/"
 # The page of the last full run, for `bench.sh OUT --only ... --base bench/performance.md`.
 cp docs/performance.md "$out/bench/performance.md"
 cp scripts/gpu-bench.sh "$out/bench.sh"

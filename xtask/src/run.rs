@@ -37,7 +37,10 @@
 //!                       verdict: it runs again (at most UM_RACECHECK_RERUNS=2 more times), the
 //!                       verdict line says so, and the C++ reproducer runs async_requests'
 //!                       pattern beside it, 3 processes at once, to show the same error without
-//!                       um (`tracking_repro_note`).
+//!                       um (`tracking_repro_note`). Racecheck prints every record; a program
+//!                       whose every record is a hazard inside cuSPARSE's own kernels is clean
+//!                       outside them only where bench/racecheck_cusparse.cu (the same products,
+//!                       no um) shows such hazards too (`cusparse_racecheck_note`).
 //!
 //!   run.sh --emulate-no-concurrent-access [--repeat N | --sanitize [TOOL ...]]
 //!                       either of the above with UM_EMULATE_NO_CONCURRENT_ACCESS=1 exported:
@@ -383,6 +386,138 @@ fn library_own_leaks(log: &str) -> Option<(u64, u64, (&'static str, &'static str
     // The program's own failure is not hidden behind the tool's exit status.
     let failed = log.contains("Target application returned an error");
     (n > 0 && errors == n && !others && !failed).then_some((n, bytes, lib?))
+}
+
+/// What every access site of a racecheck report inside cuSPARSE's own kernels names.
+const CUSPARSE_KERNELS: &str = "cusparse::";
+
+/// How `cusparse_racecheck_note` begins where the reproducer reported the hazards.
+const REPRODUCED: &str = "reproduced: ";
+
+/// Racecheck's hazard records where every access site of every one is inside one library's
+/// kernels.
+#[derive(Debug, PartialEq)]
+struct LibraryHazards {
+    /// Hazard records (`Error:` or `Warning: Race reported between ..`).
+    records: u64,
+    /// The library's kernels they name (`cusparse::csrmv_v3_kernel`).
+    kernels: BTreeSet<String>,
+    /// The summaries, joined (`51 hazards displayed (26 errors, 25 warnings)`).
+    summary: String,
+}
+
+/// The kernel an access site of a racecheck record names (`Write access at void
+/// cusparse::k<..>(..)+0x3bc0 [12 hazards]`), where it is one of MARKER's (`cusparse::k`).
+fn library_kernel(site: &str, marker: &str) -> Option<String> {
+    let (_, at) = site.split_once(" access at ")?;
+    let name = at
+        .strip_prefix("void ")
+        .unwrap_or(at)
+        .strip_prefix(marker)?;
+    let end = name.find(['<', '(', '+', ' ']).unwrap_or(name.len());
+    (end > 0).then(|| format!("{marker}{}", &name[..end]))
+}
+
+/// Where a racecheck log holds hazard records and nothing else that the tool reports, every
+/// access site of every record is inside MARKER's kernels, and the summaries count exactly the
+/// records shown: what they are. None otherwise (a record of any other kernel, any other kind
+/// of report, an empty or disagreeing count).
+fn library_kernel_hazards(log: &str, marker: &str) -> Option<LibraryHazards> {
+    let (mut records, mut displayed) = (0u64, 0u64);
+    let mut kernels = BTreeSet::new();
+    let mut summaries = Vec::new();
+    for l in log.lines() {
+        // A test's own line may hold the start of a report (`test x ... ========= Error: ..`).
+        let Some(i) = l.find("=========") else {
+            continue;
+        };
+        let Some(r) = l[i..].strip_prefix("========= ") else {
+            continue; // a record's closing "========="
+        };
+        let start = [
+            "Error: Race reported between ",
+            "Warning: Race reported between ",
+        ]
+        .iter()
+        .find_map(|k| r.strip_prefix(k));
+        if let Some(site) = start {
+            records += 1;
+            kernels.insert(library_kernel(site, marker)?);
+        } else if let Some(site) = r.strip_prefix("    and ") {
+            kernels.insert(library_kernel(site, marker)?);
+        } else if let Some(sum) = r.strip_prefix("RACECHECK SUMMARY: ") {
+            let d = digits(sum);
+            if d == 0 || !sum[d..].starts_with(" hazard") {
+                return None;
+            }
+            // "N hazards displayed (E errors, W warnings)": every hazard shown (none past the
+            // print limit, where a kernel of the program's own could be).
+            let shown = sum[..d].parse::<u64>().ok()?;
+            let (_, counts) = sum.split_once(" (")?;
+            let (e, rest) = counts.split_once(" errors, ")?;
+            let w = rest.strip_suffix(" warnings)")?;
+            if e.parse::<u64>().ok()? + w.parse::<u64>().ok()? != shown {
+                return None;
+            }
+            displayed += shown;
+            summaries.push(sum.trim_end());
+        } else if !(r.starts_with("COMPUTE-SANITIZER") || r.trim().is_empty()) {
+            return None;
+        }
+    }
+    (records > 0 && displayed == records).then(|| LibraryHazards {
+        records,
+        kernels,
+        summary: summaries.join("; "),
+    })
+}
+
+/// The reproducer's log under racecheck (bench/racecheck_cusparse.cu): `REPRODUCED` and its
+/// summary where it reported hazards, every one inside cuSPARSE's kernels, and every value it
+/// computed was right; else what it showed.
+fn cusparse_repro_verdict(log: &str) -> String {
+    let values = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("racecheck_cusparse: ")
+                .map(|(_, r)| r.trim_end())
+        })
+        .filter(|r| r.contains(" values wrong"));
+    let Some(values) = values else {
+        let last = log
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        return format!("no result line; its last line: {}", last.trim());
+    };
+    let right = values
+        .split_once(", ")
+        .is_some_and(|(_, w)| w.starts_with("0 of "));
+    match library_kernel_hazards(log, CUSPARSE_KERNELS) {
+        Some(h) if right => {
+            let kernels = h.kernels.into_iter().collect::<Vec<_>>().join(", ");
+            format!(
+                "{REPRODUCED}{}, every one inside cuSPARSE's own kernels ({kernels}); {values}",
+                h.summary
+            )
+        }
+        Some(h) => format!("{}, but {values}", h.summary),
+        None => {
+            let sum = log
+                .lines()
+                .find_map(|l| {
+                    l.split_once("RACECHECK SUMMARY: ")
+                        .map(|(_, r)| r.trim_end())
+                })
+                .unwrap_or("no summary");
+            let what = if sum.starts_with("0 hazards") {
+                "no hazard"
+            } else {
+                "not every report a hazard inside cuSPARSE's kernels"
+            };
+            format!("{sum}: {what}; {values}")
+        }
+    }
 }
 
 /// Whether PROGRAM is a test program that uses the GPU: a binary or module named gpu or gpu_*.
@@ -981,7 +1116,8 @@ impl Runner {
     /// `program_note`; returns 0 when the tool reports no error (or, under memcheck, only leaks
     /// a library made inside its own calls: `library_own_leaks`, said in the note), 3 when every report is inside
     /// NCCL's own kernels, 4 when clean with NCCL's kernels left out, 5 when racecheck's run is
-    /// incomplete, 1 otherwise.
+    /// incomplete, 6 when racecheck's every report is a hazard inside cuSPARSE's own kernels, 1
+    /// otherwise.
     fn sanitize_one(
         &self,
         env: &Env,
@@ -1073,6 +1209,11 @@ impl Runner {
             } else {
                 push(&mut extra, &["--print-limit", "1000000"]);
             }
+        }
+        // Racecheck shows every hazard record (its default shows 100), so that
+        // `library_kernel_hazards` sees every one its summary counts.
+        if tool == "racecheck" && nccl_prog != "1" {
+            push(&mut extra, &["--print-limit", "1000000"]);
         }
         let tmp = TempDir::new();
         let log_path = tmp.0.join("log");
@@ -1195,6 +1336,27 @@ impl Runner {
             // Why not: the records' kinds and kernels, and the counts, for the verdict's
             // reader.
             write_log("classes", &nccl_classes(&log, &c));
+        }
+        // Racecheck's only reports are hazards inside cuSPARSE's own kernels (its SpMV kernel
+        // reports write-write hazards on its shared memory with every CSR matrix of the tests,
+        // none of them um's to order): classified, kept, and held against the reproducer
+        // without um (`cusparse_racecheck_note`) by the caller.
+        if tool == "racecheck" && rc == 99 && !log.contains("Target application returned an error")
+        {
+            if let Some(h) = library_kernel_hazards(&log, CUSPARSE_KERNELS) {
+                let kernels = h.kernels.iter().cloned().collect::<Vec<_>>().join(", ");
+                let _ = writeln!(
+                    out,
+                    "ok  {tool} {base}: {summary}: every one of {} hazard records inside cuSPARSE's own kernels ({kernels})",
+                    h.records
+                );
+                *program_note = format!(
+                    "; {} hazard records ({}), every one inside cuSPARSE's own kernels ({kernels})",
+                    h.records, h.summary
+                );
+                write_log("log", &report_lines(&log));
+                return 6;
+            }
         }
         if tool == "racecheck" && tracking_failure_only(&log) {
             let _ = writeln!(
@@ -1582,6 +1744,25 @@ impl Runner {
                 );
                 (out, v, true)
             }
+            6 => {
+                let repro = self.once("cusparse-racecheck", || self.cusparse_racecheck_note(env));
+                match repro.strip_prefix(REPRODUCED) {
+                    Some(r) => (
+                        out,
+                        format!(
+                            "{tool} {base}: clean outside cuSPARSE's kernels{note}{program_note}; reproduced without um (bench/racecheck_cusparse.cu under racecheck: {r})"
+                        ),
+                        true,
+                    ),
+                    None => (
+                        out,
+                        format!(
+                            "{tool} {base}: ERRORS: hazards inside cuSPARSE's kernels only{program_note}, not reproduced without um (bench/racecheck_cusparse.cu under racecheck: {repro})"
+                        ),
+                        false,
+                    ),
+                }
+            }
             0 => (
                 out,
                 format!("{tool} {base}: clean{note}{program_note}"),
@@ -1782,6 +1963,42 @@ impl Runner {
             (n_start < before.len() && total_start < head.len()).then(|| s(&l[n_start..i + 13]))
         });
         format!("{summary}; {wrong}")
+    }
+
+    /// The reproducer of racecheck's hazards inside cuSPARSE's SpMV kernel, without um
+    /// (bench/racecheck_cusparse.cu), under racecheck: `REPRODUCED` and what it reported where
+    /// it reported hazards, every one inside cuSPARSE's kernels, and computed every value right;
+    /// else what it did.
+    fn cusparse_racecheck_note(&self, env: &Env) -> String {
+        let dir = TempDir::new();
+        let exe = dir.0.join("racecheck_cusparse").display().to_string();
+        let src = format!("{}/bench/racecheck_cusparse.cu", self.bundle.display());
+        let built = Command::new(&self.nvcc)
+            .args(["-O2", "-std=c++17", "-o", &exe, &src, "-lcusparse"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            return s("not run (nvcc could not build bench/racecheck_cusparse.cu)");
+        }
+        let limit = env.num("UM_CUSPARSE_NOTE_LIMIT_S", 180).to_string();
+        let argv: Vec<String> = [
+            "timeout",
+            "-k",
+            "10",
+            &limit,
+            &self.cs,
+            "--tool",
+            "racecheck",
+            &exe,
+        ]
+        .iter()
+        .map(|x| s(x))
+        .collect();
+        let log_path = dir.0.join("log");
+        run_to_file(env.command(&argv), &log_path, false);
+        cusparse_repro_verdict(&read(&log_path))
     }
 
     /// The C++ NCCL baseline (no um) under TOOL, for the reports inside NCCL's own kernels: its
@@ -2736,5 +2953,99 @@ mod tests {
             library_own_leaks("========= ERROR SUMMARY: 0 errors\n"),
             None
         );
+    }
+
+    /// Two records of tests/gpu_cusparse under racecheck (1 of 4 H200, 2026-11-28), the
+    /// first begun on a test's own line as libtest printed it, signatures shortened.
+    const CUSPARSE_RACES: &str = "========= COMPUTE-SANITIZER\n\
+test gpu_cusparse::a_handle_dropped ... ========= Error: Race reported between Write access at void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)+0x3bc0\n\
+=========     and Write access at void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)+0x3bf0 [4396 hazards]\n\
+========= \n\
+========= Warning: Race reported between Write access at void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)+0x3bb0\n\
+=========     and Write access at void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)+0x3be0 [2230 hazards]\n\
+=========     and Write access at void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)+0x3c00 [134 hazards]\n\
+========= \n\
+ok\n\
+test result: ok. 14 passed; 0 failed\n\
+========= RACECHECK SUMMARY: 2 hazards displayed (1 errors, 1 warnings)\n";
+
+    #[test]
+    fn racecheck_hazards_every_one_inside_cusparses_kernels_are_told_from_any_other_report() {
+        let h = library_kernel_hazards(CUSPARSE_RACES, CUSPARSE_KERNELS).expect("cuSPARSE's");
+        assert_eq!(h.records, 2);
+        assert_eq!(
+            h.kernels.into_iter().collect::<Vec<_>>(),
+            ["cusparse::csrmv_v3_kernel"]
+        );
+        assert_eq!(h.summary, "2 hazards displayed (1 errors, 1 warnings)");
+        // One access site in a kernel of the program's own.
+        let own = CUSPARSE_RACES.replacen(
+            "and Write access at void cusparse::csrmv_v3_kernel",
+            "and Read access at add_scalar",
+            1,
+        );
+        assert_eq!(library_kernel_hazards(&own, CUSPARSE_KERNELS), None);
+        // A whole record of the program's own.
+        let own_record = CUSPARSE_RACES.replace(
+            "========= RACECHECK",
+            "========= Error: Race reported between Write access at spin_then_add(float *, unsigned int)+0x40\n=========     and Read access at spin_then_add(float *, unsigned int)+0x80 [3 hazards]\n========= RACECHECK",
+        );
+        let own_record = own_record.replace("2 hazards displayed", "3 hazards displayed");
+        assert_eq!(library_kernel_hazards(&own_record, CUSPARSE_KERNELS), None);
+        // Another kind of report beside them.
+        for other in [
+            "========= Internal Sanitizer Error: Detected a failure to track a kernel launch\n",
+            "========= Barrier error detected. Divergent thread(s) in block\n",
+            "========= Target application returned an error\n",
+        ] {
+            let with = CUSPARSE_RACES.replace("ok\n", &format!("{other}ok\n"));
+            assert_eq!(
+                library_kernel_hazards(&with, CUSPARSE_KERNELS),
+                None,
+                "{other}"
+            );
+        }
+        // A summary that counts more records than were shown.
+        let more = CUSPARSE_RACES.replace(
+            "2 hazards displayed (1 errors",
+            "3 hazards displayed (2 errors",
+        );
+        assert_eq!(library_kernel_hazards(&more, CUSPARSE_KERNELS), None);
+        // More hazards than were shown: past the print limit (100 shown of 636, the solver's
+        // racecheck with the tool's default limit, 2026-11-28).
+        let past = CUSPARSE_RACES.replace("(1 errors, 1 warnings)", "(0 errors, 636 warnings)");
+        assert_eq!(library_kernel_hazards(&past, CUSPARSE_KERNELS), None);
+        // No hazard at all is clean, not cuSPARSE's.
+        let none = "========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n";
+        assert_eq!(library_kernel_hazards(none, CUSPARSE_KERNELS), None);
+        // Another library's kernels are not cuSPARSE's.
+        let cublas = CUSPARSE_RACES.replace("cusparse::csrmv", "cublas::gemv");
+        assert_eq!(library_kernel_hazards(&cublas, CUSPARSE_KERNELS), None);
+    }
+
+    #[test]
+    fn the_cusparse_reproducer_reproduces_only_with_its_hazards_and_every_value_right() {
+        let right = "racecheck_cusparse: 32 products, 0 of 19044 values wrong\n";
+        let got = cusparse_repro_verdict(&format!("{CUSPARSE_RACES}{right}"));
+        assert_eq!(
+            got,
+            "reproduced: 2 hazards displayed (1 errors, 1 warnings), every one inside cuSPARSE's own kernels (cusparse::csrmv_v3_kernel); 32 products, 0 of 19044 values wrong"
+        );
+        // Values wrong: not a reproduction of um's run, where every test passed.
+        let wrong = "racecheck_cusparse: 32 products, 7 of 19044 values wrong\n";
+        let got = cusparse_repro_verdict(&format!("{CUSPARSE_RACES}{wrong}"));
+        assert!(!got.starts_with(REPRODUCED), "{got}");
+        // No hazard without um.
+        let clean = format!(
+            "========= COMPUTE-SANITIZER\n{right}========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+        );
+        let got = cusparse_repro_verdict(&clean);
+        assert!(
+            !got.starts_with(REPRODUCED) && got.contains("no hazard"),
+            "{got}"
+        );
+        // It did not finish.
+        let got = cusparse_repro_verdict(CUSPARSE_RACES);
+        assert!(got.starts_with("no result line"), "{got}");
     }
 }

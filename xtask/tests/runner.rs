@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
     --kernel-name-exclude) exclude=yes ;;
     ./*) prog=$(basename "$1") ;;
     */racecheck_repro) prog=racecheck_repro ;;
+    */racecheck_cusparse) prog=racecheck_cusparse ;;
   esac
   shift
 done
@@ -113,6 +114,35 @@ case "$prog" in
     echo "========= Error: Race reported between Write access at my_kernel()+0x90"
     echo "=========     and Read access at my_kernel()+0xa0 [4 hazards]"
     echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"
+    exit 99 ;;
+  gpu_cusparse_user | gpu_cusparse_and_own_race | racecheck_cusparse)
+    # Hazards inside cuSPARSE's SpMV kernel, as racecheck printed them (1 of 4 H200,
+    # 2026-11-28), the first after a test's name on its line; in the second program, beside
+    # them, a race in a kernel of the program's own; the reproducer's own result line, and no
+    # hazard at all where FAKE_CUSPARSE_REPRO=clean.
+    k="void cusparse::csrmv_v3_kernel<std::integral_constant<bool, (bool)0>, int, int, double>(cusparse::KernelCoeffs<T7>, const T3 *)"
+    if [ "$prog" = racecheck_cusparse ] && [ "${FAKE_CUSPARSE_REPRO:-}" = clean ]; then
+      echo "racecheck_cusparse: 32 products, 0 of 19044 values wrong"
+      echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+      exit 0
+    fi
+    n=2 e=1
+    printf 'test gpu_cusparse::spmv ... '
+    echo "========= Error: Race reported between Write access at $k+0x3bc0"
+    echo "=========     and Write access at $k+0x3bf0 [4396 hazards]"
+    echo "========= "
+    echo "========= Warning: Race reported between Write access at $k+0x3bb0"
+    echo "=========     and Write access at $k+0x3be0 [2230 hazards]"
+    echo "========= "
+    if [ "$prog" = gpu_cusparse_and_own_race ]; then
+      n=3 e=2
+      echo "========= Error: Race reported between Write access at my_kernel()+0x90"
+      echo "=========     and Read access at my_kernel()+0xa0 [4 hazards]"
+      echo "========= "
+    fi
+    [ "$prog" = racecheck_cusparse ] && echo "racecheck_cusparse: 32 products, 0 of 19044 values wrong"
+    echo "========= RACECHECK SUMMARY: $n hazards displayed ($e errors, 1 warnings)"
+    [ "$prog" = racecheck_cusparse ] && exit 0
     exit 99 ;;
   gpu_own_test_fails)
     echo "test slow_one ... FAILED"
@@ -1004,6 +1034,79 @@ fn a_racecheck_run_the_tool_could_not_track_runs_again() {
     assert!(
         verdict.contains("== part racecheck: 2 programs clean, 2 with errors"),
         "{verdict}"
+    );
+    assert_ne!(status, 0, "{text}");
+}
+
+/// Racecheck's hazards inside cuSPARSE's own kernels, and nothing else: the program is clean
+/// outside them where the reproducer without um (bench/racecheck_cusparse.cu) shows them too,
+/// which runs once for every program; a race of the program's own beside them still fails, and
+/// so does every program when the reproducer shows none.
+#[test]
+fn hazards_inside_cusparses_kernels_alone_pass_only_where_the_reproducer_shows_them() {
+    let m = Machine::new(
+        "cusparse",
+        1,
+        &["gpu_cusparse_user", "gpu_cusparse_and_own_race"],
+        &[],
+    );
+    // An nvcc that builds: the reproducer "exists" and runs under the stand-in.
+    executable(
+        &m.dir.join("bin/nvcc"),
+        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n\
+         printf '#!/bin/sh\\nexit 0\\n' >\"$o\"; chmod +x \"$o\"\n",
+    );
+    let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
+    let runs = log
+        .lines()
+        .filter(|l| l.starts_with("racecheck_cusparse "))
+        .count();
+    assert_eq!(runs, 1, "once for every program: {log}");
+    let args = fs::read_to_string(m.dir.join("out.tool-log.args")).expect("args");
+    assert!(
+        args.lines()
+            .filter(|l| l.contains("gpu_cusparse"))
+            .all(|l| l.contains("--print-limit 1000000")),
+        "racecheck shows every record: {args}"
+    );
+    let hazards = "2 hazard records (2 hazards displayed (1 errors, 1 warnings)), every one \
+                   inside cuSPARSE's own kernels (cusparse::csrmv_v3_kernel)";
+    assert_eq!(
+        line(&verdict, "racecheck", "gpu_cusparse_user"),
+        format!(
+            "racecheck gpu_cusparse_user: clean outside cuSPARSE's kernels; {hazards}; \
+             reproduced without um (bench/racecheck_cusparse.cu under racecheck: 2 hazards \
+             displayed (1 errors, 1 warnings), every one inside cuSPARSE's own kernels \
+             (cusparse::csrmv_v3_kernel); 32 products, 0 of 19044 values wrong)"
+        )
+    );
+    let own = line(&verdict, "racecheck", "gpu_cusparse_and_own_race");
+    assert!(
+        own.starts_with("racecheck gpu_cusparse_and_own_race: ERRORS: "),
+        "{own}"
+    );
+    assert!(
+        verdict.contains("== part racecheck: 1 programs clean, 1 with errors"),
+        "{verdict}"
+    );
+    assert_ne!(status, 0, "{text}");
+
+    // The reproducer shows no hazard: not reproduced, and the program fails.
+    let (status, text, verdict, _) = m.run(
+        "clean",
+        &["--parts", "racecheck"],
+        &[("FAKE_CUSPARSE_REPRO", "clean")],
+    );
+    let user = line(&verdict, "racecheck", "gpu_cusparse_user");
+    assert!(
+        user.starts_with(
+            "racecheck gpu_cusparse_user: ERRORS: hazards inside cuSPARSE's kernels only; "
+        ) && user.contains(
+            "not reproduced without um (bench/racecheck_cusparse.cu under racecheck: 0 \
+                 hazards displayed (0 errors, 0 warnings): no hazard; 32 products, 0 of 19044 \
+                 values wrong)"
+        ),
+        "{user}"
     );
     assert_ne!(status, 0, "{text}");
 }
