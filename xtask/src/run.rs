@@ -1919,19 +1919,24 @@ impl Runner {
         (passed, failed)
     }
 
+    /// Builds a C++ reproducer `src` into `exe` with nvcc (`-O2 -std=c++17`, linked with
+    /// `lib`); whether it built.
+    fn nvcc_build(&self, src: &str, exe: &str, lib: &str) -> bool {
+        Command::new(&self.nvcc)
+            .args(["-O2", "-std=c++17", "-o", exe, src, lib])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     /// The C++ reproducer of memcheck's and initcheck's cross-device report (no um): its
     /// summary under TOOL, or why it did not run.
     fn cross_device_note(&self, env: &Env, tool: &str) -> String {
         let dir = TempDir::new();
         let exe = dir.0.join("cross").display().to_string();
         let src = format!("{}/bench/memcheck_cross_device.cu", self.bundle.display());
-        let built = Command::new(&self.nvcc)
-            .args(["-O2", "-std=c++17", "-o", &exe, &src, "-lcuda"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !built {
+        if !self.nvcc_build(&src, &exe, "-lcuda") {
             return s("not run (nvcc could not build bench/memcheck_cross_device.cu)");
         }
         let argv: Vec<String> = ["timeout", "-k", "10", "120", &self.cs, "--tool", tool, &exe]
@@ -1973,13 +1978,7 @@ impl Runner {
         let dir = TempDir::new();
         let exe = dir.0.join("racecheck_cusparse").display().to_string();
         let src = format!("{}/bench/racecheck_cusparse.cu", self.bundle.display());
-        let built = Command::new(&self.nvcc)
-            .args(["-O2", "-std=c++17", "-o", &exe, &src, "-lcusparse"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !built {
+        if !self.nvcc_build(&src, &exe, "-lcusparse") {
             return s("not run (nvcc could not build bench/racecheck_cusparse.cu)");
         }
         let limit = env.num("UM_CUSPARSE_NOTE_LIMIT_S", 180).to_string();

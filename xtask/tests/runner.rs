@@ -200,6 +200,15 @@ impl Machine {
         }
     }
 
+    /// An nvcc that builds: a C++ reproducer "exists" and runs under the stand-in sanitizer.
+    fn nvcc_that_builds(&self) {
+        executable(
+            &self.dir.join("bin/nvcc"),
+            "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n\
+             printf '#!/bin/sh\\nexit 0\\n' >\"$o\"; chmod +x \"$o\"\n",
+        );
+    }
+
     /// `run.sh ARGS` on this machine: (exit status, output, verdict.txt of OUT, the tool's log).
     fn run(&self, out: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, String) {
         let log = self.dir.join(format!("{out}.tool-log"));
@@ -984,12 +993,7 @@ fn a_racecheck_run_the_tool_could_not_track_runs_again() {
         ],
         &[],
     );
-    // An nvcc that builds: the reproducer "exists" and runs under the stand-in.
-    executable(
-        &m.dir.join("bin/nvcc"),
-        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n\
-         printf '#!/bin/sh\\nexit 0\\n' >\"$o\"; chmod +x \"$o\"\n",
-    );
+    m.nvcc_that_builds();
     let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
     let runs = |prog: &str| {
         log.lines()
@@ -1050,12 +1054,7 @@ fn hazards_inside_cusparses_kernels_alone_pass_only_where_the_reproducer_shows_t
         &["gpu_cusparse_user", "gpu_cusparse_and_own_race"],
         &[],
     );
-    // An nvcc that builds: the reproducer "exists" and runs under the stand-in.
-    executable(
-        &m.dir.join("bin/nvcc"),
-        "#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && o=$2; shift; done\n\
-         printf '#!/bin/sh\\nexit 0\\n' >\"$o\"; chmod +x \"$o\"\n",
-    );
+    m.nvcc_that_builds();
     let (status, text, verdict, log) = m.run("out", &["--parts", "racecheck"], &[]);
     let runs = log
         .lines()
