@@ -23,6 +23,11 @@ pub fn under_sanitizer() -> bool {
     std::env::var_os("UM_SANITIZE").is_some()
 }
 
+/// Polls `fut` once, with a waker that does nothing.
+pub fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> std::task::Poll<F::Output> {
+    std::pin::Pin::new(fut).poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
 /// `full`, or `small` under a sanitizer ([`under_sanitizer`]).
 pub fn workload(full: usize, small: usize) -> usize {
     if under_sanitizer() { small } else { full }

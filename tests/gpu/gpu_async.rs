@@ -42,12 +42,7 @@ use um::{Context, Error, LaunchConfig, Managed, StreamOptions, StreamOrder};
 use um_cublas::{Blas, Gemm};
 use um_test_kernels::testing::{self, add_scalar, axpy, spin_then_add};
 
-use crate::common::serial;
-
-/// Polls `fut` once, with a waker that does nothing.
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(fut).poll(&mut TaskContext::from_waker(Waker::noop()))
-}
+use crate::common::{poll_once, serial};
 
 #[test]
 #[ignore = "needs a CUDA device"]
@@ -313,9 +308,7 @@ fn dropping_the_scope_future_mid_way_neither_waits_nor_leaks() {
         Ok(x.len() + y.len())
     }));
     let before = um_core::orphans_pending();
-    let polled = scope
-        .as_mut()
-        .poll(&mut TaskContext::from_waker(Waker::noop()));
+    let polled = poll_once(&mut scope);
     assert!(polled.is_pending(), "the spinning kernel holds the stream");
     drop(scope); // drops the closure's future (the buffers to the reaper), then the stream
     // Had the drop waited for the stream, the buffers would have been freed there, not

@@ -17,9 +17,6 @@
 
 use crate::common;
 
-use std::future::Future;
-use std::task::{Context as TaskContext, Poll, Waker};
-
 use pollster::block_on;
 use um::{
     CoherentManaged, Context, ContextOptions, Error, Managed, MirroredManaged, StreamOptions,
@@ -30,7 +27,7 @@ use um_test_kernels::testing::{add_scalar, axpy, spin_then_add};
 /// GPU time `spin_then_add` takes at least, where a test needs a stream to be busy.
 const SPIN_NS: u64 = 50_000_000;
 
-use crate::common::serial;
+use crate::common::{poll_once, serial};
 
 /// Device 0 as it is, whatever the environment says; it must have concurrent managed access.
 fn coherent_gpu() -> Context {
@@ -54,11 +51,6 @@ fn first_wrong(v: &[f32], want: impl Fn(usize) -> f32) -> Option<(usize, f32, f3
         .enumerate()
         .find(|(i, x)| **x != want(*i))
         .map(|(i, x)| (i, *x, want(i)))
-}
-
-/// Polls `fut` once, with a waker that does nothing.
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(fut).poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
 #[test]

@@ -37,7 +37,7 @@ use um::{Context, Managed, StreamOptions};
 use um_cublas::{Blas, Error, Gemm};
 use um_test_kernels::testing;
 
-use crate::common;
+use crate::common::{self, poll_once};
 use common::{capture_once, device_for_captures, handle_with_a_module, serial, watchdog};
 
 // ---------------------------------------------------------------------------------------------
@@ -182,10 +182,6 @@ fn used_blas(ctx: &Context) -> Blas {
     })
     .expect("the gemm");
     blas
-}
-
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
-    std::pin::Pin::new(fut).poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
 #[test]

@@ -647,8 +647,6 @@ fn a_capture_of_the_per_thread_stream_that_drops_its_buffer_lets_the_thread_exit
 #[test]
 #[ignore = "needs a CUDA device"]
 fn a_per_thread_scope_dropped_unfinished_lets_its_thread_exit() {
-    use std::future::Future;
-    use std::task::{Context as TaskContext, Waker};
     let _serial = crate::common::serial();
     let done = common::watchdog_after("a per-thread async scope dropped unfinished", 60);
     let ctx = gpu();
@@ -661,9 +659,7 @@ fn a_per_thread_scope_dropped_unfinished_lets_its_thread_exit() {
             std::future::pending::<()>().await;
             Ok(busy.sync_async().await?[0])
         }));
-        let polled = scope
-            .as_mut()
-            .poll(&mut TaskContext::from_waker(Waker::noop()));
+        let polled = crate::common::poll_once(&mut scope);
         // Dropped with the buffer attached in it: it goes to the reaper, no wait here.
         drop(scope);
         polled.is_pending()
@@ -677,8 +673,6 @@ fn a_per_thread_scope_dropped_unfinished_lets_its_thread_exit() {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn per_thread_sync_futures_polled_or_cancelled_let_their_thread_exit() {
-    use std::future::Future;
-    use std::task::{Context as TaskContext, Waker};
     let _serial = crate::common::serial();
     let done = common::watchdog_after("per-thread sync futures", 60);
     let ctx = gpu();
@@ -697,8 +691,7 @@ fn per_thread_sync_futures_polled_or_cancelled_let_their_thread_exit() {
             // Cancelled with the stream busy: freed by the reaper after the exit.
             testing::spin_then_add(pts, &mut c, 1.0, spin_ns(EXIT_BUSY_MS))?;
             let mut fut = c.sync_async();
-            let polled =
-                std::pin::Pin::new(&mut fut).poll(&mut TaskContext::from_waker(Waker::noop()));
+            let polled = crate::common::poll_once(&mut fut);
             assert!(polled.is_pending(), "the stream spins");
             drop(fut);
             Ok((a, b))
@@ -821,8 +814,6 @@ fn buffers_of_the_other_storages_given_up_on_a_per_thread_stream_let_its_thread_
 #[test]
 #[ignore = "needs a CUDA device"]
 fn forgotten_per_thread_memory_leaks_and_lets_its_thread_exit() {
-    use std::future::Future;
-    use std::task::{Context as TaskContext, Waker};
     let _serial = crate::common::serial();
     let done = common::watchdog_after("forgotten per-thread memory", 60);
     let ctx = gpu();
@@ -849,9 +840,7 @@ fn forgotten_per_thread_memory_leaks_and_lets_its_thread_exit() {
             std::future::pending::<()>().await;
             Ok(c.sync_async().await?[0])
         }));
-        let polled = scope
-            .as_mut()
-            .poll(&mut TaskContext::from_waker(Waker::noop()));
+        let polled = crate::common::poll_once(&mut scope);
         std::mem::forget(scope);
         Ok::<_, Error>(polled.is_pending())
     })
