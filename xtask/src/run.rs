@@ -652,6 +652,44 @@ impl Plan {
     }
 }
 
+/// Runs the jobs of `queue` (each with whether it must run alone on its GPU) side by side, in
+/// order, each as soon as `plan` places it: `run(gpu, job)` on a thread of its own. Gives each
+/// result to `done` as its job ends, on this thread. Returns the jobs the plan could not place.
+fn side_by_side_on<J: Send, R: Send>(
+    mut plan: Plan,
+    queue: Vec<(J, bool)>,
+    run: impl Fn(u64, J) -> R + Sync,
+    mut done: impl FnMut(R),
+) -> Vec<J> {
+    let run = &run;
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(u64, R)>();
+        let mut queue: std::collections::VecDeque<(J, bool)> = queue.into();
+        while !queue.is_empty() || plan.busy() > 0 {
+            // Start every job that may start now, in order.
+            while let Some((i, k)) = plan.next(queue.iter().map(|(_, alone)| *alone)) {
+                let Some((job, alone)) = queue.remove(i) else {
+                    break;
+                };
+                plan.start(k, alone);
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let _ = tx.send((k, run(k, job)));
+                });
+            }
+            if plan.busy() == 0 {
+                break;
+            }
+            let Ok((k, r)) = rx.recv() else {
+                break;
+            };
+            plan.end(k);
+            done(r);
+        }
+        queue.into_iter().map(|(job, _)| job).collect()
+    })
+}
+
 /// A program of the normal run.
 enum Job<'a> {
     /// A test binary (or one module of one).
@@ -926,36 +964,23 @@ impl Runner {
             failed += done.failed;
             append(verdict, &done.line);
         };
-        std::thread::scope(|scope| {
-            let (tx, rx) = mpsc::channel::<(u64, Done)>();
-            let mut plan = Plan::new(self.gpus, 1);
-            let mut queue: std::collections::VecDeque<Job<'_>> = single.into();
-            while !queue.is_empty() || plan.busy() > 0 {
-                while let Some((i, k)) = plan.next(queue.iter().map(|_| true)) {
-                    let Some(job) = queue.remove(i) else {
-                        break;
-                    };
-                    plan.start(k, true);
-                    let tx = tx.clone();
-                    let env = env.with("CUDA_VISIBLE_DEVICES", Some(&k.to_string()));
-                    scope.spawn(move || {
-                        let done = self.run_job(&env, &job, limit, 1, Some(k));
-                        let _ = tx.send((k, done));
-                    });
-                }
-                if plan.busy() == 0 {
-                    break;
-                }
-                let Ok((k, done)) = rx.recv() else {
-                    break;
-                };
-                plan.end(k);
+        // Each program of one GPU must have its GPU to itself.
+        let left = side_by_side_on(
+            Plan::new(self.gpus, 1),
+            single.into_iter().map(|j| (j, true)).collect(),
+            |k, job| {
+                let env = env.with("CUDA_VISIBLE_DEVICES", Some(&k.to_string()));
+                self.run_job(&env, &job, limit, 1, Some(k))
+            },
+            |done| {
                 print!("{}", done.out);
                 let _ = std::io::stdout().flush();
                 collect(done);
-            }
-        });
-        for job in &whole {
+            },
+        );
+        // Anything the plan could not place (none: a GPU with nothing on it takes any program)
+        // runs alone with the rest.
+        for job in left.iter().chain(&whole) {
             collect(self.run_job(env, job, limit, repeat, None));
         }
         (passed, failed)
@@ -1873,43 +1898,24 @@ impl Runner {
             (out, vline, ok)
         };
         if gpus > 1 || per_gpu > 1 {
-            std::thread::scope(|scope| {
-                let (tx, rx) = mpsc::channel::<(u64, String, String, bool, String)>();
-                let mut plan = Plan::new(gpus, per_gpu);
-                let mut queue: std::collections::VecDeque<(Program, bool)> = single
-                    .drain(..)
-                    .map(|p| {
-                        let alone = exclusive.as_ref().is_none_or(|e| e.contains(&p.name));
-                        (p, alone)
-                    })
-                    .collect();
-                while !queue.is_empty() || plan.busy() > 0 {
-                    // Start every program that may start now, in order.
-                    while let Some((i, k)) = plan.next(queue.iter().map(|(_, alone)| *alone)) {
-                        let Some((prog, alone)) = queue.remove(i) else {
-                            break;
-                        };
-                        plan.start(k, alone);
-                        let tx = tx.clone();
-                        let job = &job;
-                        scope.spawn(move || {
-                            let (out, vline, ok) = job(Some(k), &prog);
-                            let _ = tx.send((k, out, vline, ok, s(prog.base())));
-                        });
-                    }
-                    if plan.busy() == 0 {
-                        break;
-                    }
-                    let Ok((k, out, vline, ok, name)) = rx.recv() else {
-                        break;
-                    };
-                    plan.end(k);
-                    collect(out, vline, ok, &name);
-                }
-                // Anything the plan could not place (none: a GPU with nothing on it takes any
-                // program) runs below, alone.
-                single.extend(queue.into_iter().map(|(p, _)| p));
-            });
+            let queue = single
+                .drain(..)
+                .map(|p| {
+                    let alone = exclusive.as_ref().is_none_or(|e| e.contains(&p.name));
+                    (p, alone)
+                })
+                .collect();
+            // Anything the plan could not place (none: a GPU with nothing on it takes any
+            // program) runs below, alone.
+            single = side_by_side_on(
+                Plan::new(gpus, per_gpu),
+                queue,
+                |k, prog| {
+                    let (out, vline, ok) = job(Some(k), &prog);
+                    (out, vline, ok, s(prog.base()))
+                },
+                |(out, vline, ok, name)| collect(out, vline, ok, &name),
+            );
         }
         for prog in single.iter().chain(whole.iter()) {
             let (out, vline, ok) = job(None, prog);
