@@ -1,32 +1,71 @@
 #!/usr/bin/env bash
-# Which kernels cuBLAS runs for one GEMM shape in the C++ baseline and in um's benchmark, and for
-# how long each: section 8 of the performance page finds C++ faster at f64 256³ and um's process
-# faster at f32 256³, with the raw call from Rust as slow as um's, so the question is whether
-# the two processes get different kernels from cuBLAS. On the GPU machine, from the repository
+# Where the time of one GEMM shape goes in the C++ baseline and in um's benchmark: section 8 of
+# the performance page finds C++ faster at f64 256³ and um's process faster at f32 256³, with the
+# raw call from Rust as slow as um's, so the question is whether the two processes get different
+# kernels from cuBLAS, or pace the stream differently. On the GPU machine, from the repository
 # root, with target/gpu-bundle carried:
 #
-#   bash scripts/gemm-kernels.sh [DTYPE M N K]        (default: f64 256 256 256)
+#   bash scripts/gemm-kernels.sh [DTYPE M N K [PROCESSES]]   (default: f64 256 256 256 8)
 #
-# Builds bench/cublas_baseline.cpp, then runs it and `um_bench --child cublas` under Nsight
-# Compute (`ncu --clock-control none`, the clocks left alone), profiling 6 GEMM launches of each
-# after the warm-up, and prints each kernel's name and duration (gpu__time_duration.sum, ns),
-# then each program's own per-call figure outside the profiler. Needs ncu on the PATH or in
-# /usr/local/cuda/bin; without it, says so and prints the per-call figures only.
+# Builds bench/cublas_baseline.cpp, then:
+# - runs it and `um_bench --child cublas` in PROCESSES fresh processes each, taking turns, and
+#   prints each process's per-call figure and its enqueue time (the host's time per call until
+#   the last call returned: near the per-call figure where the host paces the stream);
+# - `um_bench --child cublas-probe` in PROCESSES fresh processes: `Blas::gemm` beside the raw
+#   call through the bench's handle, through `Blas`'s handle, and with `Blas::gemm`'s checks;
+# - under Nsight Systems (`nsys`, where there is one), one process of each: the GEMM kernels'
+#   median duration and start-to-start interval, and the median host time of the CUDA calls;
+# - under Nsight Compute (`ncu --clock-control none --cache-control none`, where there is one),
+#   6 GEMM launches of each after the warm-up: each kernel's name and duration
+#   (gpu__time_duration.sum, ns).
 set -u
-dtype=${1:-f64} m=${2:-256} n=${3:-256} k=${4:-256}
+dtype=${1:-f64} m=${2:-256} n=${3:-256} k=${4:-256} procs=${5:-8}
 b=$(pwd)/target/gpu-bundle
 [ -x "$b/bench/um_bench" ] || { echo "gemm-kernels: no $b/bench/um_bench (carry target/gpu-bundle)"; exit 2; }
 export NCCL_NVLS_ENABLE=0
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$nvcc" -O3 -o "$tmp/cpp" "$b/bench/cublas_baseline.cpp" -lcublas -lcuda || { echo "gemm-kernels: the C++ baseline did not build"; exit 2; }
 cpp=("$tmp/cpp" gemm "$dtype" "$m" "$n" "$k")
 um=("$b/bench/um_bench" --child cublas "$dtype" "$m" "$n" "$k")
-echo "== per call, outside the profiler (µs): C++ median of 5 samples of 1000 calls; um and raw from Rust, fresh process"
-"${cpp[@]}" 1000 5
-"${um[@]}" 1000
+echo "== per call in $procs fresh processes each, taking turns (µs, median of 5 samples of 1000 calls; enqueue: until the last call returned)"
+for i in $(seq "$procs"); do
+  "${cpp[@]}" 1000 5 | python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print("  C++   per call %8.3f  enqueue %8.3f" % (d["median_us"], d["enqueue_us"]))'
+  "${um[@]}" 1000 | python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print("  um    per call %8.3f  enqueue %8.3f   raw per call %8.3f  enqueue %8.3f" % (d["median"], d["enqueue"], d["raw_median"], d["raw_enqueue"]))'
+done
+echo "== where um's host time goes: per call (enqueue) µs in $procs fresh processes, 9 batches of 1000 calls each, taking turns"
+echo "   um: Blas::gemm; raw: the bench's handle; um handle: the raw call through Blas's handle; checks: raw plus Blas::gemm's checks"
+for i in $(seq "$procs"); do
+  "$b/bench/um_bench" --child cublas-probe "$dtype" "$m" "$n" "$k" 1000 | python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print("  " + "   ".join("%s %.3f (%.3f)" % (v, d[v], d[v + "_enqueue"]) for v in ("um", "raw", "raw_um_handle", "raw_checks")))'
+done
+if [ -n "$nsys" ]; then
+  for who in cpp um; do
+    if [ "$who" = cpp ]; then cmd=("${cpp[@]}" 1000 5); else cmd=("${um[@]}" 1000); fi
+    echo "== $who under nsys: GEMM kernels (median duration, median start-to-start, ns), CUDA calls (median ns)"
+    "$nsys" profile -t cuda -s none --cpuctxsw=none -o "$tmp/$who" --force-overwrite true "${cmd[@]}" >"$tmp/$who.nsys.out" 2>&1 || { tail -3 "$tmp/$who.nsys.out"; continue; }
+    "$nsys" stats -q -r cuda_gpu_trace,cuda_api_sum -f csv -o "$tmp/$who" "$tmp/$who.nsys-rep" >/dev/null 2>&1
+    python3 - "$tmp/$who" <<'EOF'
+import csv, glob, statistics, sys
+base = sys.argv[1]
+def table(kind):
+    f = glob.glob(f"{base}_{kind}.csv")
+    return list(csv.DictReader(open(f[0]))) if f else []
+k = [r for r in table("cuda_gpu_trace") if "gemm" in r.get("Name", "").lower()]
+if k:
+    start = [int(r["Start (ns)"]) for r in k]
+    dur = [int(r["Duration (ns)"]) for r in k]
+    gaps = [b - a for a, b in zip(start, start[1:])]
+    print(f"  {len(k)} kernels: duration {statistics.median(dur)} ns, start to start {statistics.median(gaps)} ns; {k[-1]['Name'][:120]}")
+else:
+    print("  no GEMM kernels in the trace")
+for r in table("cuda_api_sum")[:6]:
+    print(f"  {r.get('Name','?'):<32} calls {r.get('Num Calls','?'):>7}  median {r.get('Med (ns)','?'):>9} ns")
+EOF
+  done
+fi
 if [ -z "$ncu" ]; then
   echo "gemm-kernels: no ncu here: no kernel names"
   exit 0
@@ -34,15 +73,17 @@ fi
 for who in cpp um; do
   if [ "$who" = cpp ]; then cmd=("${cpp[@]}" 8 3); else cmd=("${um[@]}" 8); fi
   echo "== $who: kernels of launches 11 to 16 (name, duration ns)"
-  "$ncu" --clock-control none --launch-skip 10 --launch-count 6 \
+  "$ncu" --clock-control none --cache-control none --launch-skip 10 --launch-count 6 \
     --metrics gpu__time_duration.sum --csv "${cmd[@]}" >"$tmp/$who.csv" 2>"$tmp/$who.err"
   python3 - "$tmp/$who.csv" <<'EOF'
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-if not rows:
+rows = list(csv.reader(open(sys.argv[1])))
+# The program's own output comes first (its JSON line has commas): the table starts at its header.
+at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if at is None:
     print("  no profile rows")
     sys.exit()
-head = rows[0]
+head, rows = rows[at], rows[at:]
 name, value = head.index("Kernel Name"), head.index("Metric Value")
 for r in rows[1:]:
     print(f"  {r[value]:>10}  {r[name][:160]}")

@@ -87,18 +87,22 @@ pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
     let shape = (m.parse()?, n.parse()?, k.parse()?);
     let iters: usize = iters.parse()?;
     let blas = Blas::new(ctx)?;
-    let (um, raw) = match dtype.as_str() {
+    let s = match dtype.as_str() {
         "f32" => mirror_samples::<f32>(ctx, &blas, shape, iters)?,
         "f64" => mirror_samples::<f64>(ctx, &blas, shape, iters)?,
         other => return Err(format!("no dtype {other:?} (f32 or f64)").into()),
     };
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    // `enqueue`: the host's time per call until the last call returned, before the wait (near
+    // `median` where the host paces the stream).
     Ok(format!(
-        "{{\"median\":{:.4},\"min\":{:.4},\"raw_median\":{:.4},\"raw_min\":{:.4},\"libs\":\"{}\"}}",
-        stats(&um).median,
-        min(&um),
-        stats(&raw).median,
-        min(&raw),
+        "{{\"median\":{:.4},\"min\":{:.4},\"raw_median\":{:.4},\"raw_min\":{:.4},\"enqueue\":{:.4},\"raw_enqueue\":{:.4},\"libs\":\"{}\"}}",
+        stats(&s.um).median,
+        min(&s.um),
+        stats(&s.raw).median,
+        min(&s.raw),
+        stats(&s.um_enqueue).median,
+        stats(&s.raw_enqueue).median,
         cublas_files()
     ))
 }
@@ -223,15 +227,25 @@ impl Drop for RawGemm {
     }
 }
 
+/// Per-call µs of each sample, and of its calls alone (until the last returned, before the
+/// wait), of `Blas::gemm` and of the raw call.
+#[derive(Default)]
+struct MirrorSamples {
+    um: Vec<f64>,
+    raw: Vec<f64>,
+    um_enqueue: Vec<f64>,
+    raw_enqueue: Vec<f64>,
+}
+
 /// Per-call µs of `SAMPLES` samples of mirrored buffers attached before the clock: um-cublas's
 /// `Blas::gemm` and, batch by batch in alternating order on the same stream and buffers, the
-/// raw call from Rust through the bench's own handle. `(um, raw)`.
+/// raw call from Rust through the bench's own handle.
 fn mirror_samples<T: Num>(
     ctx: &Context,
     blas: &Blas,
     (m, n, k): (usize, usize, usize),
     iters: usize,
-) -> Res<(Vec<f64>, Vec<f64>)> {
+) -> Res<MirrorSamples> {
     let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
     let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
     let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
@@ -250,7 +264,7 @@ fn mirror_samples<T: Num>(
             raw_gemm()?;
         }
         s.wait_idle()?;
-        let (mut um_out, mut raw_out) = (Vec::new(), Vec::new());
+        let mut out = MirrorSamples::default();
         for sample in 0..SAMPLES {
             for j in 0..2 {
                 let um_turn = (sample + j) % 2 == 0;
@@ -262,18 +276,21 @@ fn mirror_samples<T: Num>(
                         raw_gemm()?;
                     }
                 }
+                let enqueued = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
                 s.wait_idle()?;
                 let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
                 if um_turn {
-                    um_out.push(dt);
+                    out.um.push(dt);
+                    out.um_enqueue.push(enqueued);
                 } else {
-                    raw_out.push(dt);
+                    out.raw.push(dt);
+                    out.raw_enqueue.push(enqueued);
                 }
             }
         }
         drop(raw);
         s.sync_all((a, b, c)).map(drop)?;
-        Ok((um_out, raw_out))
+        Ok(out)
     })?)
 }
 
@@ -441,9 +458,9 @@ fn gemm_shape<T: Num>(
     let name = shape_name(T::NAME, shape);
     let mut r: [Rounds; 7] = Default::default();
     for _ in 0..rounds {
-        let (um, raw) = mirror_samples::<T>(ctx, blas, shape, it)?;
-        r[0].add_samples(&um);
-        r[4].add_samples(&raw);
+        let s = mirror_samples::<T>(ctx, blas, shape, it)?;
+        r[0].add_samples(&s.um);
+        r[4].add_samples(&s.raw);
         if let Some(exe) = cpp {
             let (med, min) = cpp_gemm(exe, T::NAME, shape, it)?;
             r[3].add(med, min);
@@ -697,4 +714,107 @@ pub(crate) fn section(
             }
         }
     }
+}
+
+/// `um_bench --child cublas-probe DTYPE M N K ITERS`: where um's host time per call goes, in
+/// one fresh process, on one stream and the same mirrored buffers (`scripts/gemm-kernels.sh`):
+/// `Blas::gemm`; the raw call through the bench's own handle; the raw call through `Blas`'s
+/// handle (`raw_handle_on`, once per batch); and the raw call through the bench's handle with
+/// what `Blas::gemm` asks before it (the context made current, the stream's poison mark, the
+/// three owners). Batches of ITERS calls taking turns in an order that rotates, 9 samples each;
+/// prints one JSON line: per variant the median µs per call and the median enqueue time (until
+/// the last call returned, before the wait).
+pub(crate) fn probe(ctx: &Context, args: &[String]) -> Res<String> {
+    let [dtype, m, n, k, iters] = args else {
+        return Err("expected `cublas-probe DTYPE M N K ITERS`".into());
+    };
+    let shape = (m.parse()?, n.parse()?, k.parse()?);
+    let iters: usize = iters.parse()?;
+    let blas = Blas::new(ctx)?;
+    let v = match dtype.as_str() {
+        "f32" => probe_samples::<f32>(ctx, &blas, shape, iters)?,
+        "f64" => probe_samples::<f64>(ctx, &blas, shape, iters)?,
+        other => return Err(format!("no dtype {other:?} (f32 or f64)").into()),
+    };
+    let fields: Vec<String> = PROBE_VARIANTS
+        .iter()
+        .zip(&v)
+        .map(|(name, (per_call, enqueue))| {
+            format!(
+                "\"{name}\":{:.4},\"{name}_enqueue\":{:.4}",
+                stats(per_call).median,
+                stats(enqueue).median
+            )
+        })
+        .collect();
+    Ok(format!("{{{}}}", fields.join(",")))
+}
+
+const PROBE_VARIANTS: [&str; 4] = ["um", "raw", "raw_um_handle", "raw_checks"];
+
+#[allow(clippy::type_complexity)]
+fn probe_samples<T: Num>(
+    ctx: &Context,
+    blas: &Blas,
+    (m, n, k): (usize, usize, usize),
+    iters: usize,
+) -> Res<Vec<(Vec<f64>, Vec<f64>)>> {
+    let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
+    let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
+    let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
+    let g = Gemm::<T>::new(m, n, k);
+    Ok(ctx.with_stream(StreamOptions::new(), |s| {
+        let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
+        ctx.make_current()?;
+        let raw = RawGemm::new(s.as_raw())?;
+        let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
+        let pc = c.as_device_ptr_mut().as_mut_ptr();
+        let mut out = vec![(Vec::new(), Vec::new()); PROBE_VARIANTS.len()];
+        for sample in 0..10 {
+            for j in 0..PROBE_VARIANTS.len() {
+                let which = (sample + j) % PROBE_VARIANTS.len();
+                // The handle of `Blas`, bound to `s`, for this batch only (no other use of
+                // `blas` until the batch ends).
+                // SAFETY: used on this thread, on `s`, left bound and in host pointer mode,
+                // on buffers `s` owns, before any other use of `blas`.
+                let um_handle = unsafe { blas.raw_handle_on(s)? };
+                // Never dropped (an early return included): the handle is `Blas`'s.
+                let raw_um = std::mem::ManuallyDrop::new(RawGemm {
+                    api: raw.api,
+                    handle: um_handle,
+                });
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    match which {
+                        0 => blas.gemm(s, &g, &a, &b, &mut c)?,
+                        // SAFETY: the buffers are owned by `s`, the handle's stream, and
+                        // hold the shape's elements; `c` is none of the inputs.
+                        1 => unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? },
+                        // SAFETY: as above; `Blas`'s handle is bound to `s` for this batch.
+                        2 => unsafe { raw_um.gemm::<T>((m, n, k), pa, pb, pc)? },
+                        _ => {
+                            ctx.make_current()?;
+                            let owned = !s.is_poisoned() && s.owns(&a) && s.owns(&b) && s.owns(&c);
+                            if !owned {
+                                return Err(um::Error::StreamPoisoned);
+                            }
+                            // SAFETY: as for the raw call above.
+                            unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? }
+                        }
+                    }
+                }
+                let enqueued = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                s.wait_idle()?;
+                let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                // The first round is a warm-up.
+                if sample > 0 {
+                    out[which].0.push(dt);
+                    out[which].1.push(enqueued);
+                }
+            }
+        }
+        drop(raw);
+        s.sync_all((a, b, c)).map(drop)?;
+        Ok(out)
+    })?)
 }

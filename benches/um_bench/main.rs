@@ -199,6 +199,8 @@ fn parse_args() -> Result<Options, String> {
 /// `--child scratch`: section 12's loops with scratch per batch, as one JSON line.
 /// `--child cublas DTYPE M N K ITERS`: section 8a's mirror samples of one GEMM shape in a fresh
 /// process (`Blas::gemm` and the raw call), with the cuBLAS files the process mapped.
+/// `--child cublas-probe DTYPE M N K ITERS`: where `Blas::gemm`'s host time goes
+/// (`cublas::probe`).
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -234,11 +236,12 @@ fn child(args: &[String]) -> ExitCode {
             [what] if what == "scratch" => alloc::child(ctx),
             [what, rest @ ..] if what == "nccl" => nccl::child(rest),
             [what, rest @ ..] if what == "cublas" => cublas::child(ctx, rest),
+            [what, rest @ ..] if what == "cublas-probe" => cublas::probe(ctx, rest),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
                       `handoff STORAGE`, `graphs`, `scratch`, `nccl KIND [LIMITS]` or \
-                      `cublas DTYPE M N K ITERS`"
+                      `cublas DTYPE M N K ITERS` or `cublas-probe DTYPE M N K ITERS`"
                     .into(),
             ),
         }
