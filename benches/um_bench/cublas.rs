@@ -81,30 +81,65 @@ pub(crate) fn cublas_files() -> String {
 /// interleaved) of one shape in this fresh process, as one JSON line:
 /// `{"median":..,"min":..,"raw_median":..,"raw_min":..,"libs":".."}` (µs per call).
 pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
-    let [dtype, m, n, k, iters] = args else {
-        return Err("expected `cublas DTYPE M N K ITERS`".into());
-    };
-    let shape = (m.parse()?, n.parse()?, k.parse()?);
-    let iters: usize = iters.parse()?;
-    let blas = Blas::new(ctx)?;
-    let s = match dtype.as_str() {
-        "f32" => mirror_samples::<f32>(ctx, &blas, shape, iters)?,
-        "f64" => mirror_samples::<f64>(ctx, &blas, shape, iters)?,
-        other => return Err(format!("no dtype {other:?} (f32 or f64)").into()),
-    };
+    let s = gemm_child(
+        ctx,
+        args,
+        "cublas DTYPE M N K ITERS",
+        mirror_samples::<f32>,
+        mirror_samples::<f64>,
+    )?;
+    let (um, raw) = (&s[0], &s[1]);
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     // `enqueue`: the host's time per call until the last call returned, before the wait (near
     // `median` where the host paces the stream).
     Ok(format!(
         "{{\"median\":{:.4},\"min\":{:.4},\"raw_median\":{:.4},\"raw_min\":{:.4},\"enqueue\":{:.4},\"raw_enqueue\":{:.4},\"libs\":\"{}\"}}",
-        stats(&s.um).median,
-        min(&s.um),
-        stats(&s.raw).median,
-        min(&s.raw),
-        stats(&s.um_enqueue).median,
-        stats(&s.raw_enqueue).median,
+        stats(&um.per_call).median,
+        min(&um.per_call),
+        stats(&raw.per_call).median,
+        min(&raw.per_call),
+        stats(&um.enqueue).median,
+        stats(&raw.enqueue).median,
         cublas_files()
     ))
+}
+
+/// One GEMM measurement of one element type: (context, handle, shape, calls per batch).
+type GemmRun<R> = fn(&Context, &Blas, (usize, usize, usize), usize) -> Res<R>;
+
+/// A GEMM child's `DTYPE M N K ITERS`: `Blas` made, then the `f32` or the `f64` variant of
+/// the measurement run with the shape and the calls per batch.
+fn gemm_child<R>(
+    ctx: &Context,
+    args: &[String],
+    usage: &str,
+    f32_run: GemmRun<R>,
+    f64_run: GemmRun<R>,
+) -> Res<R> {
+    let [dtype, m, n, k, iters] = args else {
+        return Err(format!("expected `{usage}`").into());
+    };
+    let shape = (m.parse()?, n.parse()?, k.parse()?);
+    let iters: usize = iters.parse()?;
+    let blas = Blas::new(ctx)?;
+    match dtype.as_str() {
+        "f32" => f32_run(ctx, &blas, shape, iters),
+        "f64" => f64_run(ctx, &blas, shape, iters),
+        other => Err(format!("no dtype {other:?} (f32 or f64)").into()),
+    }
+}
+
+/// The GEMM's three mirrored buffers, host-owned: `a` (m×k) and `b` (k×n) of `value`, `c`
+/// (m×n) of zeros.
+fn gemm_mirrors<T: Num>(
+    ctx: &Context,
+    (m, n, k): (usize, usize, usize),
+) -> um::Result<[MirroredManaged<[T]>; 3]> {
+    Ok([
+        Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?,
+        Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?,
+        Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?,
+    ])
 }
 
 /// What the matrices hold (the C++ program's `value`).
@@ -227,28 +262,40 @@ impl Drop for RawGemm {
     }
 }
 
-/// Per-call µs of each sample, and of its calls alone (until the last returned, before the
-/// wait), of `Blas::gemm` and of the raw call.
-#[derive(Default)]
-struct MirrorSamples {
-    um: Vec<f64>,
-    raw: Vec<f64>,
-    um_enqueue: Vec<f64>,
-    raw_enqueue: Vec<f64>,
+/// What one batch of a GEMM measurement calls, `iters` times on one stream and the same
+/// mirrored buffers.
+#[derive(Clone, Copy, PartialEq)]
+enum Turn {
+    /// `Blas::gemm`.
+    Um,
+    /// `cublas{S,D}gemm_v2` through the bench's own handle, bound to the stream.
+    Raw,
+    /// The raw call through `Blas`'s handle (`raw_handle_on`, once per batch).
+    RawUmHandle,
+    /// The raw call through the bench's handle, after what `Blas::gemm` asks first: the
+    /// context made current, the stream's poison mark, the three owners.
+    RawChecks,
 }
 
-/// Per-call µs of `SAMPLES` samples of mirrored buffers attached before the clock: um-cublas's
-/// `Blas::gemm` and, batch by batch in alternating order on the same stream and buffers, the
-/// raw call from Rust through the bench's own handle.
-fn mirror_samples<T: Num>(
+/// One turn's samples: µs per call, and µs per call until the last call returned (before the
+/// wait: near the first where the host paces the stream).
+#[derive(Clone, Default)]
+struct Samples {
+    per_call: Vec<f64>,
+    enqueue: Vec<f64>,
+}
+
+/// `samples` samples of each of `turns`, batch by batch in an order that rotates every sample,
+/// on mirrored buffers attached before the clock, after two calls of each (untimed).
+fn turns<T: Num>(
     ctx: &Context,
     blas: &Blas,
     (m, n, k): (usize, usize, usize),
     iters: usize,
-) -> Res<MirrorSamples> {
-    let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
-    let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
-    let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
+    turns: &[Turn],
+    samples: usize,
+) -> Res<Vec<Samples>> {
+    let [a, b, c] = gemm_mirrors::<T>(ctx, (m, n, k))?;
     let g = Gemm::<T>::new(m, n, k);
     Ok(ctx.with_stream(StreamOptions::new(), |s| {
         let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
@@ -256,35 +303,49 @@ fn mirror_samples<T: Num>(
         let raw = RawGemm::new(s.as_raw())?;
         let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
         let pc = c.as_device_ptr_mut().as_mut_ptr();
-        // SAFETY: the three buffers are owned by `s`, the raw handle's stream, and hold the
-        // shape's elements (made above); `c` is none of the inputs.
-        let raw_gemm = || unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc) };
-        for _ in 0..2 {
-            blas.gemm(s, &g, &a, &b, &mut c)?;
-            raw_gemm()?;
-        }
-        s.wait_idle()?;
-        let mut out = MirrorSamples::default();
-        for sample in 0..SAMPLES {
-            for j in 0..2 {
-                let um_turn = (sample + j) % 2 == 0;
+        let mut out = vec![Samples::default(); turns.len()];
+        // Two untimed calls of each, then the samples.
+        for sample in 0..=samples {
+            for j in 0..turns.len() {
+                let which = (sample + j) % turns.len();
+                let turn = turns[which];
+                // `Blas`'s handle, bound to `s`, for this batch only: `blas` is not used again
+                // until the batch has ended.
+                // SAFETY: used on this thread, on `s`, left bound and in host pointer mode, on
+                // buffers `s` owns, and not after the batch.
+                let um_handle = unsafe { blas.raw_handle_on(s)? };
+                // Never dropped (an early return included): the handle is `Blas`'s.
+                let raw_um = std::mem::ManuallyDrop::new(RawGemm {
+                    api: raw.api,
+                    handle: um_handle,
+                });
+                let calls = if sample == 0 { 2 } else { iters };
                 let t0 = Instant::now();
-                for _ in 0..iters {
-                    if um_turn {
-                        blas.gemm(s, &g, &a, &b, &mut c)?;
-                    } else {
-                        raw_gemm()?;
+                for _ in 0..calls {
+                    match turn {
+                        Turn::Um => blas.gemm(s, &g, &a, &b, &mut c)?,
+                        // SAFETY: the buffers are owned by `s`, the handle's stream, and hold
+                        // the shape's elements (made above); `c` is none of the inputs.
+                        Turn::Raw => unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? },
+                        // SAFETY: as above; `Blas`'s handle is bound to `s` for this batch.
+                        Turn::RawUmHandle => unsafe { raw_um.gemm::<T>((m, n, k), pa, pb, pc)? },
+                        Turn::RawChecks => {
+                            ctx.make_current()?;
+                            let owned = !s.is_poisoned() && s.owns(&a) && s.owns(&b) && s.owns(&c);
+                            if !owned {
+                                return Err(um::Error::StreamPoisoned);
+                            }
+                            // SAFETY: as for `Turn::Raw`.
+                            unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? }
+                        }
                     }
                 }
-                let enqueued = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                let enqueued = t0.elapsed().as_secs_f64() * 1e6 / calls as f64;
                 s.wait_idle()?;
-                let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
-                if um_turn {
-                    out.um.push(dt);
-                    out.um_enqueue.push(enqueued);
-                } else {
-                    out.raw.push(dt);
-                    out.raw_enqueue.push(enqueued);
+                let dt = t0.elapsed().as_secs_f64() * 1e6 / calls as f64;
+                if sample > 0 {
+                    out[which].per_call.push(dt);
+                    out[which].enqueue.push(enqueued);
                 }
             }
         }
@@ -292,6 +353,18 @@ fn mirror_samples<T: Num>(
         s.sync_all((a, b, c)).map(drop)?;
         Ok(out)
     })?)
+}
+
+/// Per-call µs of `SAMPLES` samples of mirrored buffers attached before the clock: um-cublas's
+/// `Blas::gemm` and, batch by batch in alternating order on the same stream and buffers, the
+/// raw call from Rust through the bench's own handle. `[um, raw]`.
+fn mirror_samples<T: Num>(
+    ctx: &Context,
+    blas: &Blas,
+    shape: (usize, usize, usize),
+    iters: usize,
+) -> Res<Vec<Samples>> {
+    turns::<T>(ctx, blas, shape, iters, &[Turn::Um, Turn::Raw], SAMPLES)
 }
 
 /// Per-call µs of `SAMPLES` samples, unified memory written by the host before each sample and
@@ -459,8 +532,8 @@ fn gemm_shape<T: Num>(
     let mut r: [Rounds; 7] = Default::default();
     for _ in 0..rounds {
         let s = mirror_samples::<T>(ctx, blas, shape, it)?;
-        r[0].add_samples(&s.um);
-        r[4].add_samples(&s.raw);
+        r[0].add_samples(&s[0].per_call);
+        r[4].add_samples(&s[1].per_call);
         if let Some(exe) = cpp {
             let (med, min) = cpp_gemm(exe, T::NAME, shape, it)?;
             r[3].add(med, min);
@@ -725,96 +798,41 @@ pub(crate) fn section(
 /// prints one JSON line: per variant the median µs per call and the median enqueue time (until
 /// the last call returned, before the wait).
 pub(crate) fn probe(ctx: &Context, args: &[String]) -> Res<String> {
-    let [dtype, m, n, k, iters] = args else {
-        return Err("expected `cublas-probe DTYPE M N K ITERS`".into());
-    };
-    let shape = (m.parse()?, n.parse()?, k.parse()?);
-    let iters: usize = iters.parse()?;
-    let blas = Blas::new(ctx)?;
-    let v = match dtype.as_str() {
-        "f32" => probe_samples::<f32>(ctx, &blas, shape, iters)?,
-        "f64" => probe_samples::<f64>(ctx, &blas, shape, iters)?,
-        other => return Err(format!("no dtype {other:?} (f32 or f64)").into()),
-    };
+    let v = gemm_child(
+        ctx,
+        args,
+        "cublas-probe DTYPE M N K ITERS",
+        probe_samples::<f32>,
+        probe_samples::<f64>,
+    )?;
     let fields: Vec<String> = PROBE_VARIANTS
         .iter()
         .zip(&v)
-        .map(|(name, (per_call, enqueue))| {
+        .map(|((name, _), t)| {
             format!(
                 "\"{name}\":{:.4},\"{name}_enqueue\":{:.4}",
-                stats(per_call).median,
-                stats(enqueue).median
+                stats(&t.per_call).median,
+                stats(&t.enqueue).median
             )
         })
         .collect();
     Ok(format!("{{{}}}", fields.join(",")))
 }
 
-const PROBE_VARIANTS: [&str; 4] = ["um", "raw", "raw_um_handle", "raw_checks"];
+/// The probe's turns, by the names its JSON line gives them.
+const PROBE_VARIANTS: [(&str, Turn); 4] = [
+    ("um", Turn::Um),
+    ("raw", Turn::Raw),
+    ("raw_um_handle", Turn::RawUmHandle),
+    ("raw_checks", Turn::RawChecks),
+];
 
-#[allow(clippy::type_complexity)]
+/// The probe's 9 samples of each of its turns.
 fn probe_samples<T: Num>(
     ctx: &Context,
     blas: &Blas,
-    (m, n, k): (usize, usize, usize),
+    shape: (usize, usize, usize),
     iters: usize,
-) -> Res<Vec<(Vec<f64>, Vec<f64>)>> {
-    let a: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * k, |i| T::of(value(i)))?;
-    let b: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, k * n, |i| T::of(value(i)))?;
-    let c: MirroredManaged<[T]> = Managed::from_fn_mirrored(ctx, m * n, |_| T::of(0.0))?;
-    let g = Gemm::<T>::new(m, n, k);
-    Ok(ctx.with_stream(StreamOptions::new(), |s| {
-        let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
-        ctx.make_current()?;
-        let raw = RawGemm::new(s.as_raw())?;
-        let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
-        let pc = c.as_device_ptr_mut().as_mut_ptr();
-        let mut out = vec![(Vec::new(), Vec::new()); PROBE_VARIANTS.len()];
-        for sample in 0..10 {
-            for j in 0..PROBE_VARIANTS.len() {
-                let which = (sample + j) % PROBE_VARIANTS.len();
-                // The handle of `Blas`, bound to `s`, for this batch only (no other use of
-                // `blas` until the batch ends).
-                // SAFETY: used on this thread, on `s`, left bound and in host pointer mode,
-                // on buffers `s` owns, before any other use of `blas`.
-                let um_handle = unsafe { blas.raw_handle_on(s)? };
-                // Never dropped (an early return included): the handle is `Blas`'s.
-                let raw_um = std::mem::ManuallyDrop::new(RawGemm {
-                    api: raw.api,
-                    handle: um_handle,
-                });
-                let t0 = Instant::now();
-                for _ in 0..iters {
-                    match which {
-                        0 => blas.gemm(s, &g, &a, &b, &mut c)?,
-                        // SAFETY: the buffers are owned by `s`, the handle's stream, and
-                        // hold the shape's elements; `c` is none of the inputs.
-                        1 => unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? },
-                        // SAFETY: as above; `Blas`'s handle is bound to `s` for this batch.
-                        2 => unsafe { raw_um.gemm::<T>((m, n, k), pa, pb, pc)? },
-                        _ => {
-                            ctx.make_current()?;
-                            let owned = !s.is_poisoned() && s.owns(&a) && s.owns(&b) && s.owns(&c);
-                            if !owned {
-                                return Err(um::Error::StreamPoisoned);
-                            }
-                            // SAFETY: as for the raw call above.
-                            unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? }
-                        }
-                    }
-                }
-                let enqueued = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
-                s.wait_idle()?;
-                let dt = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
-                // The first round is a warm-up.
-                if sample > 0 {
-                    out[which].0.push(dt);
-                    out[which].1.push(enqueued);
-                }
-            }
-        }
-        drop(raw);
-        s.sync_all((a, b, c)).map(drop)?;
-        Ok(out)
-    })?)
+) -> Res<Vec<Samples>> {
+    turns::<T>(ctx, blas, shape, iters, &PROBE_VARIANTS.map(|(_, t)| t), 9)
 }
