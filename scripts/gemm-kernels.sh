@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Where the time of one GEMM shape goes in the C++ baseline and in um's benchmark: section 8 of
-# the performance page finds C++ faster at f64 256³ and um's process faster at f32 256³, with the
-# raw call from Rust as slow as um's, so the question is whether the two processes get different
-# kernels from cuBLAS, or pace the stream differently. On the GPU machine, from the repository
-# root, with target/gpu-bundle carried:
+# Where the time of one GEMM shape goes in the C++ baseline and in um's benchmark: at small
+# shapes, section 8's ratios against C++ move from run to run, with the raw call from Rust as far
+# from C++ as um's, so the questions are whether the two processes get different kernels from
+# cuBLAS, who paces the stream, and what um adds within one process (bench/notes.md gives the
+# answers measured). On the GPU machine, from the repository root, with target/gpu-bundle carried:
 #
 #   bash scripts/gemm-kernels.sh [DTYPE M N K [PROCESSES]]   (default: f64 256 256 256 8)
 #
@@ -13,8 +13,6 @@
 #   the last call returned: near the per-call figure where the host paces the stream);
 # - `um_bench --child cublas-probe` in PROCESSES fresh processes: `Blas::gemm` beside the raw
 #   call through the bench's handle, through `Blas`'s handle, and with `Blas::gemm`'s checks;
-# - under Nsight Systems (`nsys`, where there is one), one process of each: the GEMM kernels'
-#   median duration and start-to-start interval, and the median host time of the CUDA calls;
 # - under Nsight Compute (`ncu --clock-control none --cache-control none`, where there is one),
 #   6 GEMM launches of each after the warm-up: each kernel's name and duration
 #   (gpu__time_duration.sum, ns).
@@ -25,7 +23,6 @@ b=$(pwd)/target/gpu-bundle
 export NCCL_NVLS_ENABLE=0
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
-nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$nvcc" -O3 -o "$tmp/cpp" "$b/bench/cublas_baseline.cpp" -lcublas -lcuda || { echo "gemm-kernels: the C++ baseline did not build"; exit 2; }
@@ -41,31 +38,6 @@ echo "   um: Blas::gemm; raw: the bench's handle; um handle: the raw call throug
 for i in $(seq "$procs"); do
   "$b/bench/um_bench" --child cublas-probe "$dtype" "$m" "$n" "$k" 1000 | python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print("  " + "   ".join("%s %.3f (%.3f)" % (v, d[v], d[v + "_enqueue"]) for v in ("um", "raw", "raw_um_handle", "raw_checks")))'
 done
-if [ -n "$nsys" ]; then
-  for who in cpp um; do
-    if [ "$who" = cpp ]; then cmd=("${cpp[@]}" 1000 5); else cmd=("${um[@]}" 1000); fi
-    echo "== $who under nsys: GEMM kernels (median duration, median start-to-start, ns), CUDA calls (median ns)"
-    "$nsys" profile -t cuda -s none --cpuctxsw=none -o "$tmp/$who" --force-overwrite true "${cmd[@]}" >"$tmp/$who.nsys.out" 2>&1 || { tail -3 "$tmp/$who.nsys.out"; continue; }
-    "$nsys" stats -q -r cuda_gpu_trace,cuda_api_sum -f csv -o "$tmp/$who" "$tmp/$who.nsys-rep" >/dev/null 2>&1
-    python3 - "$tmp/$who" <<'EOF'
-import csv, glob, statistics, sys
-base = sys.argv[1]
-def table(kind):
-    f = glob.glob(f"{base}_{kind}.csv")
-    return list(csv.DictReader(open(f[0]))) if f else []
-k = [r for r in table("cuda_gpu_trace") if "gemm" in r.get("Name", "").lower()]
-if k:
-    start = [int(r["Start (ns)"]) for r in k]
-    dur = [int(r["Duration (ns)"]) for r in k]
-    gaps = [b - a for a, b in zip(start, start[1:])]
-    print(f"  {len(k)} kernels: duration {statistics.median(dur)} ns, start to start {statistics.median(gaps)} ns; {k[-1]['Name'][:120]}")
-else:
-    print("  no GEMM kernels in the trace")
-for r in table("cuda_api_sum")[:6]:
-    print(f"  {r.get('Name','?'):<32} calls {r.get('Num Calls','?'):>7}  median {r.get('Med (ns)','?'):>9} ns")
-EOF
-  done
-fi
 if [ -z "$ncu" ]; then
   echo "gemm-kernels: no ncu here: no kernel names"
   exit 0

@@ -79,7 +79,8 @@ pub(crate) fn cublas_files() -> String {
 
 /// `um_bench --child cublas DTYPE M N K ITERS`: the `um mirror` samples (and the raw call's,
 /// interleaved) of one shape in this fresh process, as one JSON line:
-/// `{"median":..,"min":..,"raw_median":..,"raw_min":..,"libs":".."}` (µs per call).
+/// `{"median":..,"min":..,"raw_median":..,"raw_min":..,"enqueue":..,"raw_enqueue":..,"libs":".."}`
+/// (µs per call; `enqueue`: until the last call returned, before the wait).
 pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
     let s = gemm_child(
         ctx,
@@ -309,16 +310,20 @@ fn turns<T: Num>(
             for j in 0..turns.len() {
                 let which = (sample + j) % turns.len();
                 let turn = turns[which];
-                // `Blas`'s handle, bound to `s`, for this batch only: `blas` is not used again
-                // until the batch has ended.
-                // SAFETY: used on this thread, on `s`, left bound and in host pointer mode, on
-                // buffers `s` owns, and not after the batch.
-                let um_handle = unsafe { blas.raw_handle_on(s)? };
-                // Never dropped (an early return included): the handle is `Blas`'s.
-                let raw_um = std::mem::ManuallyDrop::new(RawGemm {
-                    api: raw.api,
-                    handle: um_handle,
-                });
+                // For `Turn::RawUmHandle`: `Blas`'s handle, bound to `s`, for this batch only
+                // (`blas` is not used until the batch has ended). Never dropped, an early return
+                // included: the handle is `Blas`'s.
+                let raw_um = if turn == Turn::RawUmHandle {
+                    // SAFETY: used on this thread, on `s`, left bound and in host pointer mode,
+                    // on buffers `s` owns, and not after the batch.
+                    let handle = unsafe { blas.raw_handle_on(s)? };
+                    Some(std::mem::ManuallyDrop::new(RawGemm {
+                        api: raw.api,
+                        handle,
+                    }))
+                } else {
+                    None
+                };
                 let calls = if sample == 0 { 2 } else { iters };
                 let t0 = Instant::now();
                 for _ in 0..calls {
@@ -327,14 +332,21 @@ fn turns<T: Num>(
                         // SAFETY: the buffers are owned by `s`, the handle's stream, and hold
                         // the shape's elements (made above); `c` is none of the inputs.
                         Turn::Raw => unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? },
-                        // SAFETY: as above; `Blas`'s handle is bound to `s` for this batch.
-                        Turn::RawUmHandle => unsafe { raw_um.gemm::<T>((m, n, k), pa, pb, pc)? },
+                        Turn::RawUmHandle => {
+                            if let Some(h) = &raw_um {
+                                // SAFETY: as above; `Blas`'s handle is bound to `s` for this
+                                // batch.
+                                unsafe { h.gemm::<T>((m, n, k), pa, pb, pc)? }
+                            }
+                        }
                         Turn::RawChecks => {
                             ctx.make_current()?;
-                            let owned = !s.is_poisoned() && s.owns(&a) && s.owns(&b) && s.owns(&c);
-                            if !owned {
+                            if s.is_poisoned() {
                                 return Err(um::Error::StreamPoisoned);
                             }
+                            // The owners are compared, as `Blas::gemm` compares them; they
+                            // cannot differ here (attached to `s` above).
+                            std::hint::black_box(s.owns(&a) && s.owns(&b) && s.owns(&c));
                             // SAFETY: as for `Turn::Raw`.
                             unsafe { raw.gemm::<T>((m, n, k), pa, pb, pc)? }
                         }
