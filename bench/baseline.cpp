@@ -19,6 +19,11 @@
 //                                                       buffer from a pool per batch
 //
 // Each prints one JSON object per line. Times are host wall-clock (steady_clock).
+//
+// Built with -DUM_BASELINE_SHARED as a shared library (bench.sh: libum_baseline.so), it has no
+// main and exports um_cpp_alloc_open / _batch / _close (12a's pooled calls) and um_cpp_scratch
+// (12b's loop), which um_bench loads to take turns with its own in one process
+// (benches/um_bench/cpp_lib.rs).
 #include <cuda.h>
 
 #include <algorithm>
@@ -481,6 +486,61 @@ static int alloc_bench(size_t bytes, int rounds, int batch) {
     return 0;
 }
 
+// 12a's pooled allocate + zero fill + free as a C ABI that um_bench calls in its own process
+// (bench.sh builds this file a second time, with -DUM_BASELINE_SHARED, as
+// libum_baseline.so), batch by batch, taking turns with its Rust variants: the same calls as
+// `pooled` in alloc_bench, from a pool of its own (threshold UINT64_MAX) on a stream of its own,
+// in the context current on the calling thread. Errors are printed and end the process.
+struct AllocBench {
+    CUstream s;
+    CUmemoryPool pool;
+    size_t bytes;
+};
+
+extern "C" {
+// `batch` allocate + zero + free, timed until the last call returned (µs per allocation),
+// then the stream drained, untimed.
+int um_cpp_alloc_batch(AllocBench *a, int batch, double *us_per_alloc) {
+    double t0 = now_us();
+    for (int i = 0; i < batch; i++) {
+        CUdeviceptr p;
+        CK(cuMemAllocFromPoolAsync(&p, a->bytes, a->pool, a->s));
+        CK(cuMemsetD8Async(p, 0, a->bytes, a->s));
+        CK(cuMemFreeAsync(p, a->s));
+    }
+    *us_per_alloc = (now_us() - t0) / batch;
+    CK(cuStreamSynchronize(a->s));
+    return 0;
+}
+
+// The pool and stream for `bytes`-byte allocations, after one untimed batch of `batch`.
+AllocBench *um_cpp_alloc_open(size_t bytes, int batch) {
+    AllocBench *a = new AllocBench{};
+    a->bytes = bytes;
+    CUdevice device;
+    CK(cuCtxGetDevice(&device));
+    CK(cuStreamCreate(&a->s, CU_STREAM_DEFAULT));
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = device;
+    CK(cuMemPoolCreate(&a->pool, &props));
+    cuuint64_t threshold = UINT64_MAX;
+    CK(cuMemPoolSetAttribute(a->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    double us;
+    um_cpp_alloc_batch(a, batch, &us);
+    return a;
+}
+
+void um_cpp_alloc_close(AllocBench *a) {
+    CK(cuStreamSynchronize(a->s));
+    CK(cuMemPoolDestroy(a->pool));
+    CK(cuStreamDestroy(a->s));
+    delete a;
+}
+}
+
 // Section 7's two-stage pipeline with fresh scratch per batch, as um_bench's `scratch` child
 // runs it: per batch, on stream A a scratch buffer of LEN floats from a pool (threshold
 // UINT64_MAX) is zeroed, spin_then_add works on it (stage A), transform adds twice it to the
@@ -488,7 +548,8 @@ static int alloc_bench(size_t bytes, int rounds, int batch) {
 // spin_then_add is stage B. Batches are cuMemAlloc memory filled before the clock; host wall
 // time per batch from the first enqueue to every batch back on the host (one copy per batch
 // after B, then one wait). A warm-up run of 4 batches first.
-static int scratch_bench(const std::string &dir, int batches, unsigned long long stage_ns) {
+static int scratch_run(const std::string &dir, int batches, unsigned long long stage_ns,
+                       double *us_per_batch) {
     const unsigned LEN = 1024;
     CUmodule mt = load(dir, "testing.ptx"), mr = load(dir, "run_task.ptx");
     CUfunction spin, transform;
@@ -549,12 +610,33 @@ static int scratch_bench(const std::string &dir, int batches, unsigned long long
             CK(cuMemFree(x[k]));
         }
     }
-    printf("{\"scenario\":\"scratch\",\"impl\":\"cpp\",\"batches\":%d,\"stage_ns\":%llu,\"us_per_batch\":%.4f}\n",
-           batches, stage_ns, per_batch);
+    *us_per_batch = per_batch;
     CK(cuMemPoolDestroy(pool));
     CK(cuEventDestroy(ev));
     CK(cuStreamDestroy(a));
     CK(cuStreamDestroy(b));
+    CK(cuModuleUnload(mt));
+    CK(cuModuleUnload(mr));
+    return 0;
+}
+
+// 12b's loop as a C ABI that um_bench calls in its own process (libum_baseline.so), taking
+// turns with um's loop there: the PTX from PTX_DIR, on the context current on the calling
+// thread; the µs per batch into *us_per_batch. Errors are printed and end the process.
+extern "C" int um_cpp_scratch(const char *ptx_dir, int batches, unsigned long long stage_ns,
+                              double *us_per_batch) {
+    CK(cuCtxGetDevice(&dev));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    return scratch_run(ptx_dir, batches, stage_ns, us_per_batch);
+}
+
+#ifndef UM_BASELINE_SHARED
+static int scratch_bench(const std::string &dir, int batches, unsigned long long stage_ns) {
+    double per_batch = 0;
+    int rc = scratch_run(dir, batches, stage_ns, &per_batch);
+    if (rc != 0) return rc;
+    printf("{\"scenario\":\"scratch\",\"impl\":\"cpp\",\"batches\":%d,\"stage_ns\":%llu,\"us_per_batch\":%.4f}\n",
+           batches, stage_ns, per_batch);
     return 0;
 }
 
@@ -578,3 +660,4 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: see the header of baseline.cpp\n");
     return 2;
 }
+#endif

@@ -11,6 +11,10 @@
 // loop_ms is the host wall time of the K iterations, ended by the last dot's host read (the
 // update of p enqueued after it is not waited for); residual is
 // sqrt(r.r) after them, as the loop computed it.
+//
+// Built with -DUM_BASELINE_SHARED -shared -Xcompiler -fPIC (bench.sh: libum_cg_baseline.so) it
+// has no main and exports um_cpp_cg, the same solve, which um_bench loads to take turns with the
+// example's solve in one process (benches/um_bench/solver.rs).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusparse.h>
@@ -61,15 +65,14 @@ static void laplacian(int n, std::vector<int>& offsets, std::vector<int>& cols, 
   }
 }
 
-int main(int argc, char** argv) {
-  int n = argc > 1 ? std::atoi(argv[1]) : 1000;
-  int iters = argc > 2 ? std::atoi(argv[2]) : 100;
-  int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+// REPS repetitions of ITERS iterations on the n x n grid, on the current device's primary
+// context; each repetition's loop time into loop_ms (if not null) and, if print, its line.
+// Everything it made is freed before it returns.
+static int cg_run(int n, int iters, int reps, double* loop_ms, bool print) {
   std::vector<int> offsets, cols;
   std::vector<double> vals;
   laplacian(n, offsets, cols, vals);
   int rows = n * n, nnz = (int)cols.size();
-
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cusparseHandle_t sp;
@@ -131,7 +134,35 @@ int main(int argc, char** argv) {
     // after it is left to the synchronize below, on both sides.
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CHECK_CUDA(cudaStreamSynchronize(stream));
-    std::printf("cg_cpp rows=%d nnz=%d iters=%d loop_ms=%.3f residual=%.6e\n", rows, nnz, iters, ms, std::sqrt(rr));
+    if (loop_ms) loop_ms[rep] = ms;
+    if (print)
+      std::printf("cg_cpp rows=%d nnz=%d iters=%d loop_ms=%.3f residual=%.6e\n", rows, nnz, iters, ms, std::sqrt(rr));
   }
+  CHECK_SPARSE(cusparseDestroyDnVec(vp));
+  CHECK_SPARSE(cusparseDestroyDnVec(vq));
+  CHECK_SPARSE(cusparseDestroySpMat(A));
+  if (work) CHECK_CUDA(cudaFree(work));
+  for (void* v : {(void*)d_off, (void*)d_col, (void*)d_val, (void*)x, (void*)r, (void*)p, (void*)q, (void*)b})
+    CHECK_CUDA(cudaFree(v));
+  CHECK_BLAS(cublasDestroy(bl));
+  CHECK_SPARSE(cusparseDestroy(sp));
+  CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;
 }
+
+// The C ABI that um_bench calls in its own process (bench.sh builds this file a second time,
+// with -DUM_BASELINE_SHARED, as libum_cg_baseline.so), taking turns with um's solves there:
+// REPS loops of ITERS iterations on the N x N grid, each loop's ms into loop_ms[REPS]. Errors
+// are printed and end the process.
+extern "C" int um_cpp_cg(int n, int iters, int reps, double* loop_ms) {
+  return cg_run(n, iters, reps, loop_ms, false);
+}
+
+#ifndef UM_BASELINE_SHARED
+int main(int argc, char** argv) {
+  int n = argc > 1 ? std::atoi(argv[1]) : 1000;
+  int iters = argc > 2 ? std::atoi(argv[2]) : 100;
+  int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  return cg_run(n, iters, reps, nullptr, true);
+}
+#endif

@@ -9,6 +9,11 @@
 // Prints one JSON object: the median and minimum over SAMPLES of the time per call, in µs, and
 // "libs": the cuBLAS files this process mapped (from /proc/self/maps; the Rust side prints the
 // same for its own process), to show whether both ran the same libcublas and libcublasLt.
+//
+// Built with -DUM_BASELINE_SHARED -shared -Xcompiler -fPIC (bench.sh: libum_cublas_baseline.so)
+// it has no main and exports um_cpp_gemm_open / _batch / _close (and _parts / _batch_on for
+// the probe), which um_bench loads to take turns with its own calls in one process
+// (benches/um_bench/cpp_lib.rs).
 #include <cublas_v2.h>
 #include <cuda.h>
 
@@ -87,27 +92,112 @@ static cublasStatus_t gemm(cublasHandle_t h, int m, int n, int k, const double *
     return cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
 }
 
+// One GEMM measurement's state, on the current context: its own stream, handle and
+// cuMemAlloc buffers.
+struct GemmBench {
+    CUstream s;
+    CUdeviceptr a, b, c;
+    cublasHandle_t h;
+    int m, n, k;
+    bool f64;
+};
+
+template <typename T>
+static int batch_of(GemmBench *g, int iters, double *per_call_us, double *enqueue_us) {
+    T *pa = (T *)g->a, *pb = (T *)g->b, *pc = (T *)g->c;
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++) CB(gemm(g->h, g->m, g->n, g->k, pa, pb, pc));
+    double t1 = now_us();
+    CK(cuStreamSynchronize(g->s));
+    *per_call_us = (now_us() - t0) / iters;
+    *enqueue_us = (t1 - t0) / iters;
+    return 0;
+}
+
+// The C ABI that um_bench calls in its own process (bench.sh builds this file a second time,
+// with -DUM_BASELINE_SHARED, as libum_cublas_baseline.so): the same measurement as `run`
+// below, batch by batch, so that the Rust side takes turns with it in one process. Errors are
+// printed and end the process, as in the program.
+extern "C" {
+// A measurement of `c = a b` (f64 if `f64`, else f32) on the context current on this thread,
+// after two untimed calls.
+GemmBench *um_cpp_gemm_open(int f64, int m, int n, int k) {
+    GemmBench *g = new GemmBench{};
+    g->m = m;
+    g->n = n;
+    g->k = k;
+    g->f64 = f64 != 0;
+    size_t elem = f64 ? sizeof(double) : sizeof(float);
+    CK(cuStreamCreate(&g->s, CU_STREAM_DEFAULT));
+    if (f64) {
+        g->a = upload<double>((size_t)m * k);
+        g->b = upload<double>((size_t)k * n);
+    } else {
+        g->a = upload<float>((size_t)m * k);
+        g->b = upload<float>((size_t)k * n);
+    }
+    CK(cuMemAlloc(&g->c, (size_t)m * n * elem));
+    CB(cublasCreate(&g->h));
+    CB(cublasSetStream(g->h, (cudaStream_t)g->s));
+    double per_call, enqueue;
+    if (f64)
+        batch_of<double>(g, 2, &per_call, &enqueue);
+    else
+        batch_of<float>(g, 2, &per_call, &enqueue);
+    return g;
+}
+
+// `iters` calls, timed: µs per call until the stream is drained, and until the last call
+// returned (before the synchronize).
+int um_cpp_gemm_batch(GemmBench *g, int iters, double *per_call_us, double *enqueue_us) {
+    return g->f64 ? batch_of<double>(g, iters, per_call_us, enqueue_us)
+                  : batch_of<float>(g, iters, per_call_us, enqueue_us);
+}
+
+// The stream and buffers of a measurement, for a caller that runs its own calls on them.
+void um_cpp_gemm_parts(GemmBench *g, CUstream *s, CUdeviceptr *a, CUdeviceptr *b, CUdeviceptr *c) {
+    *s = g->s;
+    *a = g->a;
+    *b = g->b;
+    *c = g->c;
+}
+
+// As um_cpp_gemm_batch, with this measurement's handle on another stream and buffers (of the
+// same shape and type, on the same context; the stream idle): the handle is bound to `s` for
+// the batch, then back to its own.
+int um_cpp_gemm_batch_on(GemmBench *g, CUstream s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                         int iters, double *per_call_us, double *enqueue_us) {
+    GemmBench other = *g;
+    other.s = s;
+    other.a = a;
+    other.b = b;
+    other.c = c;
+    CB(cublasSetStream(g->h, (cudaStream_t)s));
+    int rc = um_cpp_gemm_batch(&other, iters, per_call_us, enqueue_us);
+    CB(cublasSetStream(g->h, (cudaStream_t)g->s));
+    return rc;
+}
+
+void um_cpp_gemm_close(GemmBench *g) {
+    CB(cublasDestroy(g->h));
+    CK(cuMemFree(g->a));
+    CK(cuMemFree(g->b));
+    CK(cuMemFree(g->c));
+    CK(cuStreamDestroy(g->s));
+    delete g;
+}
+}
+
+#ifndef UM_BASELINE_SHARED
 template <typename T>
 static int run(const char *dtype, int m, int n, int k, int iters, int samples) {
-    CUstream s;
-    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
-    CUdeviceptr a = upload<T>((size_t)m * k), b = upload<T>((size_t)k * n);
-    CUdeviceptr c;
-    CK(cuMemAlloc(&c, (size_t)m * n * sizeof(T)));
-    cublasHandle_t h;
-    CB(cublasCreate(&h));
-    CB(cublasSetStream(h, (cudaStream_t)s));
-    T *pa = (T *)a, *pb = (T *)b, *pc = (T *)c;
-    for (int i = 0; i < 2; i++) CB(gemm(h, m, n, k, pa, pb, pc));
-    CK(cuStreamSynchronize(s));
+    GemmBench *g = um_cpp_gemm_open(sizeof(T) == sizeof(double), m, n, k);
     std::vector<double> per_call, enqueue;
     for (int t = 0; t < samples; t++) {
-        double t0 = now_us();
-        for (int i = 0; i < iters; i++) CB(gemm(h, m, n, k, pa, pb, pc));
-        double t1 = now_us();
-        CK(cuStreamSynchronize(s));
-        per_call.push_back((now_us() - t0) / iters);
-        enqueue.push_back((t1 - t0) / iters);
+        double p, e;
+        um_cpp_gemm_batch(g, iters, &p, &e);
+        per_call.push_back(p);
+        enqueue.push_back(e);
     }
     std::sort(per_call.begin(), per_call.end());
     std::sort(enqueue.begin(), enqueue.end());
@@ -117,11 +207,7 @@ static int run(const char *dtype, int m, int n, int k, int iters, int samples) {
            "\"iters\":%d,\"median_us\":%.4f,\"min_us\":%.4f,\"enqueue_us\":%.4f,\"libs\":\"%s\"}\n",
            dtype, m, n, k, iters, per_call[per_call.size() / 2], per_call[0],
            enqueue[enqueue.size() / 2], cublas_files().c_str());
-    CB(cublasDestroy(h));
-    CK(cuMemFree(a));
-    CK(cuMemFree(b));
-    CK(cuMemFree(c));
-    CK(cuStreamDestroy(s));
+    um_cpp_gemm_close(g);
     return 0;
 }
 
@@ -144,3 +230,4 @@ int main(int argc, char **argv) {
     CK(cuDevicePrimaryCtxRelease(dev));
     return rc;
 }
+#endif

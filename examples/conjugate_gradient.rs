@@ -37,7 +37,7 @@ enum StorageArg {
     Mirror,
 }
 
-struct Args {
+pub(crate) struct Args {
     transfer: Transfer,
     /// `None`: coherent where the device has concurrent managed access, else unified.
     storage: Option<StorageArg>,
@@ -58,7 +58,7 @@ fn args() -> Result<Args, String> {
 const MAX_GRID: usize = 46_340; // 46_340² = 2_147_395_600 <= i32::MAX < 46_341²
 
 /// The arguments after the program's name.
-fn parse(arguments: impl IntoIterator<Item = String>) -> Result<Args, String> {
+pub(crate) fn parse(arguments: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         transfer: Transfer::Prefetch,
         storage: None,
@@ -119,7 +119,7 @@ fn parse(arguments: impl IntoIterator<Item = String>) -> Result<Args, String> {
 
 /// The 5-point Laplacian of an `n`×`n` grid with Dirichlet boundaries, in CSR, columns
 /// increasing within each row (the same matrix as `bench/cg_baseline.cpp`).
-fn laplacian(n: usize) -> (Vec<i32>, Vec<i32>, Vec<f64>) {
+pub(crate) fn laplacian(n: usize) -> Host {
     let rows = n * n;
     let (mut offsets, mut cols, mut vals) = (Vec::with_capacity(rows + 1), Vec::new(), Vec::new());
     offsets.push(0i32);
@@ -147,8 +147,11 @@ fn laplacian(n: usize) -> (Vec<i32>, Vec<i32>, Vec<f64>) {
     (offsets, cols, vals)
 }
 
+/// A CSR matrix on the host: row offsets, column indices, values.
+pub(crate) type Host = (Vec<i32>, Vec<i32>, Vec<f64>);
+
 /// `A x` on the CPU.
-fn spmv_cpu((offsets, cols, vals): &(Vec<i32>, Vec<i32>, Vec<f64>), x: &[f64]) -> Vec<f64> {
+fn spmv_cpu((offsets, cols, vals): &Host, x: &[f64]) -> Vec<f64> {
     (0..offsets.len() - 1)
         .map(|r| {
             (offsets[r] as usize..offsets[r + 1] as usize)
@@ -163,7 +166,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// `iters` iterations of the same loop on the CPU, from `x = 0`.
-fn cg_cpu(a: &(Vec<i32>, Vec<i32>, Vec<f64>), b: &[f64], iters: usize) -> Vec<f64> {
+fn cg_cpu(a: &Host, b: &[f64], iters: usize) -> Vec<f64> {
     let mut x = vec![0.0; b.len()];
     let mut r = b.to_vec();
     let mut p = r.clone();
@@ -185,8 +188,19 @@ fn cg_cpu(a: &(Vec<i32>, Vec<i32>, Vec<f64>), b: &[f64], iters: usize) -> Vec<f6
     x
 }
 
-/// The CG loop on `vectors` (b, x, r, p, q; zeroed) of storage `M`, `b` set to ones first:
-/// `(x, iterations of the last repetition, its residual)`.
+/// What a solve gives back.
+pub(crate) struct Solved {
+    /// The solution of the last repetition.
+    pub(crate) x: Vec<f64>,
+    /// The iterations of the last repetition.
+    pub(crate) iters: usize,
+    /// Its residual, `sqrt(r.r)`, as the loop computed it.
+    pub(crate) residual: f64,
+    /// Each repetition's loop time, ms (as its `cg_um` line prints it).
+    pub(crate) loop_ms: Vec<f64>,
+}
+
+/// The CG loop on `vectors` (b, x, r, p, q; zeroed) of storage `M`, `b` set to ones first.
 fn solve<M: HostVisible>(
     ctx: &Context,
     args: &Args,
@@ -194,7 +208,7 @@ fn solve<M: HostVisible>(
     a: Csr<f64, HostOwned, M>,
     vectors: [um::Result<Managed<[f64], HostOwned, M>>; 5],
     nnz: usize,
-) -> Result<(Vec<f64>, usize, f64), Box<dyn Error>> {
+) -> Result<Solved, Box<dyn Error>> {
     let rows = a.rows();
     let [b, x, r, p, q] = vectors;
     let (mut b, x, r, p, q) = (b?, x?, r?, p?, q?);
@@ -206,6 +220,7 @@ fn solve<M: HostVisible>(
         let (mut x, mut r, mut p, mut q) = (x.attach(s)?, r.attach(s)?, p.attach(s)?, q.attach(s)?);
         let v = Level1::new(rows);
         let mut last = (0, 0.0);
+        let mut loop_ms = Vec::with_capacity(args.reps);
         for _ in 0..args.reps {
             // x = 0, r = b, p = r.
             blas.scal(s, &v, 0.0, &mut x)?;
@@ -238,23 +253,30 @@ fn solve<M: HostVisible>(
                 rr.sqrt()
             );
             last = (k, rr.sqrt());
+            loop_ms.push(ms);
         }
         drop((a.sync()?, b.sync()?));
         drop(s.sync_all((r, p, q))?);
-        Ok((x.sync()?.to_vec(), last.0, last.1))
+        Ok(Solved {
+            x: x.sync()?.to_vec(),
+            iters: last.0,
+            residual: last.1,
+            loop_ms,
+        })
     })?;
     Ok(out)
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
-    let args = args()?;
-    let n = args.grid;
-    let rows = n * n;
-    let host = laplacian(n);
-    let nnz = host.1.len();
-    let ctx = Context::new(0)?;
-    let blas = Blas::new(&ctx)?;
-    let (offsets, cols, vals) = (&host.0, &host.1, &host.2);
+/// The matrix `host` and five zeroed vectors in the storage `args` names (coherent where the
+/// device has concurrent managed access, unified elsewhere, by default), then [`solve`].
+pub(crate) fn solve_on(
+    ctx: &Context,
+    args: &Args,
+    blas: &Blas,
+    host: &Host,
+) -> Result<Solved, Box<dyn Error>> {
+    let (offsets, cols, vals) = host;
+    let (rows, nnz) = (offsets.len() - 1, cols.len());
     let storage = args
         .storage
         .unwrap_or(if ctx.info().concurrent_managed_access {
@@ -262,23 +284,46 @@ fn main() -> Result<(), Box<dyn Error>> {
         } else {
             StorageArg::Unified
         });
-    let (x, done, residual) = match storage {
+    match storage {
         StorageArg::Unified => {
-            let a = Csr::new(&ctx, rows, rows, offsets, cols, vals)?;
-            let vectors = [(); 5].map(|()| Managed::<[f64]>::zeroed_slice(&ctx, rows));
-            solve(&ctx, &args, &blas, a, vectors, nnz)?
+            let a = Csr::new(ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::<[f64]>::zeroed_slice(ctx, rows));
+            solve(ctx, args, blas, a, vectors, nnz)
         }
         StorageArg::Coherent => {
-            let a = Csr::new_coherent(&ctx, rows, rows, offsets, cols, vals)?;
-            let vectors = [(); 5].map(|()| Managed::zeroed_slice_coherent(&ctx, rows));
-            solve(&ctx, &args, &blas, a, vectors, nnz)?
+            let a = Csr::new_coherent(ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::zeroed_slice_coherent(ctx, rows));
+            solve(ctx, args, blas, a, vectors, nnz)
         }
         StorageArg::Mirror => {
-            let a = Csr::new_mirrored(&ctx, rows, rows, offsets, cols, vals)?;
-            let vectors = [(); 5].map(|()| Managed::zeroed_slice_mirrored(&ctx, rows));
-            solve(&ctx, &args, &blas, a, vectors, nnz)?
+            let a = Csr::new_mirrored(ctx, rows, rows, offsets, cols, vals)?;
+            let vectors = [(); 5].map(|()| Managed::zeroed_slice_mirrored(ctx, rows));
+            solve(ctx, args, blas, a, vectors, nnz)
         }
-    };
+    }
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args = args()?;
+    let n = args.grid;
+    let rows = n * n;
+    let host = laplacian(n);
+    let ctx = Context::new(0)?;
+    let blas = Blas::new(&ctx)?;
+    let Solved {
+        x,
+        iters: done,
+        residual,
+        mut loop_ms,
+    } = solve_on(&ctx, &args, &blas, &host)?;
+    if loop_ms.len() > 1 {
+        loop_ms.sort_by(f64::total_cmp);
+        println!(
+            "median loop time of {} repetitions: {:.3} ms",
+            loop_ms.len(),
+            loop_ms[loop_ms.len() / 2]
+        );
+    }
 
     // The CPU's view of the answer: |b - A x| against what the loop computed.
     let b_host = vec![1.0f64; rows];
@@ -325,7 +370,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_GRID, parse};
+    use super::parse;
 
     fn of(words: &[&str]) -> Result<super::Args, String> {
         parse(words.iter().map(|w| (*w).to_owned()))
@@ -336,8 +381,8 @@ mod tests {
     /// under which the convergence check would pass vacuously (NaN, infinity, 0, negative).
     #[test]
     fn grids_past_32_bit_indices_and_tolerances_that_are_not_positive_numbers_are_refused() {
-        assert!(MAX_GRID * MAX_GRID <= i32::MAX as usize);
-        assert!((MAX_GRID + 1) * (MAX_GRID + 1) > i32::MAX as usize);
+        assert!(super::MAX_GRID * super::MAX_GRID <= i32::MAX as usize);
+        assert!((super::MAX_GRID + 1) * (super::MAX_GRID + 1) > i32::MAX as usize);
         assert!(of(&["--grid", "46340"]).is_ok());
         for grid in ["46341", "1e10", "1", "nan"] {
             assert!(of(&["--grid", grid]).is_err(), "--grid {grid}");

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (scripts/gpu-bundle.sh makes the bundle): builds the C++ baseline
-# with nvcc and runs every benchmark in one process, the C++ runs interleaved. Writes the
+# with nvcc and runs every benchmark in one process, the C++ runs interleaved. Sections 8, 11
+# and 12 also load the C++ baselines built as shared libraries (UM_CPP_*_LIB, below) and take
+# turns with them inside um's processes (benches/um_bench/cpp_lib.rs). Writes the
 # repository's files at their own paths under OUT: OUT/docs/performance.md,
 # OUT/docs/performance-results.json, OUT/docs/img/run_task.svg and OUT/docs/img/mirror.svg, so
 # `cp -r OUT/docs .` updates them all (see docs/performance.md). OUT is taken relative to the
@@ -45,6 +47,14 @@ export NCCL_NVLS_ENABLE=0
 tmp=$(mktemp -d)
 baseline=$tmp/um_baseline
 "$nvcc" -O3 -cudart none -o "$baseline" bench/baseline.cpp -lcuda
+# The same baseline as a shared library, whose allocation batches take turns with um's in one
+# process (section 12a; benches/um_bench/cpp_lib.rs): found by this variable.
+if "$nvcc" -O3 -cudart none -shared -Xcompiler -fPIC -DUM_BASELINE_SHARED -o "$tmp/libum_baseline.so" \
+  bench/baseline.cpp -lcuda; then
+  export UM_CPP_BASELINE_LIB=$tmp/libum_baseline.so
+else
+  echo "bench.sh: bench/baseline.cpp did not build as a library: section 12a compares processes" >&2
+fi
 # Section 8's C++ baseline (cuBLAS on cuMemAlloc memory). The toolkit's lib64 goes into its
 # rpath, so it runs whether or not that folder is on the loader's path. Without cuBLAS the
 # scenario runs without it (and um_bench says so).
@@ -53,6 +63,14 @@ cublas_args=()
 if "$nvcc" -O3 -o "$cublas_baseline" bench/cublas_baseline.cpp -lcublas -lcuda \
   -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64"; then
   cublas_args=(--cublas-cpp "$cublas_baseline")
+  # The same baseline as a shared library, whose batches take turns with um's in one process
+  # (benches/um_bench/cpp_lib.rs): um_bench and its fresh processes find it by this variable.
+  if "$nvcc" -O3 -shared -Xcompiler -fPIC -DUM_BASELINE_SHARED -o "$tmp/libum_cublas_baseline.so" \
+    bench/cublas_baseline.cpp -lcublas -lcuda -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64"; then
+    export UM_CPP_CUBLAS_LIB=$tmp/libum_cublas_baseline.so
+  else
+    echo "bench.sh: the C++ cuBLAS baseline did not build as a library: section 8 compares processes" >&2
+  fi
 else
   echo "bench.sh: bench/cublas_baseline.cpp did not build (no cuBLAS?): section 8 runs without C++" >&2
 fi
@@ -76,6 +94,16 @@ cg_args=()
 if "$nvcc" -O3 -o "$tmp/cg_baseline" bench/cg_baseline.cpp -lcusparse -lcublas \
   -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64" 2>"$tmp/cg_build.log"; then
   cg_args=(--cg-cpp "$tmp/cg_baseline" --cg-um ./examples/conjugate_gradient)
+  # The same program as a shared library, whose solve takes turns with the example's in one
+  # process (section 11a): found by this variable.
+  if "$nvcc" -O3 -shared -Xcompiler -fPIC -DUM_BASELINE_SHARED -o "$tmp/libum_cg_baseline.so" \
+    bench/cg_baseline.cpp -lcusparse -lcublas -Xlinker -rpath -Xlinker "$(dirname "$nvcc")/../lib64" \
+    2>>"$tmp/cg_build.log"; then
+    export UM_CPP_CG_LIB=$tmp/libum_cg_baseline.so
+  else
+    echo "bench.sh: bench/cg_baseline.cpp did not build as a library (section 11a is skipped):" >&2
+    tail -n 5 "$tmp/cg_build.log" >&2
+  fi
 else
   echo "bench.sh: bench/cg_baseline.cpp did not build (section 11 runs without it):" >&2
   tail -n 5 "$tmp/cg_build.log" >&2

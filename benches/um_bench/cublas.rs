@@ -30,6 +30,7 @@ use um::{Context, Managed, MirroredManaged, StreamOptions, Transfer};
 use um_cublas::{Blas, Cublas, Element, Gemm};
 
 use crate::cpp;
+use crate::cpp_lib::{self, CppGemm};
 use crate::paired::stats;
 use crate::{Paired, Record};
 
@@ -61,6 +62,16 @@ const RAW: &str = "raw from Rust, mirror";
 pub(crate) const FRESH: &str = "um mirror, fresh process";
 /// `RAW` in that fresh process.
 const RAW_FRESH: &str = "raw from Rust, mirror, fresh process";
+/// The C++ baseline's batch loaded into the long-lived process, taking turns with `MIRROR`.
+const CPP_HERE: &str = "cpp cuMemAlloc, in the long-lived process";
+/// The C++ baseline's batch loaded into the fresh process, taking turns with `FRESH`: the
+/// goal's reference where it was measured.
+pub(crate) const CPP_FRESH: &str = "cpp cuMemAlloc, in the fresh process";
+/// `MIRROR` over `CPP_HERE`, round by round (the median of the rounds' ratios).
+const RATIO_HERE: &str = "um mirror / cpp, in the long-lived process";
+/// `FRESH` over `CPP_FRESH`, process by process (the median of the processes' ratios): the
+/// goal's figure where it was measured.
+pub(crate) const RATIO_FRESH: &str = "um mirror / cpp, in the fresh process";
 
 /// The cuBLAS files this process has mapped (`/proc/self/maps`: `libcublas` and
 /// `libcublasLt`, by path), sorted and joined with `;`, as `bench/cublas_baseline.cpp` prints
@@ -78,8 +89,9 @@ pub(crate) fn cublas_files() -> String {
 }
 
 /// `um_bench --child cublas DTYPE M N K ITERS`: the `um mirror` samples (and the raw call's,
-/// interleaved) of one shape in this fresh process, as one JSON line:
-/// `{"median":..,"min":..,"raw_median":..,"raw_min":..,"enqueue":..,"raw_enqueue":..,"libs":".."}`
+/// and the in-process C++ baseline's where one is named, taking turns) of one shape in this
+/// fresh process, as one JSON line:
+/// `{"median":..,"min":..,"raw_median":..,"raw_min":..,"enqueue":..,"raw_enqueue":..,["cpp_median":..,"cpp_min":..,"cpp_enqueue":..,]"libs":".."}`
 /// (µs per call; `enqueue`: until the last call returned, before the wait).
 pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
     let s = gemm_child(
@@ -91,10 +103,19 @@ pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
     )?;
     let (um, raw) = (&s[0], &s[1]);
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    // The C++ batch's, where it took turns here.
+    let cpp = s.get(2).map_or(String::new(), |c| {
+        format!(
+            ",\"cpp_median\":{:.4},\"cpp_min\":{:.4},\"cpp_enqueue\":{:.4}",
+            stats(&c.per_call).median,
+            min(&c.per_call),
+            stats(&c.enqueue).median
+        )
+    });
     // `enqueue`: the host's time per call until the last call returned, before the wait (near
     // `median` where the host paces the stream).
     Ok(format!(
-        "{{\"median\":{:.4},\"min\":{:.4},\"raw_median\":{:.4},\"raw_min\":{:.4},\"enqueue\":{:.4},\"raw_enqueue\":{:.4},\"libs\":\"{}\"}}",
+        "{{\"median\":{:.4},\"min\":{:.4},\"raw_median\":{:.4},\"raw_min\":{:.4},\"enqueue\":{:.4},\"raw_enqueue\":{:.4}{cpp},\"libs\":\"{}\"}}",
         stats(&um.per_call).median,
         min(&um.per_call),
         stats(&raw.per_call).median,
@@ -254,6 +275,31 @@ impl RawGemm {
     }
 }
 
+impl RawGemm {
+    /// Binds the handle to `stream` (`cublasSetStream_v2`), a live stream of the current
+    /// context.
+    fn bind(&self, stream: *mut std::ffi::c_void) -> um::Result<()> {
+        // SAFETY: a live handle; the caller's live stream.
+        let st = unsafe { (self.api.set_stream)(self.handle, stream) };
+        if st == 0 {
+            Ok(())
+        } else {
+            Err(raw_error("cublasSetStream_v2", st))
+        }
+    }
+
+    /// Waits for `stream` (`cuStreamSynchronize`), a live stream of the current context.
+    fn synchronize(&self, stream: *mut std::ffi::c_void) -> um::Result<()> {
+        // SAFETY: the caller's live stream.
+        let r = unsafe { cust::sys::cuStreamSynchronize(stream.cast()) };
+        if r == cust::sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(raw_error("cuStreamSynchronize", format!("{r:?}")))
+        }
+    }
+}
+
 impl Drop for RawGemm {
     fn drop(&mut self) {
         // SAFETY: the handle is destroyed once; the caller drained its stream.
@@ -276,6 +322,13 @@ enum Turn {
     /// The raw call through the bench's handle, after what `Blas::gemm` asks first: the
     /// context made current, the stream's poison mark, the three owners.
     RawChecks,
+    /// `bench/cublas_baseline.cpp`'s batch, loaded into this process ([`CppGemm`]): its own
+    /// stream, handle and `cuMemAlloc` buffers, timed by the C++ side.
+    Cpp,
+    /// The C++ batch with its handle on this side's stream and mirrored buffers.
+    CppOnUm,
+    /// The raw call through the bench's handle on the C++ side's stream and buffers.
+    RawOnCpp,
 }
 
 /// One turn's samples: µs per call, and µs per call until the last call returned (before the
@@ -302,6 +355,16 @@ fn turns<T: Num>(
         let (a, b, mut c) = (a.attach(s)?, b.attach(s)?, c.attach(s)?);
         ctx.make_current()?;
         let raw = RawGemm::new(s.as_raw())?;
+        // The C++ side's own stream and buffers, made with um's context current.
+        let cpp = if turns
+            .iter()
+            .any(|t| [Turn::Cpp, Turn::CppOnUm, Turn::RawOnCpp].contains(t))
+        {
+            CppGemm::open(T::NAME == "f64", (m, n, k))
+                .map_err(|e| raw_error("the C++ baseline in this process", e))?
+        } else {
+            None
+        };
         let (pa, pb) = (a.as_device_ptr().as_ptr(), b.as_device_ptr().as_ptr());
         let pc = c.as_device_ptr_mut().as_mut_ptr();
         let mut out = vec![Samples::default(); turns.len()];
@@ -325,9 +388,44 @@ fn turns<T: Num>(
                     None
                 };
                 let calls = if sample == 0 { 2 } else { iters };
+                if [Turn::Cpp, Turn::CppOnUm].contains(&turn) {
+                    let Some(cpp) = &cpp else {
+                        return Err(raw_error("the C++ baseline", "no library named"));
+                    };
+                    let (dt, enqueued) = if turn == Turn::Cpp {
+                        cpp.batch(calls)
+                    } else {
+                        let abc = [pa as u64, pb as u64, pc as u64];
+                        // SAFETY: `s` is idle (drained after every batch) and of the current
+                        // context; the buffers hold the shape, and nothing else runs meanwhile.
+                        unsafe { cpp.batch_on(s.as_raw(), abc, calls) }
+                    }
+                    .map_err(|e| raw_error("the C++ baseline in this process", e))?;
+                    if sample > 0 {
+                        out[which].per_call.push(dt);
+                        out[which].enqueue.push(enqueued);
+                    }
+                    continue;
+                }
+                // For `Turn::RawOnCpp`: the bench's handle bound to the C++ side's stream.
+                let on_cpp = match (&cpp, turn) {
+                    (Some(c), Turn::RawOnCpp) => {
+                        let (stream, [a, b, c]) = c.parts();
+                        raw.bind(stream)?;
+                        Some((a as *const T, b as *const T, c as *mut T))
+                    }
+                    _ => None,
+                };
                 let t0 = Instant::now();
                 for _ in 0..calls {
                     match turn {
+                        Turn::RawOnCpp => {
+                            if let Some((a, b, c)) = on_cpp {
+                                // SAFETY: the C++ side's buffers of the shape, on its stream,
+                                // idle and used by nothing else during the batch.
+                                unsafe { raw.gemm::<T>((m, n, k), a, b, c)? }
+                            }
+                        }
                         Turn::Um => blas.gemm(s, &g, &a, &b, &mut c)?,
                         // SAFETY: the buffers are owned by `s`, the handle's stream, and hold
                         // the shape's elements (made above); `c` is none of the inputs.
@@ -339,6 +437,7 @@ fn turns<T: Num>(
                                 unsafe { h.gemm::<T>((m, n, k), pa, pb, pc)? }
                             }
                         }
+                        Turn::Cpp | Turn::CppOnUm => {}
                         Turn::RawChecks => {
                             ctx.make_current()?;
                             if s.is_poisoned() {
@@ -354,6 +453,12 @@ fn turns<T: Num>(
                 }
                 let enqueued = t0.elapsed().as_secs_f64() * 1e6 / calls as f64;
                 s.wait_idle()?;
+                if let (Some(c), Some(_)) = (&cpp, on_cpp) {
+                    // The C++ side's stream drained, and the handle back on `s`.
+                    let (stream, _) = c.parts();
+                    raw.synchronize(stream)?;
+                    raw.bind(s.as_raw())?;
+                }
                 let dt = t0.elapsed().as_secs_f64() * 1e6 / calls as f64;
                 if sample > 0 {
                     out[which].per_call.push(dt);
@@ -362,21 +467,28 @@ fn turns<T: Num>(
             }
         }
         drop(raw);
+        drop(cpp);
         s.sync_all((a, b, c)).map(drop)?;
         Ok(out)
     })?)
 }
 
 /// Per-call µs of `SAMPLES` samples of mirrored buffers attached before the clock: um-cublas's
-/// `Blas::gemm` and, batch by batch in alternating order on the same stream and buffers, the
-/// raw call from Rust through the bench's own handle. `[um, raw]`.
+/// `Blas::gemm` and, batch by batch in rotating order on the same stream and buffers, the raw
+/// call from Rust through the bench's own handle, and, where bench.sh built it, the C++
+/// baseline's batch in this process. `[um, raw]` or `[um, raw, C++]`.
 fn mirror_samples<T: Num>(
     ctx: &Context,
     blas: &Blas,
     shape: (usize, usize, usize),
     iters: usize,
 ) -> Res<Vec<Samples>> {
-    turns::<T>(ctx, blas, shape, iters, &[Turn::Um, Turn::Raw], SAMPLES)
+    let which: &[Turn] = if cpp_lib::gemm_named() {
+        &[Turn::Um, Turn::Raw, Turn::Cpp]
+    } else {
+        &[Turn::Um, Turn::Raw]
+    };
+    turns::<T>(ctx, blas, shape, iters, which, SAMPLES)
 }
 
 /// Per-call µs of `SAMPLES` samples, unified memory written by the host before each sample and
@@ -466,13 +578,12 @@ fn note_files(who: &str, files: &str) {
     }
 }
 
-/// One fresh-process run of the um side: ((median, min) of `Blas::gemm`, (median, min) of the
-/// raw call).
-fn fresh_gemm(
-    dtype: &str,
-    (m, n, k): (usize, usize, usize),
-    iters: usize,
-) -> Res<((f64, f64), (f64, f64))> {
+/// One fresh-process run: (median, min) of `Blas::gemm`, of the raw call, and of the C++
+/// baseline in that process where it took turns there.
+type Fresh = ((f64, f64), (f64, f64), Option<(f64, f64)>);
+
+/// One fresh-process run of the um side ([`Fresh`]).
+fn fresh_gemm(dtype: &str, (m, n, k): (usize, usize, usize), iters: usize) -> Res<Fresh> {
     let line = crate::runs::child_output(&[
         "cublas",
         dtype,
@@ -490,6 +601,13 @@ fn fresh_gemm(
             cpp::number(&line, "raw_median")?,
             cpp::number(&line, "raw_min")?,
         ),
+        match cpp::field(&line, "cpp_median") {
+            Some(_) => Some((
+                cpp::number(&line, "cpp_median")?,
+                cpp::number(&line, "cpp_min")?,
+            )),
+            None => None,
+        },
     ))
 }
 
@@ -541,19 +659,30 @@ fn gemm_shape<T: Num>(
     let (m, n, k) = shape;
     let it = iters(m, n, k);
     let name = shape_name(T::NAME, shape);
-    let mut r: [Rounds; 7] = Default::default();
+    let mut r: [Rounds; 11] = Default::default();
     for _ in 0..rounds {
         let s = mirror_samples::<T>(ctx, blas, shape, it)?;
         r[0].add_samples(&s[0].per_call);
         r[4].add_samples(&s[1].per_call);
+        if let Some(c) = s.get(2) {
+            r[7].add_samples(&c.per_call);
+            // um over C++, this round's medians, in this process.
+            let ratio = stats(&s[0].per_call).median / stats(&c.per_call).median;
+            r[9].add(ratio, ratio);
+        }
         if let Some(exe) = cpp {
             let (med, min) = cpp_gemm(exe, T::NAME, shape, it)?;
             r[3].add(med, min);
         }
         // The same samples in a fresh process, right after the C++ one.
-        let (um, raw) = fresh_gemm(T::NAME, shape, it)?;
+        let (um, raw, cpp_there) = fresh_gemm(T::NAME, shape, it)?;
         r[5].add(um.0, um.1);
         r[6].add(raw.0, raw.1);
+        if let Some(c) = cpp_there {
+            r[8].add(c.0, c.1);
+            // um over C++ in that one fresh process.
+            r[10].add(um.0 / c.0, um.0 / c.0);
+        }
         r[1].add_samples(&unified_samples::<T>(
             ctx,
             blas,
@@ -569,13 +698,31 @@ fn gemm_shape<T: Num>(
             Transfer::OnDemand,
         )?);
     }
-    let out: Vec<Record> = [MIRROR, PREFETCHED, ON_DEMAND, CPP, RAW, FRESH, RAW_FRESH]
-        .iter()
-        .zip(&r)
-        .filter_map(|(imp, r)| r.record(&name, imp, it))
-        .collect();
+    let out: Vec<Record> = [
+        MIRROR,
+        PREFETCHED,
+        ON_DEMAND,
+        CPP,
+        RAW,
+        FRESH,
+        RAW_FRESH,
+        CPP_HERE,
+        CPP_FRESH,
+        RATIO_HERE,
+        RATIO_FRESH,
+    ]
+    .iter()
+    .zip(&r)
+    .filter_map(|(imp, r)| {
+        let mut rec = r.record(&name, imp, it)?;
+        if [RATIO_HERE, RATIO_FRESH].contains(imp) {
+            rec.unit = "ratio";
+        }
+        Some(rec)
+    })
+    .collect();
     for rec in &out {
-        println!("  {name} {}: {:.3} µs per call", rec.imp, rec.median);
+        println!("  {name} {}: {:.3} {}", rec.imp, rec.median, rec.unit);
     }
     Ok(out)
 }
@@ -733,7 +880,7 @@ pub(crate) fn section(
     }
     let _ = writeln!(
         md,
-        "\n## 8. cuBLAS on owned buffers\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, in both programs ({SAMPLES} samples per round, the C++ program run between the Rust variants of each round). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock (the goal compares it with C++). `raw from Rust`: `cublasSgemm_v2`/`cublasDgemm_v2` called from the same process through the same loaded library (a handle of its own, bound to the same stream), on the same buffers, batch by batch in alternating order with `um mirror`. `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column). `fresh process`: the `um mirror` samples (and the raw call's) taken in a fresh process of the benchmark run right after the C++ program in each round, so that both start from the same process state (the long-lived process has run the earlier sections); the goal compares it with C++ where it was measured. Both programs print the cuBLAS files their process mapped.\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, µs | C++, µs | um / C++ | um mirror, fresh process, µs | fresh / C++ | raw from Rust, µs | raw, fresh process, µs | um / raw | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "\n## 8. cuBLAS on owned buffers\n\n`um-cublas`'s `Blas::gemm` (cuBLAS loaded at run time) against CUDA C++ (`bench/cublas_baseline.cpp`: `cublasSgemm`/`cublasDgemm` on `cuMemAlloc` memory, one stream), column-major, no transposes, `alpha = 1`, `beta = 0`. µs per call: the host clock around a batch of calls and a stream synchronize, on both sides ({SAMPLES} samples per round and variant). `um mirror`: mirrored buffers, whose device half is `cuMemAlloc` memory, attached before the clock. `raw from Rust`: `cublasSgemm_v2`/`cublasDgemm_v2` called from the same process through the same loaded library (a handle of its own, bound to the same stream), on the same buffers. **C++ in the same process**: the C++ baseline built a second time as a shared library, whose batch (its own stream, handle and `cuMemAlloc` buffers, timed by the C++ side) takes its turn between um's and the raw call's batches, the order rotating every sample: where the host paces the stream, a program's time per call depends on the host speed its process drew (`bench/notes.md`), so only sides measured in one process resolve the goal's 2%. `fresh process`: these three taken in a fresh process of the benchmark, one per round (the long-lived process has run the earlier sections); the goal compares um with the C++ batch of that same fresh process: its ratio is the median, over the rounds, of each process's own ratio (in the long-lived process, of each round's). `C++, own process`: the C++ program run as a process of its own between the Rust variants of each round. `um unified`: managed memory the host has just written, attached inside the clock to a stream with `Transfer::Prefetch` or `Transfer::OnDemand`, so the per-call figure includes moving the inputs to the GPU, spread over the batch (calls per batch in the last column). Both programs print the cuBLAS files their process mapped.\n\n### 8a. GEMM time per call\n\n| shape (m×n×k) | um mirror, fresh process, µs | C++ in that process, µs | um / C++, same process | raw from Rust, fresh process, µs | um / raw, fresh | C++, own process, µs | fresh / C++ own process | um mirror, long-lived process, µs | C++ in the long-lived process, µs | long-lived um / C++ | unified, prefetched, µs | unified, on demand, µs | calls per batch |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut shapes: Vec<&str> = Vec::new();
     for r in &gemm {
@@ -744,16 +891,23 @@ pub(crate) fn section(
     for shape in shapes {
         let get = |imp: &str| gemm.iter().find(|r| r.variant == shape && r.imp == imp);
         let cell = |imp: &str| get(imp).map_or("n/a".to_owned(), |r| format!("{:.2}", r.median));
-        let ratio_of = |imp: &str| match (get(imp), get(CPP)) {
+        let ratio = |num: &str, den: &str| match (get(num), get(den)) {
             (Some(u), Some(c)) => Some(u.median / c.median),
             _ => None,
         };
+        // The median of the per-process (per-round) ratios where recorded: the two sides of
+        // one ratio then share a process.
+        let paired =
+            |rec: &str, num: &str, den: &str| get(rec).map(|r| r.median).or(ratio(num, den));
         let show = |r: Option<f64>| r.map_or("n/a".to_owned(), |r| format!("{r:.3}x"));
-        let (ratio, fresh) = (ratio_of(MIRROR), ratio_of(FRESH));
-        // The goal compares processes in the same state (both fresh) where both were measured.
-        if let Some((r, which)) = fresh
-            .map(|r| (r, "fresh process"))
-            .or(ratio.map(|r| (r, "long-lived process")))
+        // The goal compares um with C++ in one process: the fresh one, else the long-lived
+        // one; without the C++ library, with the C++ program's own process.
+        if let Some((r, which)) = paired(RATIO_FRESH, FRESH, CPP_FRESH)
+            .map(|r| (r, "fresh processes, C++ in the same process"))
+            .or(paired(RATIO_HERE, MIRROR, CPP_HERE)
+                .map(|r| (r, "long-lived process, C++ in the same process")))
+            .or(ratio(FRESH, CPP).map(|r| (r, "fresh process, C++ in its own process")))
+            .or(ratio(MIRROR, CPP).map(|r| (r, "long-lived process, C++ in its own process")))
         {
             goals.push((
                 format!("cuBLAS GEMM {shape}, um device-resident vs C++: ≤ 1.02x"),
@@ -761,20 +915,20 @@ pub(crate) fn section(
                 r <= 1.02,
             ));
         }
-        let (ratio, fresh) = (show(ratio), show(fresh));
         let calls = get(MIRROR).map_or(0, |r| r.threads);
-        let vs_raw = match (get(MIRROR), get(RAW)) {
-            (Some(u), Some(r)) => format!("{:.3}x", u.median / r.median),
-            _ => "n/a".to_owned(),
-        };
         let _ = writeln!(
             md,
-            "| {shape} | {} | {} | {ratio} | {} | {fresh} | {} | {} | {vs_raw} | {} | {} | {calls} |",
-            cell(MIRROR),
-            cell(CPP),
+            "| {shape} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {calls} |",
             cell(FRESH),
-            cell(RAW),
+            cell(CPP_FRESH),
+            show(paired(RATIO_FRESH, FRESH, CPP_FRESH)),
             cell(RAW_FRESH),
+            show(ratio(FRESH, RAW_FRESH)),
+            cell(CPP),
+            show(ratio(FRESH, CPP)),
+            cell(MIRROR),
+            cell(CPP_HERE),
+            show(paired(RATIO_HERE, MIRROR, CPP_HERE)),
             cell(PREFETCHED),
             cell(ON_DEMAND)
         );
@@ -817,7 +971,7 @@ pub(crate) fn probe(ctx: &Context, args: &[String]) -> Res<String> {
         probe_samples::<f32>,
         probe_samples::<f64>,
     )?;
-    let fields: Vec<String> = PROBE_VARIANTS
+    let fields: Vec<String> = probe_variants()
         .iter()
         .zip(&v)
         .map(|((name, _), t)| {
@@ -831,13 +985,25 @@ pub(crate) fn probe(ctx: &Context, args: &[String]) -> Res<String> {
     Ok(format!("{{{}}}", fields.join(",")))
 }
 
-/// The probe's turns, by the names its JSON line gives them.
-const PROBE_VARIANTS: [(&str, Turn); 4] = [
-    ("um", Turn::Um),
-    ("raw", Turn::Raw),
-    ("raw_um_handle", Turn::RawUmHandle),
-    ("raw_checks", Turn::RawChecks),
-];
+/// The probe's turns, by the names its JSON line gives them: where bench.sh built the C++
+/// library, also its batch, its handle on the Rust side's stream and buffers, and the bench's
+/// handle on the C++ side's.
+fn probe_variants() -> Vec<(&'static str, Turn)> {
+    let mut v = vec![
+        ("um", Turn::Um),
+        ("raw", Turn::Raw),
+        ("raw_um_handle", Turn::RawUmHandle),
+        ("raw_checks", Turn::RawChecks),
+    ];
+    if cpp_lib::gemm_named() {
+        v.extend([
+            ("cpp", Turn::Cpp),
+            ("cpp_on_um", Turn::CppOnUm),
+            ("raw_on_cpp", Turn::RawOnCpp),
+        ]);
+    }
+    v
+}
 
 /// The probe's 9 samples of each of its turns.
 fn probe_samples<T: Num>(
@@ -846,5 +1012,6 @@ fn probe_samples<T: Num>(
     shape: (usize, usize, usize),
     iters: usize,
 ) -> Res<Vec<Samples>> {
-    turns::<T>(ctx, blas, shape, iters, &PROBE_VARIANTS.map(|(_, t)| t), 9)
+    let which: Vec<Turn> = probe_variants().into_iter().map(|(_, t)| t).collect();
+    turns::<T>(ctx, blas, shape, iters, &which, 9)
 }

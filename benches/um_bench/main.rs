@@ -27,6 +27,7 @@
 
 mod alloc;
 mod cpp;
+mod cpp_lib;
 mod cublas;
 mod device_only;
 mod graphs;
@@ -196,11 +197,13 @@ fn parse_args() -> Result<Options, String> {
 /// `threads`). `--child handoff STORAGE`: section 7's measurements of one storage, as one JSON
 /// line. `--child graphs`: section 9's measurements, as one JSON line. `--child nccl KIND
 /// [LIMITS]`: one round of section 10's bandwidth rows of one kind, a line per measurement.
-/// `--child scratch`: section 12's loops with scratch per batch, as one JSON line.
+/// `--child scratch [ROUND PTX_DIR]`: section 12's loops with scratch per batch (with ROUND
+/// and PTX_DIR, the C++ loop too, in this process), as one JSON line.
 /// `--child cublas DTYPE M N K ITERS`: section 8a's mirror samples of one GEMM shape in a fresh
 /// process (`Blas::gemm` and the raw call), with the cuBLAS files the process mapped.
 /// `--child cublas-probe DTYPE M N K ITERS`: where `Blas::gemm`'s host time goes
-/// (`cublas::probe`).
+/// (`cublas::probe`). `--child cg GRID ROUND [NAMES]`: section 11a's solves in one process
+/// (`solver::child`).
 fn child(args: &[String]) -> ExitCode {
     // The median and minimum of one variant's samples, as the parent reads them, and any
     // `extra` fields (`,"key":value` each).
@@ -233,15 +236,17 @@ fn child(args: &[String]) -> ExitCode {
             )),
             [what, storage] if what == "handoff" => handoff::child(ctx, storage),
             [what] if what == "graphs" => graphs::child(ctx),
-            [what] if what == "scratch" => alloc::child(ctx),
+            [what, rest @ ..] if what == "scratch" => alloc::child(ctx, rest),
             [what, rest @ ..] if what == "nccl" => nccl::child(rest),
             [what, rest @ ..] if what == "cublas" => cublas::child(ctx, rest),
             [what, rest @ ..] if what == "cublas-probe" => cublas::probe(ctx, rest),
+            [what, rest @ ..] if what == "cg" => solver::child(ctx, rest),
             _ => Err(
                 "expected `run_task IMPL VARIANT MIB ITERS`, `launch VARIANT`, \
                       `threads mirror MIB THREADS ITERS`, `skip LOOP MIB ITERS` or \
                       `handoff STORAGE`, `graphs`, `scratch`, `nccl KIND [LIMITS]` or \
-                      `cublas DTYPE M N K ITERS` or `cublas-probe DTYPE M N K ITERS`"
+                      `cublas DTYPE M N K ITERS`, `cublas-probe DTYPE M N K ITERS` or \
+                      `cg GRID ROUND [NAMES]`"
                     .into(),
             ),
         }
