@@ -659,6 +659,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
             );
         }
     }
+    md.push_str(&crate::report::goals_table("12", &goals(records)));
     md
 }
 

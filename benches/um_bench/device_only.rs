@@ -193,6 +193,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
             pinned("cpp", "explicit"),
         );
     }
+    md.push_str(&crate::report::goals_table("13", &goals(records)));
     md
 }
 

@@ -2,11 +2,14 @@
 //!
 //! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--graph-cpp PATH] [--nccl-cpp PATH]
 //! [--cg-cpp PATH --cg-um PATH] [--notes FILE] [--quick] [--only LIST] [--base PAGE] [--host-rounds N]`
+//! or, with no GPU, `um_bench --render RESULTS --out DIR [--only LIST --base PAGE] [--notes FILE]`
+//! (`render.rs`: the page written again from a run's records).
 //!
 //! `--only launch,run_task,mirror,...` runs only the named scenarios (of `launch`,
 //! `launch_paired`, `run_task`, `mirror`, `bandwidth`, `threads`, `overlap`, `transitions`,
 //! `handoff`, `cublas`, `graphs`, `nccl`, `solver`: section 11, the conjugate-gradient
-//! example against `bench/cg_baseline.cpp`, both as subprocesses; `alloc`: section 12, memory
+//! example against `bench/cg_baseline.cpp`, both as subprocesses and both in one process
+//! (`UM_CPP_CG_LIB`); `alloc`: section 12, memory
 //! born on a stream from a pool against `cuMemAllocFromPoolAsync` and `cuMemAlloc`, and a loop
 //! with scratch per batch; `device`: section 13, device-only storage in the run_task loop). `--base PAGE` (an earlier run's performance.md) then
 //! puts this run's sections in place of that page's and keeps the rest, with a line under the
@@ -21,7 +24,9 @@
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
-//! the ratios compare runs side by side. Writes DIR/docs/performance.md,
+//! the ratios compare runs side by side; sections 8, 11 and 12 also load the C++ baselines built
+//! as shared libraries (`UM_CPP_CUBLAS_LIB`, `UM_CPP_CG_LIB`, `UM_CPP_BASELINE_LIB`, set by
+//! bench.sh; `cpp_lib.rs`) and take turns with them in one process. Writes DIR/docs/performance.md,
 //! DIR/docs/performance-results.json and DIR/docs/img/{run_task,mirror}.svg: the repository's
 //! own paths, so `cp -r DIR/docs .` (or DIR = the repository root) updates them all.
 
@@ -35,6 +40,7 @@ mod handoff;
 mod nccl;
 mod paired;
 mod raw_nccl;
+mod render;
 mod report;
 mod runs;
 mod solver;
@@ -91,6 +97,8 @@ pub(crate) struct Options {
     pub(crate) notes: Option<PathBuf>,
     pub(crate) rounds: usize,
     pub(crate) sizes_mib: Vec<usize>,
+    /// `--render RESULTS`: the page written again from a run's records, with no GPU.
+    pub(crate) render: Option<PathBuf>,
     /// The scenarios to run; all when `None`.
     pub(crate) only: Option<Vec<String>>,
     /// The NCCL C++ baseline (built from bench/nccl_baseline.cpp), for section 10.
@@ -146,6 +154,7 @@ fn parse_args() -> Result<Options, String> {
         nccl_cpp: None,
         cg_cpp: None,
         cg_um: None,
+        render: None,
         base: None,
         host_rounds: nccl::HOST_TIME_ROUNDS,
     };
@@ -162,6 +171,7 @@ fn parse_args() -> Result<Options, String> {
             "--cg-cpp" => o.cg_cpp = Some(PathBuf::from(value()?)),
             "--cg-um" => o.cg_um = Some(PathBuf::from(value()?)),
             "--base" => o.base = Some(PathBuf::from(value()?)),
+            "--render" => o.render = Some(PathBuf::from(value()?)),
             "--host-rounds" => {
                 let v = value()?;
                 o.host_rounds = v
@@ -278,6 +288,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(results) = &opts.render {
+        return match render_page(results, &opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("um_bench --render: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let ctx = match Context::new(0) {
         Ok(c) => c,
         Err(e) => {
@@ -294,6 +313,54 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--render RESULTS`: the page (and the results beside it) written again from the records of
+/// `results`, on the machine and date they name, as the run that measured them would write it
+/// with `opts`' `--only`, `--base` and `--notes`.
+fn render_page(
+    results: &std::path::Path,
+    opts: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let parsed = render::parse(&std::fs::read_to_string(results)?)?;
+    let machine = report::Machine {
+        name: parsed.device,
+        driver: parsed.driver,
+        date: parsed.date,
+    };
+    // A record's scenario and unit are `'static` (the run's own are literals): leaked here, once
+    // per record of a process that ends right after.
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let records: Vec<Record> = parsed
+        .rows
+        .into_iter()
+        .map(|r| Record {
+            scenario: leak(r.scenario),
+            imp: r.imp,
+            variant: r.variant,
+            mib: r.mib,
+            bytes: r.bytes,
+            threads: r.threads,
+            median: r.median,
+            min: r.min,
+            unit: leak(r.unit),
+            paired: r
+                .paired
+                .map(|(median, median_ci, mean, mean_ci, rounds)| Paired {
+                    median,
+                    median_ci,
+                    mean,
+                    mean_ci,
+                    rounds,
+                }),
+        })
+        .collect();
+    let notes = match &opts.notes {
+        Some(p) => std::fs::read_to_string(p)?,
+        None => String::new(),
+    };
+    std::fs::create_dir_all(&opts.out)?;
+    write_docs(&machine, opts, &records, &notes)
+}
+
 /// Whether `scenario` left records (the names its records carry).
 fn ran(scenario: &str, records: &[Record]) -> bool {
     let prefix = match scenario {
@@ -307,7 +374,7 @@ fn ran(scenario: &str, records: &[Record]) -> bool {
 /// Writes the files as they lie in the repository, so that the run's output replaces them
 /// whole: OUT/docs/performance.md, OUT/docs/performance-results.json, OUT/docs/img/*.svg.
 fn write_docs(
-    ctx: &Context,
+    machine: &report::Machine,
     opts: &Options,
     records: &[Record],
     notes: &str,
@@ -322,8 +389,8 @@ fn write_docs(
     } else {
         docs.join("performance-results.json")
     };
-    std::fs::write(results, report::json(ctx.info(), records))?;
-    let mut md = report::markdown(ctx.info(), records, notes);
+    std::fs::write(results, report::json(machine, records))?;
+    let mut md = report::markdown(machine, records, notes);
     // Sections 7 (handoff), 8 (cuBLAS) and 9 (graphs) are in `report::markdown`; section 10
     // (nccl.rs) goes before the goals table.
     let section10 = nccl::markdown(records);
@@ -361,16 +428,15 @@ fn write_docs(
             .collect();
         let one = named.len() == 1;
         let note = format!(
-            "Section{} {} measured again on **{}{}**, driver CUDA {}.{}, {} (`um_bench --only {} --base`): \
+            "Section{} {} measured again on **{}{}**, driver CUDA {}, {} (`um_bench --only {} --base`): \
              {} ratios compare figures of that run. The other sections, the goals table and the \
              analysis are from the run{} named above.",
             if one { "" } else { "s" },
             named.join(", "),
             nccl_gpus.map_or(String::new(), |g| format!("{g}× ")),
-            ctx.info().name,
-            ctx.info().driver_version.0,
-            ctx.info().driver_version.1,
-            report::date(),
+            machine.name,
+            machine.driver,
+            machine.date,
             opts.only
                 .as_ref()
                 .map_or("(all)".to_owned(), |o| o.join(",")),
@@ -422,7 +488,8 @@ fn run(ctx: &Context, opts: &Options) -> Result<(), Box<dyn std::error::Error>> 
     };
     // The page is rewritten after every scenario, so that a run cut short (a time limit on the
     // GPU machine) still leaves every figure measured so far.
-    let save = |records: &[Record]| write_docs(ctx, opts, records, &notes);
+    let machine = report::Machine::of(ctx.info());
+    let save = |records: &[Record]| write_docs(&machine, opts, records, &notes);
     let mut records = Vec::new();
     if opts.wants("launch") {
         records.extend(runs::launch(cpp.as_ref(), opts.rounds)?);

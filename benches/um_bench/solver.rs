@@ -313,6 +313,7 @@ pub(crate) fn markdown(records: &[Record]) -> String {
         UM_VARIANTS[0].2, UM_VARIANTS[1].2, UM_VARIANTS[2].2
     );
     rows_of(&mut md, records, "");
+    md.push_str(&crate::report::goals_table("11", &goals(records)));
     md
 }
 
