@@ -24,7 +24,7 @@ use um_test_kernels::testing;
 use crate::Record;
 use crate::cpp::{self, Baseline};
 use crate::cpp_lib::{self, CppAlloc};
-use crate::paired::stats;
+use crate::paired::paired_of;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -269,14 +269,7 @@ pub(crate) fn allocation(ctx: &Context, cpp: Option<&Baseline>, rounds: usize) -
             let mut r = record(name, "um", bytes, &round_medians[i], &own);
             if i == 0 || i == 2 {
                 let d: Vec<f64> = samples.iter().map(|t| t[i] - t[1]).collect();
-                let d = stats(&d);
-                r.paired = Some(crate::Paired {
-                    median: d.median,
-                    median_ci: d.median_ci,
-                    mean: d.mean,
-                    mean_ci: d.mean_ci,
-                    rounds: samples.len(),
-                });
+                r.paired = Some(paired_of(&d));
             }
             records.push(r);
         }
@@ -290,19 +283,8 @@ pub(crate) fn allocation(ctx: &Context, cpp: Option<&Baseline>, rounds: usize) -
                 &own,
             );
             // um minus C++, batch by batch in one process.
-            let d = stats(
-                &samples
-                    .iter()
-                    .map(|t| t[0] - t[CPP_HERE])
-                    .collect::<Vec<_>>(),
-            );
-            r.paired = Some(crate::Paired {
-                median: d.median,
-                median_ci: d.median_ci,
-                mean: d.mean,
-                mean_ci: d.mean_ci,
-                rounds: samples.len(),
-            });
+            let d: Vec<f64> = samples.iter().map(|t| t[0] - t[CPP_HERE]).collect();
+            r.paired = Some(paired_of(&d));
             records.push(r);
         }
         if cpp.is_some() {

@@ -70,6 +70,18 @@ pub(crate) fn stats(v: &[f64]) -> Stats {
     }
 }
 
+/// The paired difference of `diffs` (one per round), for a record.
+pub(crate) fn paired_of(diffs: &[f64]) -> crate::Paired {
+    let d = stats(diffs);
+    crate::Paired {
+        median: d.median,
+        median_ci: d.median_ci,
+        mean: d.mean,
+        mean_ci: d.mean_ci,
+        rounds: diffs.len(),
+    }
+}
+
 fn ok(r: cs::CUresult, what: &str) -> Res<()> {
     if r == cs::CUresult::CUDA_SUCCESS {
         Ok(())

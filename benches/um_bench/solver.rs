@@ -83,6 +83,26 @@ const UM_VARIANTS: [(&str, &str, &str); 3] = [
 /// The suffix of a record measured in the one process where um and C++ take turns.
 const HERE: &str = ", one process";
 
+/// The example's arguments for one timed solve: [`ITERS`] iterations (no early exit), [`REPS`]
+/// loops, no CPU run, in `storage`.
+fn example_args(grid: usize, storage: &str) -> Vec<String> {
+    let (grid, iters, reps) = (grid.to_string(), ITERS.to_string(), REPS.to_string());
+    [
+        "--grid",
+        &grid,
+        "--iters",
+        &iters,
+        "--reps",
+        &reps,
+        "--fixed",
+        "--no-cpu",
+        "--storage",
+        storage,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// The record of `imp` over C++, process by process, in one process.
 fn ratio_name(imp: &str) -> String {
     format!("{imp} / cpp{HERE}")
@@ -127,19 +147,7 @@ pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
     let mut fields = Vec::new();
     for i in order {
         let (name, ms) = if let Some((imp, storage, _)) = UM_VARIANTS.get(i) {
-            let words = [
-                "--grid",
-                &grid.to_string(),
-                "--iters",
-                &ITERS.to_string(),
-                "--reps",
-                &REPS.to_string(),
-                "--fixed",
-                "--no-cpu",
-                "--storage",
-                storage,
-            ];
-            let a = example::parse(words.iter().map(|w| (*w).to_owned()))?;
+            let a = example::parse(example_args(grid, storage))?;
             (*imp, example::solve_on(ctx, &a, &blas, &host)?.loop_ms)
         } else {
             ctx.make_current()?;
@@ -162,23 +170,7 @@ pub(crate) fn child(ctx: &Context, args: &[String]) -> Res<String> {
 pub(crate) fn solver(um_example: &Path, cpp: &Path, rounds: usize) -> Res<Vec<Record>> {
     let mut records = Vec::new();
     for grid in GRIDS {
-        let um_args = |storage: &str| -> Vec<String> {
-            [
-                "--grid",
-                &grid.to_string(),
-                "--iters",
-                &ITERS.to_string(),
-                "--reps",
-                &REPS.to_string(),
-                "--fixed",
-                "--no-cpu",
-                "--storage",
-                storage,
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-        };
+        let um_args = |storage: &str| example_args(grid, storage);
         let cpp_args = vec![grid.to_string(), ITERS.to_string(), REPS.to_string()];
         // Per implementation: the rounds' medians, and every loop; then the same in one process
         // (the rounds' medians, and each round's minimum).
