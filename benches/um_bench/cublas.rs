@@ -407,12 +407,13 @@ fn turns<T: Num>(
                     }
                     continue;
                 }
-                // For `Turn::RawOnCpp`: the bench's handle bound to the C++ side's stream.
+                // For `Turn::RawOnCpp`: the bench's handle bound to the C++ side's stream, and
+                // that stream and its buffers.
                 let on_cpp = match (&cpp, turn) {
                     (Some(c), Turn::RawOnCpp) => {
                         let (stream, [a, b, c]) = c.parts();
                         raw.bind(stream)?;
-                        Some((a as *const T, b as *const T, c as *mut T))
+                        Some((stream, a as *const T, b as *const T, c as *mut T))
                     }
                     _ => None,
                 };
@@ -420,7 +421,7 @@ fn turns<T: Num>(
                 for _ in 0..calls {
                     match turn {
                         Turn::RawOnCpp => {
-                            if let Some((a, b, c)) = on_cpp {
+                            if let Some((_, a, b, c)) = on_cpp {
                                 // SAFETY: the C++ side's buffers of the shape, on its stream,
                                 // idle and used by nothing else during the batch.
                                 unsafe { raw.gemm::<T>((m, n, k), a, b, c)? }
@@ -453,9 +454,8 @@ fn turns<T: Num>(
                 }
                 let enqueued = t0.elapsed().as_secs_f64() * 1e6 / calls as f64;
                 s.wait_idle()?;
-                if let (Some(c), Some(_)) = (&cpp, on_cpp) {
+                if let Some((stream, ..)) = on_cpp {
                     // The C++ side's stream drained, and the handle back on `s`.
-                    let (stream, _) = c.parts();
                     raw.synchronize(stream)?;
                     raw.bind(s.as_raw())?;
                 }

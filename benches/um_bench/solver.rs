@@ -210,12 +210,12 @@ pub(crate) fn solver(um_example: &Path, cpp: &Path, rounds: usize) -> Res<Vec<Re
         }
         let rows = grid * grid;
         // Each um variant over C++, process by process (the two sides of a ratio share one).
-        let cpp_here = here[UM_VARIANTS.len()].1.clone();
+        let cpp_here = &here[UM_VARIANTS.len()].1;
         for ((imp, _, _), (_, medians, _)) in UM_VARIANTS.iter().zip(&here) {
             if medians.is_empty() || medians.len() != cpp_here.len() {
                 continue;
             }
-            let ratios: Vec<f64> = medians.iter().zip(&cpp_here).map(|(u, c)| u / c).collect();
+            let ratios: Vec<f64> = medians.iter().zip(cpp_here).map(|(u, c)| u / c).collect();
             records.push(Record {
                 scenario: "solver",
                 imp: ratio_name(imp),
