@@ -1,7 +1,8 @@
 //! um's benchmarks, run on the GPU machine (see docs/performance.md for how).
 //!
 //! `um_bench --out DIR [--cpp PATH] [--cublas-cpp PATH] [--graph-cpp PATH] [--nccl-cpp PATH]
-//! [--cg-cpp PATH --cg-um PATH] [--notes FILE] [--quick] [--only LIST] [--base PAGE] [--host-rounds N]`
+//! [--cg-cpp PATH --cg-um PATH] [--notes FILE] [--quick] [--rounds N] [--only LIST] [--base PAGE]
+//! [--host-rounds N]`
 //! or, with no GPU, `um_bench --render RESULTS --out DIR [--only LIST --base PAGE] [--notes FILE]`
 //! (`render.rs`: the page written again from a run's records).
 //!
@@ -19,8 +20,11 @@
 //! too). With `--base` this run's records go to DIR/results-of-this-run.json and the figures
 //! are not redrawn. `--cublas-cpp` is the C++ baseline of the `cublas` scenario
 //! (bench/cublas_baseline.cpp); without it, or without cuBLAS, that scenario says so and runs
-//! what it can. `--host-rounds N` sets the rounds of section 10's host time per step (default
-//! 16,000; more narrow its intervals).
+//! what it can. `--rounds N` sets the rounds of every section (default 5; each round of a
+//! section that compares processes is a fresh process of each side, so more rounds settle a
+//! median of per-process ratios that the host speed a process draws moves by a few percent;
+//! `--quick` is 1). `--host-rounds N` sets the rounds of section 10's host time per step
+//! (default 16,000; more narrow its intervals).
 //!
 //! Every figure is measured in this one run, with the C++ baseline (`--cpp`, built from
 //! bench/baseline.cpp) run as a subprocess between the Rust measurements of each round, so that
@@ -188,6 +192,14 @@ fn parse_args() -> Result<Options, String> {
                     ));
                 }
                 o.only = Some(list);
+            }
+            "--rounds" => {
+                let v = value()?;
+                o.rounds = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--rounds takes a count above 0, not {v:?}"))?;
             }
             "--quick" => {
                 o.rounds = 1;

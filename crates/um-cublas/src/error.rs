@@ -166,18 +166,26 @@ impl Error {
     /// `Ok` for `CUBLAS_STATUS_SUCCESS`, else [`Error::Status`] with the name and description
     /// cuBLAS gives (`cublasGetStatusName`/`String`, or this crate's table where the library
     /// lacks them).
+    #[inline]
     pub(crate) fn status(api: &Api, call: &'static str, code: i32) -> Result<()> {
         if code == crate::sys::STATUS_SUCCESS {
             return Ok(());
         }
+        Err(Error::failed(api, call, code))
+    }
+
+    /// The [`Error::Status`] of a call that returned `code` (not `CUBLAS_STATUS_SUCCESS`).
+    #[cold]
+    #[inline(never)]
+    fn failed(api: &Api, call: &'static str, code: i32) -> Error {
         let (name, description) = crate::result::status_texts(api, code);
         let (known_name, known_text) = known(code);
-        Err(Error::Status {
+        Error::Status {
             call,
             code,
             name: name.unwrap_or_else(|| known_name.to_owned()),
             description: description.unwrap_or_else(|| known_text.to_owned()),
-        })
+        }
     }
 }
 

@@ -187,6 +187,29 @@ fn matrix(
     Ok(ld_int)
 }
 
+/// [`matrix`]'s checks where they pass, with no error to build: the leading dimension as an
+/// `int`, or `None` where `matrix` refuses (`rows` and `cols` fit an `int`: the caller checked).
+#[inline(always)]
+fn fits(layout: Layout, rows: usize, cols: usize, ld: Option<usize>, len: usize) -> Option<c_int> {
+    let (inner, outer) = match layout {
+        Layout::ColMajor => (rows, cols),
+        Layout::RowMajor => (cols, rows),
+    };
+    let min = inner.max(1);
+    let ld = ld.unwrap_or(min);
+    let ld_int = c_int::try_from(ld).ok()?;
+    if ld < min {
+        return None;
+    }
+    // As in `stored`: every number fits an int, so the product fits a u64.
+    let needed = if inner == 0 || outer == 0 {
+        0
+    } else {
+        ld as u64 * (outer as u64 - 1) + inner as u64
+    };
+    ((len as u64) >= needed).then_some(ld_int)
+}
+
 fn vector(buffer: &'static str, needed: usize, len: usize) -> Result<(), ShapeError> {
     if len < needed {
         return Err(ShapeError::BufferTooShort {
@@ -284,26 +307,70 @@ impl<T: Element> Gemm<T> {
         self.resolve(a_len, b_len, c_len).map(|_| ())
     }
 
+    /// The call cuBLAS gets, or why these shapes do not fit buffers of these lengths. The
+    /// checks of every call: [`fits`](Gemm::fits) passes the shapes it accepts, with no error to
+    /// build, and [`refusal`](Gemm::refusal) (out of line) says what is wrong with the others.
+    #[inline]
     pub(crate) fn resolve(
         &self,
         a_len: usize,
         b_len: usize,
         c_len: usize,
     ) -> Result<GemmCall, ShapeError> {
-        let (m, n, k) = (int("m", self.m)?, int("n", self.n)?, int("k", self.k)?);
-        let (ra, ca) = match self.transa {
+        match self.fits(a_len, b_len, c_len) {
+            Some(call) => Ok(call),
+            None => self.refusal(a_len, b_len, c_len),
+        }
+    }
+
+    /// The operands' shapes as stored: `(rows, cols)` of A and of B.
+    #[inline]
+    fn stored_shapes(&self) -> ((usize, usize), (usize, usize)) {
+        let a = match self.transa {
             Op::N => (self.m, self.k),
             Op::T => (self.k, self.m),
         };
-        let (rb, cb) = match self.transb {
+        let b = match self.transb {
             Op::N => (self.k, self.n),
             Op::T => (self.n, self.k),
         };
+        (a, b)
+    }
+
+    /// [`resolve`](Gemm::resolve)'s checks where they all pass, as plain arithmetic: `None`
+    /// wherever [`refusal`](Gemm::refusal) would find something wrong (a unit test compares
+    /// the two over shapes, leading dimensions and lengths on every side of each bound).
+    #[inline]
+    fn fits(&self, a_len: usize, b_len: usize, c_len: usize) -> Option<GemmCall> {
+        let m = c_int::try_from(self.m).ok()?;
+        let n = c_int::try_from(self.n).ok()?;
+        let k = c_int::try_from(self.k).ok()?;
+        let ((ra, ca), (rb, cb)) = self.stored_shapes();
+        let l = self.layout;
+        let lda = fits(l, ra, ca, self.lda, a_len)?;
+        let ldb = fits(l, rb, cb, self.ldb, b_len)?;
+        let ldc = fits(l, self.m, self.n, self.ldc, c_len)?;
+        Some(self.call([m, n, k], [lda, ldb, ldc]))
+    }
+
+    /// The checks one by one, each refusal with what it found: where [`fits`](Gemm::fits)
+    /// passes nothing, this says why.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self, a_len: usize, b_len: usize, c_len: usize) -> Result<GemmCall, ShapeError> {
+        let (m, n, k) = (int("m", self.m)?, int("n", self.n)?, int("k", self.k)?);
+        let ((ra, ca), (rb, cb)) = self.stored_shapes();
         let l = self.layout;
         let lda = matrix("a", "lda", l, ra, ca, self.lda, a_len)?;
         let ldb = matrix("b", "ldb", l, rb, cb, self.ldb, b_len)?;
         let ldc = matrix("c", "ldc", l, self.m, self.n, self.ldc, c_len)?;
-        Ok(match l {
+        Ok(self.call([m, n, k], [lda, ldb, ldc]))
+    }
+
+    /// The call, from checked dimensions and leading dimensions (in the caller's terms).
+    #[inline]
+    fn call(&self, [m, n, k]: [c_int; 3], [lda, ldb, ldc]: [c_int; 3]) -> GemmCall {
+        match self.layout {
             Layout::ColMajor => GemmCall {
                 transa: self.transa.raw(),
                 transb: self.transb.raw(),
@@ -328,7 +395,7 @@ impl<T: Element> Gemm<T> {
                 ldc,
                 swap: true,
             },
-        })
+        }
     }
 }
 
@@ -660,14 +727,7 @@ impl<T: Element> StridedBatched<T> {
 impl<T: Element> Gemm<T> {
     /// The elements A, B and C span, as stored.
     fn extents(&self) -> Result<[u64; 3], ShapeError> {
-        let (ra, ca) = match self.transa {
-            Op::N => (self.m, self.k),
-            Op::T => (self.k, self.m),
-        };
-        let (rb, cb) = match self.transb {
-            Op::N => (self.k, self.n),
-            Op::T => (self.n, self.k),
-        };
+        let ((ra, ca), (rb, cb)) = self.stored_shapes();
         let l = self.layout;
         let (_, _, a) = stored("a", "lda", l, ra, ca, self.lda)?;
         let (_, _, b) = stored("b", "ldb", l, rb, cb, self.ldb)?;
@@ -681,6 +741,65 @@ mod tests {
     use super::*;
 
     const BIG: usize = i32::MAX as usize + 1;
+
+    /// Every GEMM of these dimensions, leading dimensions, transposes and layouts, with each
+    /// buffer's length in turn taken from `lens` (the other two unbounded): the check of every
+    /// call ([`Gemm::fits`]) passes a shape exactly where the check that explains its refusals
+    /// ([`Gemm::refusal`]) accepts it, and gives cuBLAS the same call.
+    fn fast_and_full_checks_agree(dims: &[usize], lds: &[Option<usize>], lens: &[usize]) {
+        let mut checked = 0usize;
+        for layout in [Layout::ColMajor, Layout::RowMajor] {
+            for (ta, tb) in [
+                (Op::N, Op::N),
+                (Op::N, Op::T),
+                (Op::T, Op::N),
+                (Op::T, Op::T),
+            ] {
+                for (&m, &n, &k) in dims.iter().flat_map(|m| {
+                    dims.iter()
+                        .flat_map(move |n| dims.iter().map(move |k| (m, n, k)))
+                }) {
+                    for (&lda, &ldb, &ldc) in lds.iter().flat_map(|a| {
+                        lds.iter()
+                            .flat_map(move |b| lds.iter().map(move |c| (a, b, c)))
+                    }) {
+                        let mut g = Gemm::<f32>::new(m, n, k).transa(ta).transb(tb);
+                        g.layout = layout;
+                        (g.lda, g.ldb, g.ldc) = (lda, ldb, ldc);
+                        for &len in lens {
+                            let max = usize::MAX;
+                            for (a, b, c) in [(len, max, max), (max, len, max), (max, max, len)] {
+                                let full = g.refusal(a, b, c);
+                                assert_eq!(g.fits(a, b, c), full.clone().ok(), "{g:?} {a} {b} {c}");
+                                assert_eq!(g.resolve(a, b, c), full);
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn the_check_of_every_call_passes_exactly_the_shapes_the_full_check_accepts() {
+        // Small shapes: leading dimensions below, at and above each bound (0 among them), and
+        // lengths on both sides of each extent.
+        fast_and_full_checks_agree(
+            &[0, 1, 2, 3],
+            &[None, Some(0), Some(1), Some(2), Some(3), Some(4)],
+            &[0, 1, 2, 3, 4, 5, 6, 8, 9, 12],
+        );
+        // At the edge of an int: dimensions and leading dimensions that fit and the first that
+        // does not, with extents beyond a u32.
+        let top = BIG - 1;
+        fast_and_full_checks_agree(
+            &[0, 3, top, BIG],
+            &[None, Some(3), Some(top), Some(BIG)],
+            &[0, 3, top, BIG, usize::MAX / 2],
+        );
+    }
 
     #[test]
     fn tight_shapes_pass_and_say_what_cublas_gets() {

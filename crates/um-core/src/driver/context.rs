@@ -341,6 +341,7 @@ thread_local! {
 }
 
 /// Whether a capture of `um` is in progress on the calling thread.
+#[inline]
 pub(crate) fn thread_is_capturing() -> bool {
     THREAD_CAPTURES.with(std::cell::Cell::get) > 0
 }
@@ -478,6 +479,7 @@ pub fn defer_while_capturing(f: impl FnOnce() + 'static) -> bool {
 /// not (rule 187); whether the driver refuses it before or after waiting is its own affair.
 /// The capture streams are not [`Eager`](crate::Eager), so no wait or `sync` of one compiles.
 /// So this function is safe.
+#[inline]
 pub fn relaxed_while_capturing<R>(f: impl FnOnce() -> R) -> Result<R> {
     if !thread_is_capturing() {
         return Ok(f());
@@ -494,6 +496,7 @@ thread_local! {
 }
 
 /// Whether the calling thread is inside one of um's driver callbacks.
+#[inline]
 pub(crate) fn in_driver_callback() -> bool {
     IN_DRIVER_CALLBACK.with(std::cell::Cell::get)
 }
@@ -538,6 +541,7 @@ fn in_any_idle_section() -> bool {
 ///
 /// What `um` drops there is leaked (streams, stream-owned buffers, graphs, a `Blas`, a `Comm`,
 /// events) or, for host-owned memory, freed by the reaper thread.
+#[inline]
 pub fn refuse_inside_stream_callback(what: &'static str) -> Result<()> {
     if in_driver_callback() {
         return Err(Error::InsideDriverCallback { what });
@@ -551,6 +555,7 @@ pub fn refuse_inside_stream_callback(what: &'static str) -> Result<()> {
 /// the stream query it is made of, and a library that took the refusal for a fault of the work
 /// would abort, or leak, for nothing. Asked first, it lets the wait be refused with nothing
 /// changed.
+#[inline]
 pub fn refuse_inside_capture(what: &'static str) -> Result<()> {
     if thread_is_capturing() {
         return Err(Error::InsideCapture { what });
@@ -691,6 +696,7 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    #[inline]
     fn bind(&self) -> Result<()> {
         driver::ctx_bind(self.raw)
     }
@@ -811,6 +817,7 @@ impl Context {
     }
 
     /// Makes this context current on the calling thread (a no-op when it already is).
+    #[inline]
     pub(crate) fn bind(&self) -> Result<()> {
         refuse_inside_stream_callback("a CUDA call of um")?;
         self.inner.bind()
@@ -820,6 +827,7 @@ impl Context {
     /// already is), for a library that works in the current context (cuBLAS, the runtime API):
     /// see [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md). Every `um` call does this itself first, so nothing `um` does
     /// depends on which context is current between its calls.
+    #[inline]
     pub fn make_current(&self) -> Result<()> {
         self.bind()
     }
@@ -1038,6 +1046,7 @@ impl Context {
 
     /// Whether two handles name the same driver context. Two `Context::new` of one device
     /// retain the same primary context, so they are the same context.
+    #[inline]
     pub fn same_as(&self, other: &Context) -> bool {
         self.inner.raw == other.inner.raw
     }

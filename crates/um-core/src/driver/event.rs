@@ -235,11 +235,13 @@ impl StreamEvent {
     }
 
     /// The stream's poison mark.
+    #[inline]
     pub(crate) fn poison(&self) -> &Arc<PoisonFlag> {
         &self.poison
     }
 
     /// Whether the stream is poisoned.
+    #[inline]
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poison.is_set()
     }

@@ -30,6 +30,7 @@ pub(crate) mod sys;
 pub(crate) mod timing;
 
 /// Turns a raw `CUresult` into `Ok` or a [`Error::Driver`] naming `call`.
+#[inline]
 pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
     if code == sys::SUCCESS {
         return Ok(());
@@ -37,6 +38,7 @@ pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
     Err(driver_error(call, code))
 }
 
+#[cold]
 pub(crate) fn driver_error(call: &'static str, code: i32) -> Error {
     let (name, description) = error_strings(code);
     if code == sys::ERROR_NO_DEVICE || name == "CUDA_ERROR_STUB_LIBRARY" {
@@ -235,6 +237,7 @@ pub(crate) fn primary_ctx_release(dev: sys::CUdevice) {
 }
 
 /// Makes `ctx` current on the calling thread unless it already is.
+#[inline]
 pub(crate) fn ctx_bind(ctx: sys::CUcontext) -> Result<()> {
     let mut cur: sys::CUcontext = ptr::null_mut();
     // SAFETY: `cur` is a valid out-pointer.

@@ -24,6 +24,7 @@ pub(crate) struct PoisonFlag {
 }
 
 impl PoisonFlag {
+    #[inline]
     pub(crate) fn is_set(&self) -> bool {
         // Acquire: whoever sees the mark also sees what the poisoner did before setting it.
         self.poisoned.load(Ordering::Acquire)
@@ -37,6 +38,7 @@ impl PoisonFlag {
     /// poisoner sets it, and one is made only from a live stream). Where this is `false`, no
     /// work enqueued on the stream so far can be aborted by a poisoner: a library takes its
     /// handle before it enqueues work it may abort (see [`Poisoner`]).
+    #[inline]
     pub(crate) fn may_be_set(self: &Arc<Self>) -> bool {
         self.is_set() || Arc::weak_count(self) > 0
     }

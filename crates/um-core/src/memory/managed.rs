@@ -369,7 +369,7 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     fn abort_possible(&self) -> bool {
         // SAFETY: as in `owner_poisoned`.
         S::ON_STREAM
-            && (unsafe { self.alloc.stream.poison_flag() }.is_some_and(|f| f.may_be_set())
+            && (unsafe { self.alloc.stream.events() }.is_some_and(|e| e.poison().may_be_set())
                 || self.alloc.handed_from.iter().any(|f| f.may_be_set()))
     }
 
