@@ -145,6 +145,14 @@ const SCENARIOS: [&str; 15] = [
     "device",
 ];
 
+/// The value of `flag`, a count above 0.
+fn count(flag: &str, v: String) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{flag} takes a count above 0, not {v:?}"))
+}
+
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         out: PathBuf::from("bench-out"),
@@ -176,14 +184,7 @@ fn parse_args() -> Result<Options, String> {
             "--cg-um" => o.cg_um = Some(PathBuf::from(value()?)),
             "--base" => o.base = Some(PathBuf::from(value()?)),
             "--render" => o.render = Some(PathBuf::from(value()?)),
-            "--host-rounds" => {
-                let v = value()?;
-                o.host_rounds = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("--host-rounds takes a count above 0, not {v:?}"))?;
-            }
+            "--host-rounds" => o.host_rounds = count(&a, value()?)?,
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(str::to_owned).collect();
                 if let Some(bad) = list.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
@@ -193,14 +194,7 @@ fn parse_args() -> Result<Options, String> {
                 }
                 o.only = Some(list);
             }
-            "--rounds" => {
-                let v = value()?;
-                o.rounds = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("--rounds takes a count above 0, not {v:?}"))?;
-            }
+            "--rounds" => o.rounds = count(&a, value()?)?,
             "--quick" => {
                 o.rounds = 1;
                 o.sizes_mib = vec![1, 16];
