@@ -737,6 +737,9 @@ impl<T: Element> Gemm<T> {
 }
 
 #[cfg(test)]
+mod against_cublas;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
