@@ -122,6 +122,47 @@ fn int(what: &'static str, value: usize) -> Result<c_int, ShapeError> {
     c_int::try_from(value).map_err(|_| ShapeError::TooLarge { what, value })
 }
 
+/// A stored matrix's arithmetic, shared by both checks ([`stored`] and [`fits`]).
+struct Extent {
+    /// The extent along which elements are contiguous (rows column-major, cols row-major).
+    inner: usize,
+    /// The other extent.
+    outer: usize,
+    /// The least leading dimension: `max(1, inner)`.
+    min: usize,
+    /// The leading dimension given, or `min`.
+    ld: usize,
+}
+
+impl Extent {
+    #[inline(always)]
+    fn of(layout: Layout, rows: usize, cols: usize, ld: Option<usize>) -> Self {
+        let (inner, outer) = match layout {
+            Layout::ColMajor => (rows, cols),
+            Layout::RowMajor => (cols, rows),
+        };
+        let min = inner.max(1);
+        Extent {
+            inner,
+            outer,
+            min,
+            ld: ld.unwrap_or(min),
+        }
+    }
+
+    /// How many elements the matrix spans: `ld * (outer - 1) + inner`, none for an empty
+    /// matrix. Only once `ld`, `inner` and `outer` are known to fit an `int` (the callers
+    /// check), so that the product fits a u64.
+    #[inline(always)]
+    fn span(&self) -> u64 {
+        if self.inner == 0 || self.outer == 0 {
+            0
+        } else {
+            self.ld as u64 * (self.outer as u64 - 1) + self.inner as u64
+        }
+    }
+}
+
 /// One stored matrix: its leading dimension as an `int`, and how many elements it spans
 /// (`ld * (outer - 1) + inner`; none for an empty matrix).
 fn stored(
@@ -132,33 +173,20 @@ fn stored(
     cols: usize,
     ld: Option<usize>,
 ) -> Result<(c_int, usize, u64), ShapeError> {
-    // The extent along which elements are contiguous, and the other.
-    let (inner, outer) = match layout {
-        Layout::ColMajor => (rows, cols),
-        Layout::RowMajor => (cols, rows),
-    };
-    let min = inner.max(1);
-    let ld = ld.unwrap_or(min);
-    let ld_int = int(what, ld)?;
-    if ld < min {
+    let e = Extent::of(layout, rows, cols, ld);
+    let ld_int = int(what, e.ld)?;
+    if e.ld < e.min {
         return Err(ShapeError::LeadingDimension {
             what,
             matrix,
-            ld,
+            ld: e.ld,
             rows,
             cols,
             layout: layout.name(),
-            min,
+            min: e.min,
         });
     }
-    // Every number fits an int (checked by the callers for rows and cols), so the product fits
-    // a u64.
-    let needed = if inner == 0 || outer == 0 {
-        0
-    } else {
-        ld as u64 * (outer as u64 - 1) + inner as u64
-    };
-    Ok((ld_int, ld, needed))
+    Ok((ld_int, e.ld, e.span()))
 }
 
 /// Checks one stored matrix against its buffer; its leading dimension as an `int`.
@@ -191,23 +219,12 @@ fn matrix(
 /// `int`, or `None` where `matrix` refuses (`rows` and `cols` fit an `int`: the caller checked).
 #[inline(always)]
 fn fits(layout: Layout, rows: usize, cols: usize, ld: Option<usize>, len: usize) -> Option<c_int> {
-    let (inner, outer) = match layout {
-        Layout::ColMajor => (rows, cols),
-        Layout::RowMajor => (cols, rows),
-    };
-    let min = inner.max(1);
-    let ld = ld.unwrap_or(min);
-    let ld_int = c_int::try_from(ld).ok()?;
-    if ld < min {
+    let e = Extent::of(layout, rows, cols, ld);
+    let ld_int = c_int::try_from(e.ld).ok()?;
+    if e.ld < e.min {
         return None;
     }
-    // As in `stored`: every number fits an int, so the product fits a u64.
-    let needed = if inner == 0 || outer == 0 {
-        0
-    } else {
-        ld as u64 * (outer as u64 - 1) + inner as u64
-    };
-    ((len as u64) >= needed).then_some(ld_int)
+    ((len as u64) >= e.span()).then_some(ld_int)
 }
 
 fn vector(buffer: &'static str, needed: usize, len: usize) -> Result<(), ShapeError> {
