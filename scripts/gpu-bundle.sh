@@ -137,10 +137,11 @@ cp scripts/racecheck-study.sh "$out/racecheck/study.sh"
 chmod +x "$out/racecheck/study.sh"
 ptx=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/um-kernels-*/out/um-ptx/streams.ptx 2>/dev/null | head -n 1 || true)
 [ -n "$ptx" ] && cp "$ptx" "$out/racecheck/streams.ptx"
-# The pipeline probe: CUDA C++ without um, built by nvcc on the GPU machine:
+# The pipeline probe and the dot-result probe (bench/dot_result_probe.cu says how to build it):
+# CUDA C++ without um, built by nvcc on the GPU machine:
 # `bash DIR/pipeline-probe/probe.sh OUT`.
 mkdir -p "$out/pipeline-probe"
-cp bench/pipeline_probe.cu "$out/pipeline-probe/"
+cp bench/pipeline_probe.cu bench/dot_result_probe.cu "$out/pipeline-probe/"
 cp scripts/pipeline-probe.sh "$out/pipeline-probe/probe.sh"
 chmod +x "$out/pipeline-probe/probe.sh"
 # The cuda-samples source that examples/unified_memory_streams.rs ports, for a side-by-side run

@@ -29,12 +29,12 @@ pub use um_core::{
     Created, Device, DeviceCopy, DeviceInfo, DeviceManaged, DevicePtr, DevicePtrMut, Eager,
     Elapsed, Error, ErrorKind, Foreign, Graph, HostAccess, HostOwned, HostViews, HostVisible,
     Kernel, KernelArg, KernelArgs, LaunchConfig, Legacy, LibrarySearch, Linear, Managed, MemPool,
-    Mirror, MirroredManaged, Module, Node, PerThread, Poisoner, Pooled, PooledManaged, Result,
-    Scalars, State, Storage, Stream, StreamKind, StreamOptions, StreamOrder, StreamOwned,
-    SyncAllFuture, SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer, Unified, Zeroable,
-    capturing_on_this_thread, defer_while_capturing, device_count, include_kernels,
-    ptx_isa_version, reap_pending, refuse_inside_capture, refuse_inside_stream_callback,
-    relaxed_while_capturing, state, storage,
+    Mirror, MirroredManaged, Module, Node, PINNED_WORD_BYTES, PerThread, PinnedWord, Poisoner,
+    Pooled, PooledManaged, Result, Scalars, State, Storage, Stream, StreamKind, StreamOptions,
+    StreamOrder, StreamOwned, SyncAllFuture, SyncFuture, SyncGroup, TimeMark, TimeSpan, Transfer,
+    Unified, Zeroable, capturing_on_this_thread, defer_while_capturing, device_count,
+    include_kernels, ptx_isa_version, reap_pending, refuse_inside_capture,
+    refuse_inside_stream_callback, relaxed_while_capturing, state, storage,
 };
 
 /// The CPU model of the driver, in place of a GPU (feature `model`, for tests only): the
@@ -45,7 +45,7 @@ pub use um_core::model;
 
 // bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
 #[doc(no_inline)]
-pub use um_core::NoUninit;
+pub use um_core::{AnyBitPattern, NoUninit};
 
 // Named in the compiler's errors only (um-core says why): public, so that the errors name them
 // by their short names.

@@ -486,3 +486,23 @@ pub fn capture_when_told(
         Ok(x.iter().all(|v| *v == 1.0))
     })
 }
+
+/// The driver's range of the allocation that holds `address`: `None` where it knows none.
+pub fn allocation_at(address: u64) -> Option<(u64, usize)> {
+    let (mut start, mut size) = (0u64, 0usize);
+    // SAFETY: each call writes one value of the attribute's type (a device pointer, a size_t)
+    // to a local of that type, and reads nothing but the driver's table.
+    let found = unsafe {
+        cust::sys::cuPointerGetAttribute(
+            std::ptr::from_mut(&mut start).cast(),
+            cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            address,
+        ) == cust::sys::CUresult::CUDA_SUCCESS
+            && cust::sys::cuPointerGetAttribute(
+                std::ptr::from_mut(&mut size).cast(),
+                cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                address,
+            ) == cust::sys::CUresult::CUDA_SUCCESS
+    };
+    found.then_some((start, size))
+}

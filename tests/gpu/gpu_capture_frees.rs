@@ -33,12 +33,11 @@
 #![allow(clippy::expect_used)] // test helpers stop at the first surprise, like the tests
 
 use crate::common;
+use common::allocation_at;
 
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use cust::sys as cs;
 
 use um::{
     Coherent, Context, Created, Error, Graph, HostOwned, Managed, Mirror, StreamOptions,
@@ -294,26 +293,6 @@ fn busy<'s>(ctx: &Context, s: &Stream<'s>) -> um::Result<Managed<[f32], StreamOw
 /// The allocations the current run frees: (start address, size in bytes), as the driver gave
 /// them while they were live.
 static WATCHED: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
-
-/// The driver's range of the allocation that holds `address`: `None` where it knows none.
-fn allocation_at(address: u64) -> Option<(u64, usize)> {
-    let (mut start, mut size) = (0u64, 0usize);
-    // SAFETY: each call writes one value of the attribute's type (a device pointer, a size_t)
-    // to a local of that type, and reads nothing but the driver's table.
-    let found = unsafe {
-        cs::cuPointerGetAttribute(
-            std::ptr::from_mut(&mut start).cast(),
-            cs::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            address,
-        ) == cs::CUresult::CUDA_SUCCESS
-            && cs::cuPointerGetAttribute(
-                std::ptr::from_mut(&mut size).cast(),
-                cs::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                address,
-            ) == cs::CUresult::CUDA_SUCCESS
-    };
-    found.then_some((start, size))
-}
 
 /// Remembers the allocation at `address` (live now) as one the run must free.
 fn watch(address: u64) {

@@ -1545,6 +1545,69 @@ fn level1_reductions_match_the_cpu_to_the_host_and_into_device_buffers() {
     }
 }
 
+/// The four reductions to the host on `s`, after a kernel that spins for about 20 ms before it
+/// adds 1 to every element of `x` (all ones): each result must be of `x` after that kernel, each
+/// call must make exactly one host wait of um's, and `n = 0` after them gives 0 and `None`.
+fn host_results_on<'s, K: um_cublas::BlasStream + um::Attachable>(
+    ctx: &Context,
+    blas: &Blas,
+    s: &um::Stream<'s, K>,
+    n: usize,
+) -> um_cublas::Result<()> {
+    let mut x = Managed::from_fn(ctx, n, |_| 1.0f32)?.attach(s)?;
+    spin_then_add(s, &mut x, 1.0, 20_000_000)?;
+    let v = Level1::new(n);
+    let waits = um_core::host_waits_on_this_thread();
+    let dot = blas.dot(s, &v, &x, &x)?;
+    assert_eq!(
+        um_core::host_waits_on_this_thread(),
+        waits + 1,
+        "one wait for dot"
+    );
+    assert_eq!(dot, 4.0 * n as f32, "dot of x after the slow kernel");
+    assert_eq!(blas.asum(s, &v, &x)?, 2.0 * n as f32, "asum");
+    assert_eq!(blas.nrm2(s, &v, &x)?, (4.0 * n as f32).sqrt(), "nrm2");
+    assert_eq!(blas.iamax(s, &v, &x)?, Some(0), "iamax");
+    assert_eq!(
+        um_core::host_waits_on_this_thread(),
+        waits + 4,
+        "one wait each"
+    );
+    let none = Level1::new(0);
+    assert_eq!(blas.dot(s, &none, &x, &x)?, 0.0, "dot of n = 0");
+    assert_eq!(blas.nrm2(s, &none, &x)?, 0.0, "nrm2 of n = 0");
+    assert_eq!(blas.asum(s, &none, &x)?, 0.0, "asum of n = 0");
+    assert_eq!(blas.iamax(s, &none, &x)?, None, "iamax of n = 0");
+    drop(x.sync()?);
+    Ok(())
+}
+
+/// A reduction returned to the host (`dot`, `nrm2`, `asum`, `iamax`) is written by cuBLAS into
+/// the handle's pinned word and read after one wait of um's for the call's stream: the result
+/// covers a slow kernel queued before the call (a read before that wait would see the zeroed
+/// word), on a created stream, the per-thread stream, then a created stream again (one word
+/// serves them in turn), at n = 1 and 4099; the word is zeroed before each call, so `n = 0`
+/// after a non-zero result gives 0 and `None`.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_results_are_read_after_one_wait_for_their_stream_on_each_stream_kind() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    for n in [1, 4099] {
+        ctx.with_stream(StreamOptions::new(), |s| {
+            host_results_on(&ctx, &blas, s, n).map_err(um::Error::from)
+        })
+        .expect("a created stream");
+        ctx.with_per_thread_stream(|s| host_results_on(&ctx, &blas, s, n).map_err(um::Error::from))
+            .expect("the per-thread stream");
+        ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+            host_results_on(&ctx, &blas, s, n).map_err(um::Error::from)
+        })
+        .expect("a created stream again");
+    }
+}
+
 fn check_updates<T: Num, M: Contents>(
     ctx: &Context,
     blas: &Blas,

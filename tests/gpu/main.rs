@@ -27,6 +27,7 @@ mod gpu_launch_geometry;
 mod gpu_mirrored;
 mod gpu_no_concurrent_access;
 mod gpu_ownership;
+mod gpu_pinned_word;
 mod gpu_poison;
 mod gpu_smoke;
 mod gpu_stream_alloc;

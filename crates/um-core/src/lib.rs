@@ -122,6 +122,8 @@ pub use cust::memory::DeviceCopy;
 pub use cust::memory::bytemuck::Zeroable;
 // bytemuck's page of it links items um does not re-export: listed as a re-export, not inlined.
 #[doc(no_inline)]
+pub use cust::memory::bytemuck::AnyBitPattern;
+#[doc(no_inline)]
 pub use cust::memory::bytemuck::NoUninit;
 pub use driver::context::{
     Context, DeviceInfo, capturing_on_this_thread, defer_while_capturing, device_count,
@@ -152,6 +154,7 @@ pub use launch::geometry::Linear;
 pub use launch::{ByValue, KernelArg, KernelArgs, LaunchConfig};
 pub use library_search::LibrarySearch;
 pub use memory::managed::Managed;
+pub use memory::pinned_word::{PINNED_WORD_BYTES, PinnedWord};
 pub use memory::raw::{DevicePtr, DevicePtrMut};
 pub use memory::{state, storage};
 pub use reclaim::reaper::reap_pending;

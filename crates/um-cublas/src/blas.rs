@@ -24,7 +24,10 @@ use std::cell::Cell;
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
 
-use um_core::{Context, Managed, Storage, Stream, StreamKind, StreamOrder, StreamOwned};
+use um_core::{
+    AnyBitPattern, Context, DeviceCopy, Managed, NoUninit, PinnedWord, Storage, Stream, StreamKind,
+    StreamOrder, StreamOwned,
+};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -107,6 +110,11 @@ pub struct Blas {
     /// cannot record: until a call of `Blas` there records after itself, a move waits for the
     /// whole context.
     raw_pending: Cell<bool>,
+    /// Where the reductions returned to the host (`dot`, `nrm2`, `asum`, `iamax`) have cuBLAS
+    /// write their result, in device pointer mode ([`Blas::to_host`]); made at the first such
+    /// call. Taken out for the call and put back only once the call's stream has been waited
+    /// for, so no kernel can still write it here (a word whose wait failed is leaked instead).
+    word: Cell<Option<PinnedWord>>,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one thread at a time (cuBLAS's "Thread
@@ -146,6 +154,7 @@ impl Blas {
             order: ManuallyDrop::new(order),
             mode_unknown: Cell::new(false),
             raw_pending: Cell::new(false),
+            word: Cell::new(None),
         };
         um_core::relaxed_while_capturing(|| {
             // SAFETY: a live handle; host pointer mode is what every call below relies on (its
@@ -446,9 +455,12 @@ impl Blas {
     /// The dot product of `x` and `y` (`cublasSdot_v2`, `cublasDdot_v2`) over `v.n()`
     /// elements at their increments, returned to the host.
     ///
-    /// **Blocking**: cuBLAS returns a host result only once the stream has run the call, so
-    /// this waits for everything queued on `stream` before it. Not on a thread that captures
-    /// (inside a capture closure, where the wait would fail the capture): there it is
+    /// **Blocking**: the result is on the host once the stream has run the call, so this waits
+    /// for everything queued on `stream` before it. cuBLAS writes the result straight into a
+    /// page-locked word of the handle (device pointer mode), and `um` reads it after one wait for
+    /// the stream (`cuStreamSynchronize`): host pointer mode would copy it from the device after
+    /// the call, a copy's latency more each time. Not on a thread that captures (inside a
+    /// capture closure, where the wait would fail the capture): there it is
     /// `um_core::Error::InsideCapture` (as [`Error::Um`]) before any call. To keep the result
     /// on the device, without a wait, use [`dot_into`](Blas::dot_into).
     ///
@@ -468,21 +480,13 @@ impl Blas {
         owned_by(stream, y, "y")?;
         let (x, y) = (x.as_device_ptr(), y.as_device_ptr());
         let api = self.library.api();
-        let mut out = T::ZERO;
-        // SAFETY: as in `gemm` (a live, bound, ordered handle in host pointer mode; buffers
-        // owned by the stream); `resolve_xy` checked that `x` and `y` hold `(n - 1) * inc + 1`
-        // elements; `out` is a host local cuBLAS writes before it returns.
-        self.run(stream, || unsafe {
-            result::dot(
-                api,
-                self.handle,
-                &call,
-                x.as_ptr(),
-                y.as_ptr(),
-                &raw mut out,
-            )
-        })?;
-        Ok(out)
+        // SAFETY: as in `gemm` (a live, bound, ordered handle; buffers owned by the stream);
+        // `resolve_xy` checked that `x` and `y` hold `(n - 1) * inc + 1` elements; `out` is the
+        // address of a page-locked word of this context, which `to_host` keeps until the stream
+        // has run the call, and the call runs in device pointer mode (`to_host`).
+        self.to_host(stream, |out| unsafe {
+            result::dot(api, self.handle, &call, x.as_ptr(), y.as_ptr(), out)
+        })
     }
 
     /// The dot product of `x` and `y`, written on the device into `result[0]`, a buffer of
@@ -590,11 +594,9 @@ impl Blas {
         owned_by(stream, x, "x")?;
         let x = x.as_device_ptr();
         let api = self.library.api();
-        let mut out: c_int = 0;
-        // SAFETY: as in `dot`, for `x` alone; `out` is a host `int` written before the call
-        // returns.
-        self.run(stream, || unsafe {
-            result::iamax(api, self.handle, &call, x.as_ptr(), &raw mut out)
+        // SAFETY: as in `dot`, for `x` alone; `out` holds an `int`.
+        let out: c_int = self.to_host(stream, |out| unsafe {
+            result::iamax(api, self.handle, &call, x.as_ptr(), out)
         })?;
         // cuBLAS's index is 1-based; 0 only for n = 0.
         Ok(usize::try_from(out).ok().and_then(|i| i.checked_sub(1)))
@@ -724,12 +726,51 @@ impl Blas {
         owned_by(stream, x, "x")?;
         let x = x.as_device_ptr();
         let api = self.library.api();
-        let mut out = T::ZERO;
         // SAFETY: as in `dot`, for `x` alone.
-        self.run(stream, || unsafe {
-            result::reduce(api, self.handle, which, &call, x.as_ptr(), &raw mut out)
-        })?;
-        Ok(out)
+        self.to_host(stream, |out| unsafe {
+            result::reduce(api, self.handle, which, &call, x.as_ptr(), out)
+        })
+    }
+
+    /// A reduction's result on the host: `routine` (a call with this handle that writes one
+    /// `R` at the address it is given, in device pointer mode) runs on `stream` with the
+    /// handle's page-locked word as its result, then the stream is waited for and the word read.
+    /// The word is zeroed first, so a call that writes nothing (`n = 0`) gives 0. A call never
+    /// handed the word (refused before cuBLAS) leaves it as it was; where the call failed after
+    /// it was handed, the stream is still waited for (a failed call may have enqueued part of
+    /// its work) and the call's error returned; where that wait fails, the word is leaked, never
+    /// read, reused or freed, since the work may still write it.
+    fn to_host<K: BlasStream, R: DeviceCopy + AnyBitPattern + NoUninit>(
+        &self,
+        stream: &Stream<'_, K>,
+        routine: impl FnOnce(*mut R) -> Result<()>,
+    ) -> Result<R> {
+        let word = match self.word.take() {
+            Some(word) => word,
+            None => PinnedWord::new(&self.ctx)?,
+        };
+        // SAFETY: no device work writes the word: each call handed it waited for its stream
+        // before the word was put back (a word whose wait failed was leaked).
+        unsafe { word.write(R::zeroed()) };
+        let mut handed = false;
+        let called = self.run(stream, || {
+            handed = true;
+            self.device_result(|| routine(word.as_device_ptr::<R>()))
+        });
+        if !handed {
+            // `run` refused before the call (it calls `routine` otherwise): nothing has the word.
+            self.word.set(Some(word));
+            return called.map(|()| R::zeroed());
+        }
+        if let Err(waited) = stream.wait_idle() {
+            word.leak();
+            return Err(called.err().unwrap_or(waited.into()));
+        }
+        // SAFETY: the stream has run everything queued on it, the call's work included, and
+        // nothing else was handed the word.
+        let out = unsafe { word.read::<R>() };
+        self.word.set(Some(word));
+        called.map(|()| out)
     }
 
     /// `nrm2` and `asum` into a device buffer.

@@ -1,6 +1,6 @@
 //! The element types cuBLAS computes with here: `f32` and `f64`. Sealed.
 
-use um_core::DeviceCopy;
+use um_core::{AnyBitPattern, DeviceCopy, NoUninit};
 
 pub(crate) mod sealed {
     /// Only this crate implements [`Element`](super::Element).
@@ -26,7 +26,14 @@ pub enum Kind {
     note = "um-cublas maps f32 to cuBLAS's S routines (cublasSgemm_v2, cublasSdot_v2, ...) and f64 to its D routines"
 )]
 pub trait Element:
-    sealed::Sealed + DeviceCopy + Copy + PartialEq + std::fmt::Debug + 'static
+    sealed::Sealed
+    + DeviceCopy
+    + AnyBitPattern
+    + NoUninit
+    + Copy
+    + PartialEq
+    + std::fmt::Debug
+    + 'static
 {
     /// The routine family.
     #[doc(hidden)]

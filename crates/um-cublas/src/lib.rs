@@ -6,8 +6,9 @@
 //! what cuBLAS reads, `&mut` for what it writes), so no cuBLAS call can touch memory the CPU or
 //! another stream owns, and the buffers cannot be freed or handed back to the CPU while it may
 //! run. Shapes, leading dimensions, increments, strides and transposes are checked against the
-//! buffers' lengths before cuBLAS runs. A reduction's result is returned to the host (the call
-//! waits for the stream; refused inside a capture closure) or written into a one-element buffer
+//! buffers' lengths before cuBLAS runs. A reduction's result is returned to the host (cuBLAS
+//! writes it into a page-locked word, read after one wait for the stream; refused inside a
+//! capture closure) or written into a one-element buffer
 //! of the same stream (no wait). A routine this crate does not wrap is a few lines:
 //! [`Cublas::symbol`] and [`Blas::raw_handle_on`]. [`docs/interop.md`](https://github.com/um-rs/um/blob/main/docs/interop.md) has the rules this crate builds on (the raw handles of
 //! `um-core`) and the ones it adds.
