@@ -71,7 +71,8 @@ fn a_pinned_word_dropped_inside_a_capture_closure_is_freed_once_the_capture_ends
     let ctx = gpu();
     let word = PinnedWord::new(&ctx).expect("a pinned word");
     let address = word.as_device_ptr::<u8>() as u64;
-    let x = Managed::from_slice(&ctx, &[1.0f32; 1000]).expect("x");
+    // Device memory enters a graph whether or not the device has concurrent managed access.
+    let x = Managed::from_slice_device(&ctx, &[1.0f32; 1000]).expect("x");
     let x = ctx
         .with_stream(StreamOptions::new(), |s| {
             let x = x.attach(s)?;
@@ -91,6 +92,7 @@ fn a_pinned_word_dropped_inside_a_capture_closure_is_freed_once_the_capture_ends
             Ok(x)
         })
         .expect("the capture and its replay");
+    let x = x.to_vec().expect("x back on the host");
     assert!(x.iter().all(|&v| v == 2.0), "the graph replayed its kernel");
     assert_eq!(allocation_at(address), None, "freed once the capture ended");
 }
