@@ -1554,7 +1554,18 @@ fn host_results_on<'s, K: um_cublas::BlasStream + um::Attachable>(
     s: &um::Stream<'s, K>,
     n: usize,
 ) -> um_cublas::Result<()> {
-    let mut x = Managed::from_fn(ctx, n, |_| 1.0f32)?.attach(s)?;
+    let x = Managed::from_fn(ctx, n, |_| 1.0f32)?.attach(s)?;
+    host_results_of(blas, s, x, n)
+}
+
+/// [`host_results_on`] with `x` (`n` ones) already owned by `s`: also for the legacy stream,
+/// where memory is attached globally.
+fn host_results_of<'s, K: um_cublas::BlasStream>(
+    blas: &Blas,
+    s: &um::Stream<'s, K>,
+    mut x: Managed<[f32], um::StreamOwned<'s, K>>,
+    n: usize,
+) -> um_cublas::Result<()> {
     spin_then_add(s, &mut x, 1.0, 20_000_000)?;
     let v = Level1::new(n);
     let waits = um_core::host_waits_on_this_thread();
@@ -1606,6 +1617,183 @@ fn host_results_are_read_after_one_wait_for_their_stream_on_each_stream_kind() {
         })
         .expect("a created stream again");
     }
+}
+
+/// The host results of [`host_results_on`] on the streams the first test leaves out: the legacy
+/// stream, the second stream of a stream set after calls on its first (the handle moves, its word
+/// with it), and a created stream on another thread after the `Blas` (and so its word) was moved
+/// there. Each result is of its own call after the slow kernel, never of the call before it.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn host_results_on_the_legacy_stream_a_stream_sets_streams_and_another_thread_are_each_of_their_own_call()
+ {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    for n in [1, 4099] {
+        ctx.with_legacy_stream(|s| {
+            let x = Managed::from_fn(&ctx, n, |_| 1.0f32)?.attach_global(s)?;
+            host_results_of(&blas, s, x, n).map_err(um::Error::from)
+        })
+        .expect("the legacy stream");
+        ctx.with_stream_set(2, StreamOptions::new(), |set| {
+            host_results_on(&ctx, &blas, &set[0], n).map_err(um::Error::from)?;
+            host_results_on(&ctx, &blas, &set[1], n).map_err(um::Error::from)
+        })
+        .expect("a stream set");
+    }
+    let ctx2 = ctx.clone();
+    std::thread::spawn(move || {
+        ctx2.with_stream(StreamOptions::new(), |s| {
+            host_results_on(&ctx2, &blas, s, 77).map_err(um::Error::from)
+        })
+        .expect("a created stream on another thread");
+        drop(blas);
+    })
+    .join()
+    .expect("the other thread");
+}
+
+/// A host result's word is left as it was by calls refused before cuBLAS, and zeroed before
+/// every call it is handed to: after a right `dot`, a `dot` refused for its shape, a `dot` on a
+/// poisoned stream (`StreamPoisoned`) and, where there is a second device, an `nrm2` on a stream
+/// of its context (`ContextMismatch`), the next `dot` (of other values) is its own result, not
+/// the earlier one; and an `asum` of n = 0 then gives 0, not that result.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_host_result_after_refused_calls_is_its_own_never_an_earlier_one() {
+    let _serial = serial();
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let x = Managed::from_fn(&ctx, 8, |i| i as f64).expect("x");
+    let y = Managed::from_fn(&ctx, 8, |_| 2.0f64).expect("y");
+    let other = (um::device_count().unwrap_or(1) > 1)
+        .then(|| Context::new(1).expect("device 1"));
+    let (x, y) = ctx
+        .with_stream(StreamOptions::new(), |s| {
+            let (x, y) = (x.attach(s)?, y.attach(s)?);
+            let v = Level1::new(8);
+            assert_eq!(blas.dot(s, &v, &x, &x)?, 140.0, "0^2 + ... + 7^2");
+            let e = blas.dot(s, &Level1::new(9), &x, &x).expect_err("n > len");
+            assert!(matches!(e, Error::Shape(_)), "{e}");
+            ctx.with_stream(StreamOptions::new(), |p| {
+                let z = Managed::from_fn(&ctx, 8, |_| 1.0f64)?.attach(p)?;
+                p.poisoner().poison();
+                let e = blas.dot(p, &v, &z, &z).expect_err("a poisoned stream");
+                assert!(
+                    matches!(e, Error::Um(um::Error::StreamPoisoned)),
+                    "refused before cuBLAS: {e}"
+                );
+                Ok(())
+            })?;
+            if let Some(other) = &other {
+                other.with_stream(StreamOptions::new(), |o| {
+                    let w = Managed::from_fn(other, 8, |_| 3.0f64)?.attach(o)?;
+                    let e = blas.nrm2(o, &v, &w).expect_err("another context");
+                    assert!(matches!(e, Error::ContextMismatch), "{e}");
+                    drop(w.sync()?);
+                    Ok(())
+                })?;
+            }
+            assert_eq!(
+                blas.dot(s, &v, &x, &y)?,
+                56.0,
+                "2 (0 + ... + 7), not the earlier 140"
+            );
+            assert_eq!(blas.asum(s, &Level1::new(0), &x)?, 0.0, "n = 0 after 56");
+            assert_eq!(blas.iamax(s, &Level1::new(0), &x)?, None, "n = 0");
+            s.sync_all((x, y))
+        })
+        .expect("the calls");
+    assert_eq!((x[7], y[7]), (7.0, 2.0), "the inputs unchanged");
+}
+
+/// A `Blas`'s first host result, made while another thread's capture is open (its closure waits
+/// for this call): the handle's word is allocated then (`cuMemAllocHost` beside a thread-local
+/// capture), the result is right, and the capture stays valid (its graph replays both kernels).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_first_host_result_beside_another_threads_capture_is_right_and_leaves_the_capture_valid() {
+    let _serial = serial();
+    let _dog = watchdog("a first host result beside a capture");
+    let Some(ctx) = device_for_captures() else {
+        return;
+    };
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let (began_tx, began) = mpsc::channel::<()>();
+    let (done, done_rx) = mpsc::channel::<()>();
+    let capturing = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || -> um::Result<bool> {
+            let x = Managed::from_slice(&ctx, &[0.0f32; 256])?;
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    let _ = began_tx.send(());
+                    let _ = done_rx.recv();
+                    add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                let (x,) = graph.sync()?;
+                Ok(x.iter().all(|v| *v == 2.0))
+            })
+        })
+    };
+    began.recv().expect("the capture began");
+    let x = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("x");
+    let dot = ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+        let x = x.attach(s)?;
+        let dot = blas.dot(s, &Level1::new(1000), &x, &x).map_err(um::Error::from)?;
+        drop(x.sync()?);
+        Ok(dot)
+    });
+    let _ = done.send(());
+    let replayed = capturing.join().expect("the capturing thread");
+    assert_eq!(dot.expect("the first host result"), 1000.0);
+    assert!(
+        replayed.expect("the capture and its replay"),
+        "the graph replayed both kernels"
+    );
+}
+
+/// A stream poisoned while a host result waits for it (a communicator aborted by another thread,
+/// say: its collective's buffers may still be written by the other ranks) gives the CPU nothing
+/// computed from that stream's memory, as `sync` gives none of its buffers (rules 164 and 188:
+/// `Graph::sync` checks the mark again after its wait): the `dot` is `StreamPoisoned`, as the
+/// `sync` of its input after it is.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_host_result_of_a_stream_poisoned_during_its_wait_is_refused_as_a_sync_is() {
+    let _serial = serial();
+    let _dog = watchdog("a host result of a stream poisoned during its wait");
+    let ctx = gpu();
+    let blas = Blas::new(&ctx).expect("cuBLAS");
+    let x = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("x");
+    ctx.with_stream(StreamOptions::new(), |s| {
+        let mut x = x.attach(s)?;
+        let poisoner = s.poisoner();
+        spin_then_add(s, &mut x, 1.0, 300_000_000)?;
+        let poisoning = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            poisoner.poison();
+        });
+        let dot = blas.dot(s, &Level1::new(1000), &x, &x);
+        poisoning.join().expect("the poisoning thread");
+        assert!(s.is_poisoned(), "poisoned during the dot's wait");
+        let synced = x.sync().map(drop);
+        assert!(
+            matches!(synced, Err(um::Error::StreamPoisoned)),
+            "the input is not given to the CPU: {synced:?}"
+        );
+        assert!(
+            matches!(dot, Err(Error::Um(um::Error::StreamPoisoned))),
+            "nor a result computed from it: {dot:?}"
+        );
+        Ok(())
+    })
+    .expect("the stream's scope");
 }
 
 fn check_updates<T: Num, M: Contents>(

@@ -7,9 +7,13 @@
 
 use crate::common;
 
-use common::{allocation_at, gpu, serial};
+use common::waker::run_in_callback;
+use common::{allocation_at, gpu, serial, watchdog};
 use um::{Managed, PINNED_WORD_BYTES, PinnedWord, StreamOptions};
 use um_test_kernels::testing::add_scalar;
+
+use std::sync::Mutex;
+use std::sync::mpsc;
 
 /// The word's allocation as the driver knows it: `PINNED_WORD_BYTES` bytes starting at its
 /// address.
@@ -95,4 +99,141 @@ fn a_pinned_word_dropped_inside_a_capture_closure_is_freed_once_the_capture_ends
     let x = x.to_vec().expect("x back on the host");
     assert!(x.iter().all(|&v| v == 2.0), "the graph replayed its kernel");
     assert_eq!(allocation_at(address), None, "freed once the capture ended");
+}
+
+/// Any value that fits is held at its own alignment and read back bit for bit: an empty type
+/// (`()`, `[u8; 0]`), a `u128` (16 bytes, aligned to 16), a `[u8; 16]`, a `[f32; 4]`. A write
+/// writes only its own bytes: after a `u128`, an `f32` written at the start leaves the other 12
+/// bytes as they were (so a library that zeroes the word before device work zeroes, and reads,
+/// the same type).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_pinned_word_holds_any_value_that_fits_and_a_write_changes_only_its_own_bytes() {
+    let _serial = serial();
+    let ctx = gpu();
+    let word = PinnedWord::new(&ctx).expect("a pinned word");
+    let address = word.as_device_ptr::<u8>() as usize;
+    assert_eq!(word.as_device_ptr::<()>() as usize, address, "a ZST at the start");
+    assert_eq!(word.as_device_ptr::<u128>() as usize % align_of::<u128>(), 0);
+    assert!(word.context().same_as(&ctx), "the word's context");
+    let all = u128::from_le_bytes(std::array::from_fn(|i| i as u8 + 1));
+    // SAFETY: no device work was ever handed the word.
+    unsafe {
+        word.write(());
+        word.read::<()>();
+        word.write::<[u8; 0]>([]);
+        assert_eq!(word.read::<[u8; 0]>(), []);
+        word.write(all);
+        assert_eq!(word.read::<u128>(), all);
+        assert_eq!(word.read::<[u8; 16]>(), all.to_le_bytes());
+        word.write(2.5f32);
+        let mut expected = all.to_le_bytes();
+        expected[..4].copy_from_slice(&2.5f32.to_le_bytes());
+        assert_eq!(word.read::<[u8; 16]>(), expected, "only the f32's 4 bytes changed");
+        assert_eq!(word.read::<f32>(), 2.5);
+        word.write([1.0f32, 2.0, 3.0, 4.0]);
+        assert_eq!(word.read::<[f32; 4]>(), [1.0, 2.0, 3.0, 4.0]);
+    }
+    drop(word);
+    assert_eq!(allocation_at(address as u64), None, "freed by its drop");
+}
+
+/// `leak` gives the word up unfreed (for a word that device work may still write): the driver
+/// still knows its allocation afterwards, and nothing frees it later (not the reaper either).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_leaked_pinned_word_is_never_freed() {
+    let _serial = serial();
+    let ctx = gpu();
+    let word = PinnedWord::new(&ctx).expect("a pinned word");
+    let address = word.as_device_ptr::<u8>() as u64;
+    word.leak();
+    um::reap_pending();
+    ctx.wait_idle().expect("wait");
+    assert_eq!(
+        allocation_at(address),
+        Some((address, PINNED_WORD_BYTES)),
+        "still allocated after leak"
+    );
+}
+
+/// Inside um's stream callback (a waker), where no CUDA call may be made: a new word is refused
+/// with `InsideDriverCallback` before any driver call, and a word dropped there is not freed
+/// there but handed to the reaper thread, which frees it (the driver no longer knows it once
+/// `reap_pending` returns). A hang would end in the watchdog.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_pinned_word_inside_a_stream_callback_is_refused_when_made_and_freed_by_the_reaper_when_dropped()
+ {
+    let _serial = serial();
+    let _dog = watchdog("a pinned word inside a stream callback");
+    let ctx = gpu();
+    let word = PinnedWord::new(&ctx).expect("a pinned word");
+    let address = word.as_device_ptr::<u8>() as u64;
+    let held = Mutex::new(Some(word));
+    let ctx2 = ctx.clone();
+    let out = run_in_callback(&ctx, move || {
+        let made = PinnedWord::new(&ctx2).map(drop);
+        drop(held.lock().map(|mut w| w.take()));
+        let still = allocation_at(address).is_some();
+        format!("new: {made:?}; allocated after the drop inside the callback: {still}")
+    });
+    assert!(
+        out.contains("InsideDriverCallback"),
+        "a word made inside the callback is refused: {out}"
+    );
+    um::reap_pending();
+    assert_eq!(allocation_at(address), None, "freed by the reaper: {out}");
+    common::assert_context_usable(&ctx);
+}
+
+/// While another thread's capture is open (its closure waits for this thread), a word made and
+/// dropped here is allocated and freed at once (`cuMemAllocHost`, `cuMemFreeHost` on a thread
+/// that does not capture: um's captures are thread-local), and the capture stays valid: its
+/// graph replays.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_pinned_word_made_and_dropped_beside_another_threads_capture_leaves_the_capture_valid() {
+    let _serial = serial();
+    let _dog = watchdog("a pinned word beside a capture");
+    let ctx = gpu();
+    let (began_tx, began) = mpsc::channel::<()>();
+    let (done, done_rx) = mpsc::channel::<()>();
+    let capturing = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || -> um::Result<bool> {
+            let x = Managed::from_slice(&ctx, &[0.0f32; 256])?;
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    let _ = began_tx.send(());
+                    let _ = done_rx.recv();
+                    add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                let (x,) = graph.sync()?;
+                Ok(x.iter().all(|v| *v == 2.0))
+            })
+        })
+    };
+    began.recv().expect("the capture began");
+    let made = PinnedWord::new(&ctx);
+    let freed = made.map(|word| {
+        let address = word.as_device_ptr::<u8>() as u64;
+        drop(word);
+        allocation_at(address)
+    });
+    let _ = done.send(());
+    let replayed = capturing.join().expect("the capturing thread");
+    assert_eq!(
+        freed.expect("a word made beside the capture"),
+        None,
+        "freed at once"
+    );
+    assert!(
+        replayed.expect("the capture and its replay"),
+        "the graph replayed both kernels"
+    );
 }
