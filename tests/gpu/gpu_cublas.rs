@@ -1667,8 +1667,7 @@ fn a_host_result_after_refused_calls_is_its_own_never_an_earlier_one() {
     let blas = Blas::new(&ctx).expect("cuBLAS");
     let x = Managed::from_fn(&ctx, 8, |i| i as f64).expect("x");
     let y = Managed::from_fn(&ctx, 8, |_| 2.0f64).expect("y");
-    let other = (um::device_count().unwrap_or(1) > 1)
-        .then(|| Context::new(1).expect("device 1"));
+    let other = (um::device_count().unwrap_or(1) > 1).then(|| Context::new(1).expect("device 1"));
     let (x, y) = ctx
         .with_stream(StreamOptions::new(), |s| {
             let (x, y) = (x.attach(s)?, y.attach(s)?);
@@ -1745,7 +1744,9 @@ fn a_first_host_result_beside_another_threads_capture_is_right_and_leaves_the_ca
     let x = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("x");
     let dot = ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
         let x = x.attach(s)?;
-        let dot = blas.dot(s, &Level1::new(1000), &x, &x).map_err(um::Error::from)?;
+        let dot = blas
+            .dot(s, &Level1::new(1000), &x, &x)
+            .map_err(um::Error::from)?;
         drop(x.sync()?);
         Ok(dot)
     });

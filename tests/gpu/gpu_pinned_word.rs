@@ -113,8 +113,15 @@ fn a_pinned_word_holds_any_value_that_fits_and_a_write_changes_only_its_own_byte
     let ctx = gpu();
     let word = PinnedWord::new(&ctx).expect("a pinned word");
     let address = word.as_device_ptr::<u8>() as usize;
-    assert_eq!(word.as_device_ptr::<()>() as usize, address, "a ZST at the start");
-    assert_eq!(word.as_device_ptr::<u128>() as usize % align_of::<u128>(), 0);
+    assert_eq!(
+        word.as_device_ptr::<()>() as usize,
+        address,
+        "a ZST at the start"
+    );
+    assert_eq!(
+        word.as_device_ptr::<u128>() as usize % align_of::<u128>(),
+        0
+    );
     assert!(word.context().same_as(&ctx), "the word's context");
     let all = u128::from_le_bytes(std::array::from_fn(|i| i as u8 + 1));
     // SAFETY: no device work was ever handed the word.
@@ -129,7 +136,11 @@ fn a_pinned_word_holds_any_value_that_fits_and_a_write_changes_only_its_own_byte
         word.write(2.5f32);
         let mut expected = all.to_le_bytes();
         expected[..4].copy_from_slice(&2.5f32.to_le_bytes());
-        assert_eq!(word.read::<[u8; 16]>(), expected, "only the f32's 4 bytes changed");
+        assert_eq!(
+            word.read::<[u8; 16]>(),
+            expected,
+            "only the f32's 4 bytes changed"
+        );
         assert_eq!(word.read::<f32>(), 2.5);
         word.write([1.0f32, 2.0, 3.0, 4.0]);
         assert_eq!(word.read::<[f32; 4]>(), [1.0, 2.0, 3.0, 4.0]);
@@ -142,7 +153,7 @@ fn a_pinned_word_holds_any_value_that_fits_and_a_write_changes_only_its_own_byte
 /// still knows its allocation afterwards, and nothing frees it later (not the reaper either).
 #[test]
 #[ignore = "needs a CUDA device"]
-fn a_leaked_pinned_word_is_never_freed() {
+fn a_pinned_word_given_up_with_leak_is_never_freed_and_leaks_it() {
     let _serial = serial();
     let ctx = gpu();
     let word = PinnedWord::new(&ctx).expect("a pinned word");

@@ -739,7 +739,8 @@ impl Blas {
     /// handed the word (refused before cuBLAS) leaves it as it was; where the call failed after
     /// it was handed, the stream is still waited for (a failed call may have enqueued part of
     /// its work) and the call's error returned; where that wait fails, the word is leaked, never
-    /// read, reused or freed, since the work may still write it.
+    /// read, reused or freed, since the work may still write it. A stream poisoned by the end
+    /// of the wait gives `StreamPoisoned`, as its buffers' `sync` does, and its word is leaked.
     fn to_host<K: BlasStream, R: DeviceCopy + AnyBitPattern + NoUninit>(
         &self,
         stream: &Stream<'_, K>,
@@ -765,6 +766,15 @@ impl Blas {
         if let Err(waited) = stream.wait_idle() {
             word.leak();
             return Err(called.err().unwrap_or(waited.into()));
+        }
+        // Poisoned during the wait (a communicator aborted by another thread): the stream's
+        // memory may still be written by other agents, so nothing computed from it reaches the
+        // CPU, as `sync` gives none of its buffers back. The word goes with the stream's memory.
+        if stream.is_poisoned() {
+            word.leak();
+            return Err(called
+                .err()
+                .unwrap_or(um_core::Error::StreamPoisoned.into()));
         }
         // SAFETY: the stream has run everything queued on it, the call's work included, and
         // nothing else was handed the word.

@@ -73,11 +73,17 @@ impl PinnedWord {
     }
 
     /// The address device work of the word's context writes a `T` to (a `T` of at most
-    /// [`PINNED_WORD_BYTES`] bytes and alignment: a larger one does not compile). The allocation
-    /// is page-aligned.
+    /// [`PINNED_WORD_BYTES`] bytes and alignment: a larger one does not build; `cargo check`,
+    /// which evaluates no constant of a generic function, does not see it). The allocation is
+    /// page-aligned.
     #[inline]
     pub fn as_device_ptr<T: DeviceCopy>(&self) -> *mut T {
-        const { assert!(size_of::<T>() <= PINNED_WORD_BYTES && align_of::<T>() <= PINNED_WORD_BYTES) };
+        const {
+            assert!(
+                fits::<T>(),
+                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
+            )
+        };
         self.ptr.as_ptr().cast::<T>()
     }
 
@@ -86,9 +92,16 @@ impl PinnedWord {
     ///
     /// # Safety
     /// No device work that reads or writes the word may still run: every such work was waited
-    /// for since it was enqueued.
+    /// for since it was enqueued; and no other thread reads or writes it through the address
+    /// [`as_device_ptr`](PinnedWord::as_device_ptr) gave.
     #[inline]
     pub unsafe fn write<T: DeviceCopy + NoUninit>(&self, value: T) {
+        const {
+            assert!(
+                fits::<T>(),
+                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
+            )
+        };
         // SAFETY: `as_device_ptr` checked that a `T` fits the allocation and its alignment; no
         // other agent touches the word (the caller), and `!Sync` keeps other threads out.
         unsafe { self.as_device_ptr::<T>().write_volatile(value) }
@@ -98,9 +111,16 @@ impl PinnedWord {
     ///
     /// # Safety
     /// No device work that writes the word may still run: every such work was waited for since
-    /// it was enqueued, so what it wrote is visible to the host.
+    /// it was enqueued, so what it wrote is visible to the host; and no other thread writes it
+    /// through the address [`as_device_ptr`](PinnedWord::as_device_ptr) gave.
     #[inline]
     pub unsafe fn read<T: DeviceCopy + AnyBitPattern>(&self) -> T {
+        const {
+            assert!(
+                fits::<T>(),
+                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
+            )
+        };
         // SAFETY: as in `write`; the word's bytes are initialised (zeroed when made) and any
         // bytes are a `T`.
         unsafe { self.as_device_ptr::<T>().read_volatile() }
@@ -111,6 +131,11 @@ impl PinnedWord {
     pub fn leak(self) {
         std::mem::forget(self);
     }
+}
+
+/// Whether a `T` fits a word: at most [`PINNED_WORD_BYTES`] bytes and alignment.
+const fn fits<T>() -> bool {
+    size_of::<T>() <= PINNED_WORD_BYTES && align_of::<T>() <= PINNED_WORD_BYTES
 }
 
 impl Drop for PinnedWord {
