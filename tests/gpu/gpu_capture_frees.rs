@@ -15,7 +15,11 @@
 //!   (managed memory is backed lazily and returned in chunks, so `cuMemGetInfo` moves by 0 or
 //!   128 MiB for a 32 MiB buffer). Rows that free no buffer of their own (a cuBLAS handle, a
 //!   communicator, an event, a module) are checked by the device's free memory instead, which
-//!   their allocations move by far more than the tolerance.
+//!   their allocations move by far more than the tolerance. Such a loss counts only where a
+//!   second series of runs loses memory again: a free lost on every run does, while a
+//!   reservation the driver makes once in the life of a context (its local memory grown for a
+//!   kernel, kept until the context ends: 124 MiB at once, in one of three runs of this module on an
+//!   H200) does not.
 //!
 //! Two rows are the leaks this rule was written against: a mirrored buffer made host-owned by
 //! `from_slice_mirrored` and dropped inside the closure (its free was made on the capturing
@@ -836,12 +840,7 @@ fn check(ctx: &Context, row: &Row, mode: Mode, expect: Expect) -> Vec<String> {
         return failures;
     }
     // No buffer of the row's own: the device's free memory tells.
-    let mut after = free_memory(ctx);
-    let t = Instant::now();
-    while after + TOLERANCE < before && t.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(50));
-        after = free_memory(ctx);
-    }
+    let after = free_after(ctx, before);
     println!(
         "{} ({mode:?}): free {:.1} MiB before {} runs, {:.1} MiB after",
         row.name,
@@ -850,11 +849,18 @@ fn check(ctx: &Context, row: &Row, mode: Mode, expect: Expect) -> Vec<String> {
         after as f64 / (1 << 20) as f64
     );
     if counts && after + TOLERANCE < before {
-        note(format!(
-            "{} MiB lost over {} runs ({before} bytes free before, {after} after)",
-            (before - after) >> 20,
-            runs()
-        ));
+        // Lost only if a second series loses memory again (the module's header says why).
+        let again = lost_again(ctx, || drop(run_once(ctx, row, mode)));
+        if let Some((again_before, again_after)) = again {
+            note(format!(
+                "{} MiB lost over {} runs ({before} bytes free before, {after} after), and {} MiB \
+                 over {} more ({again_before} before, {again_after} after)",
+                (before - after) >> 20,
+                runs(),
+                (again_before - again_after) >> 20,
+                runs()
+            ));
+        }
     }
     failures
 }
@@ -960,13 +966,39 @@ fn measured(ctx: &Context, name: &str, mut run: impl FnMut() -> Result<(), Strin
         after as f64 / (1 << 20) as f64
     );
     if counts && after + TOLERANCE < before {
-        failures.push(format!(
-            "{name}: {} MiB lost over {} runs",
-            (before - after) >> 20,
-            runs()
-        ));
+        // Lost only if a second series loses memory again (the module's header says why).
+        if let Some((again_before, again_after)) = lost_again(ctx, || drop(run())) {
+            failures.push(format!(
+                "{name}: {} MiB lost over {} runs, and {} MiB over {} more",
+                (before - after) >> 20,
+                runs(),
+                (again_before - again_after) >> 20,
+                runs()
+            ));
+        }
     }
     failures
+}
+
+/// After a series of runs that lost free memory: [`runs`] more runs of `run`, each settled and
+/// its watched allocations forgotten. The free memory before and after them where they lost
+/// memory too (a free lost on every run); `None` where they did not (a reservation the driver
+/// made once, during the first series).
+fn lost_again(ctx: &Context, mut run: impl FnMut()) -> Option<(usize, usize)> {
+    let before = free_memory(ctx);
+    for _ in 0..runs() {
+        run();
+        settle(ctx);
+        drop(still_allocated());
+    }
+    let after = free_after(ctx, before);
+    println!(
+        "a second series of {} runs: free {:.1} MiB before, {:.1} MiB after",
+        runs(),
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64
+    );
+    (after + TOLERANCE < before).then_some((before, after))
 }
 
 /// A test of one scenario: on the device captures need, alone in the binary and under a
