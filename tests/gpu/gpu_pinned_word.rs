@@ -213,7 +213,8 @@ fn a_pinned_word_made_and_dropped_beside_another_threads_capture_leaves_the_capt
     let capturing = {
         let ctx = ctx.clone();
         std::thread::spawn(move || -> um::Result<bool> {
-            let x = Managed::from_slice(&ctx, &[0.0f32; 256])?;
+            // Device memory enters a graph with or without concurrent managed access.
+            let x = Managed::from_slice_device(&ctx, &[0.0f32; 256])?;
             ctx.with_stream(StreamOptions::new(), |s| {
                 let x = x.attach(s)?;
                 let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
@@ -225,7 +226,7 @@ fn a_pinned_word_made_and_dropped_beside_another_threads_capture_leaves_the_capt
                 })?;
                 graph.launch(s)?;
                 let (x,) = graph.sync()?;
-                Ok(x.iter().all(|v| *v == 2.0))
+                Ok(x.to_vec()?.iter().all(|v| *v == 2.0))
             })
         })
     };

@@ -78,12 +78,7 @@ impl PinnedWord {
     /// page-aligned.
     #[inline]
     pub fn as_device_ptr<T: DeviceCopy>(&self) -> *mut T {
-        const {
-            assert!(
-                fits::<T>(),
-                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
-            )
-        };
+        const { assert_fits::<T>() };
         self.ptr.as_ptr().cast::<T>()
     }
 
@@ -96,12 +91,7 @@ impl PinnedWord {
     /// [`as_device_ptr`](PinnedWord::as_device_ptr) gave.
     #[inline]
     pub unsafe fn write<T: DeviceCopy + NoUninit>(&self, value: T) {
-        const {
-            assert!(
-                fits::<T>(),
-                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
-            )
-        };
+        const { assert_fits::<T>() };
         // SAFETY: `as_device_ptr` checked that a `T` fits the allocation and its alignment; no
         // other agent touches the word (the caller), and `!Sync` keeps other threads out.
         unsafe { self.as_device_ptr::<T>().write_volatile(value) }
@@ -115,12 +105,7 @@ impl PinnedWord {
     /// through the address [`as_device_ptr`](PinnedWord::as_device_ptr) gave.
     #[inline]
     pub unsafe fn read<T: DeviceCopy + AnyBitPattern>(&self) -> T {
-        const {
-            assert!(
-                fits::<T>(),
-                "a PinnedWord holds at most 16 bytes, aligned to at most 16"
-            )
-        };
+        const { assert_fits::<T>() };
         // SAFETY: as in `write`; the word's bytes are initialised (zeroed when made) and any
         // bytes are a `T`.
         unsafe { self.as_device_ptr::<T>().read_volatile() }
@@ -133,9 +118,13 @@ impl PinnedWord {
     }
 }
 
-/// Whether a `T` fits a word: at most [`PINNED_WORD_BYTES`] bytes and alignment.
-const fn fits<T>() -> bool {
-    size_of::<T>() <= PINNED_WORD_BYTES && align_of::<T>() <= PINNED_WORD_BYTES
+/// Stops the build of a use of a word as a `T` that does not fit it: more than
+/// [`PINNED_WORD_BYTES`] bytes or alignment (evaluated as a constant of each use).
+const fn assert_fits<T>() {
+    assert!(
+        size_of::<T>() <= PINNED_WORD_BYTES && align_of::<T>() <= PINNED_WORD_BYTES,
+        "a PinnedWord holds at most 16 bytes, aligned to at most 16"
+    );
 }
 
 impl Drop for PinnedWord {
