@@ -15,8 +15,8 @@
 //!   each call (a move cannot record there: another thread's per-thread stream has no handle
 //!   here, and a foreign stream may be gone once its scope ended).
 //!
-//! Before, every call recorded an event after itself (`cuEventRecord` plus a second
-//! `cuCtxGetCurrent`), on every stream. A move costs `cuEventRecord` and `cuStreamWaitEvent`
+//! A reduction returned to the host adds one `cuStreamSynchronize` of the call's stream and
+//! two `cublasSetPointerMode_v2` (device mode for the call, host mode after it). A move costs `cuEventRecord` and `cuStreamWaitEvent`
 //! (a created stream already ended: the wait only), `cublasSetStream_v2`, and, on the first
 //! call on a created stream, one `cuEventCreate` (the stream's own event).
 
