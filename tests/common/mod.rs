@@ -487,6 +487,42 @@ pub fn capture_when_told(
     })
 }
 
+/// Runs `f` on this thread while another thread holds a capture of `um` open on `ctx`'s
+/// device: that capture records one `add_scalar` on device memory (which enters a graph with or
+/// without concurrent managed access), waits inside its closure until `f` has returned, records
+/// a second, then replays the graph. `f`'s result, and `Ok(true)` where the graph replayed both
+/// kernels.
+#[allow(clippy::expect_used)] // a test helper stops at the first surprise, like the tests
+pub fn beside_an_open_capture<R>(ctx: &Context, f: impl FnOnce() -> R) -> (R, um::Result<bool>) {
+    use um::{Managed, StreamOptions};
+    use um_test_kernels::testing::add_scalar;
+    let (began_tx, began) = std::sync::mpsc::channel::<()>();
+    let (done, done_rx) = std::sync::mpsc::channel::<()>();
+    let capturing = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || -> um::Result<bool> {
+            let x = Managed::from_slice_device(&ctx, &[0.0f32; 256])?;
+            ctx.with_stream(StreamOptions::new(), |s| {
+                let x = x.attach(s)?;
+                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
+                    add_scalar(cap, &mut x, 1.0)?;
+                    let _ = began_tx.send(());
+                    let _ = done_rx.recv();
+                    add_scalar(cap, &mut x, 1.0)?;
+                    Ok(((x,), ()))
+                })?;
+                graph.launch(s)?;
+                let (x,) = graph.sync()?;
+                Ok(x.to_vec()?.iter().all(|v| *v == 2.0))
+            })
+        })
+    };
+    began.recv().expect("the capture began");
+    let out = f();
+    let _ = done.send(());
+    (out, capturing.join().expect("the capturing thread"))
+}
+
 /// The driver's range of the allocation that holds `address`: `None` where it knows none.
 pub fn allocation_at(address: u64) -> Option<(u64, usize)> {
     let (mut start, mut size) = (0u64, 0usize);

@@ -1727,39 +1727,17 @@ fn a_first_host_result_beside_another_threads_capture_is_right_and_leaves_the_ca
         return;
     };
     let blas = Blas::new(&ctx).expect("cuBLAS");
-    let (began_tx, began) = mpsc::channel::<()>();
-    let (done, done_rx) = mpsc::channel::<()>();
-    let capturing = {
-        let ctx = ctx.clone();
-        std::thread::spawn(move || -> um::Result<bool> {
-            let x = Managed::from_slice(&ctx, &[0.0f32; 256])?;
-            ctx.with_stream(StreamOptions::new(), |s| {
-                let x = x.attach(s)?;
-                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
-                    add_scalar(cap, &mut x, 1.0)?;
-                    let _ = began_tx.send(());
-                    let _ = done_rx.recv();
-                    add_scalar(cap, &mut x, 1.0)?;
-                    Ok(((x,), ()))
-                })?;
-                graph.launch(s)?;
-                let (x,) = graph.sync()?;
-                Ok(x.iter().all(|v| *v == 2.0))
-            })
-        })
-    };
-    began.recv().expect("the capture began");
     let x = Managed::from_fn(&ctx, 1000, |_| 1.0f32).expect("x");
-    let dot = ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
-        let x = x.attach(s)?;
-        let dot = blas
-            .dot(s, &Level1::new(1000), &x, &x)
-            .map_err(um::Error::from)?;
-        drop(x.sync()?);
-        Ok(dot)
+    let (dot, replayed) = common::beside_an_open_capture(&ctx, || {
+        ctx.with_stream(StreamOptions::new().non_blocking(), |s| {
+            let x = x.attach(s)?;
+            let dot = blas
+                .dot(s, &Level1::new(1000), &x, &x)
+                .map_err(um::Error::from)?;
+            drop(x.sync()?);
+            Ok(dot)
+        })
     });
-    let _ = done.send(());
-    let replayed = capturing.join().expect("the capturing thread");
     assert_eq!(dot.expect("the first host result"), 1000.0);
     assert!(
         replayed.expect("the capture and its replay"),

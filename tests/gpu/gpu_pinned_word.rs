@@ -13,7 +13,6 @@ use um::{Managed, PINNED_WORD_BYTES, PinnedWord, StreamOptions};
 use um_test_kernels::testing::add_scalar;
 
 use std::sync::Mutex;
-use std::sync::mpsc;
 
 /// The word's allocation as the driver knows it: `PINNED_WORD_BYTES` bytes starting at its
 /// address.
@@ -208,37 +207,13 @@ fn a_pinned_word_made_and_dropped_beside_another_threads_capture_leaves_the_capt
     let _serial = serial();
     let _dog = watchdog("a pinned word beside a capture");
     let ctx = gpu();
-    let (began_tx, began) = mpsc::channel::<()>();
-    let (done, done_rx) = mpsc::channel::<()>();
-    let capturing = {
-        let ctx = ctx.clone();
-        std::thread::spawn(move || -> um::Result<bool> {
-            // Device memory enters a graph with or without concurrent managed access.
-            let x = Managed::from_slice_device(&ctx, &[0.0f32; 256])?;
-            ctx.with_stream(StreamOptions::new(), |s| {
-                let x = x.attach(s)?;
-                let (graph, ()) = s.capture((x,), |cap, (mut x,)| {
-                    add_scalar(cap, &mut x, 1.0)?;
-                    let _ = began_tx.send(());
-                    let _ = done_rx.recv();
-                    add_scalar(cap, &mut x, 1.0)?;
-                    Ok(((x,), ()))
-                })?;
-                graph.launch(s)?;
-                let (x,) = graph.sync()?;
-                Ok(x.to_vec()?.iter().all(|v| *v == 2.0))
-            })
+    let (freed, replayed) = common::beside_an_open_capture(&ctx, || {
+        PinnedWord::new(&ctx).map(|word| {
+            let address = word.as_device_ptr::<u8>() as u64;
+            drop(word);
+            allocation_at(address)
         })
-    };
-    began.recv().expect("the capture began");
-    let made = PinnedWord::new(&ctx);
-    let freed = made.map(|word| {
-        let address = word.as_device_ptr::<u8>() as u64;
-        drop(word);
-        allocation_at(address)
     });
-    let _ = done.send(());
-    let replayed = capturing.join().expect("the capturing thread");
     assert_eq!(
         freed.expect("a word made beside the capture"),
         None,
