@@ -92,9 +92,10 @@ impl PinnedWord {
     #[inline]
     pub unsafe fn write<T: DeviceCopy + NoUninit>(&self, value: T) {
         const { assert_fits::<T>() };
-        // SAFETY: `as_device_ptr` checked that a `T` fits the allocation and its alignment; no
-        // other agent touches the word (the caller), and `!Sync` keeps other threads out.
-        unsafe { self.as_device_ptr::<T>().write_volatile(value) }
+        // SAFETY: a `T` fits the allocation and its alignment (the constant above; the
+        // allocation is page-aligned); no other agent touches the word (the caller), and `!Sync`
+        // keeps other threads out.
+        unsafe { self.ptr.as_ptr().cast::<T>().write_volatile(value) }
     }
 
     /// The `T` at the start of the word (any bytes are a `T`: `AnyBitPattern`).
@@ -108,7 +109,7 @@ impl PinnedWord {
         const { assert_fits::<T>() };
         // SAFETY: as in `write`; the word's bytes are initialised (zeroed when made) and any
         // bytes are a `T`.
-        unsafe { self.as_device_ptr::<T>().read_volatile() }
+        unsafe { self.ptr.as_ptr().cast::<T>().read_volatile() }
     }
 
     /// Gives the word up without freeing it: for a word that device work may still write (a
