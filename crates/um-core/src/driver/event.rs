@@ -86,7 +86,9 @@ impl Event {
         // SAFETY: the event is alive (we own it), `from` belongs to its context (the caller's
         // guarantee), and that context is current.
         unsafe { driver::event_record(self.raw, from) }?;
-        to_ctx.bind()?;
+        if !self.ctx.same_as(to_ctx) {
+            to_ctx.bind()?;
+        }
         // SAFETY: the event is alive; `to` is a live stream (the caller's guarantee); the event
         // may be of another context than `to`.
         unsafe { driver::stream_wait_event(to, self.raw) }

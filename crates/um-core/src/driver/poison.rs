@@ -101,6 +101,49 @@ impl Poisoner {
     }
 }
 
+/// The poison marks a buffer keeps of the streams it was handed off from (see
+/// `Allocation::handed_from`): the first inline, the rest in a list, so that the usual handoff
+/// (one stream to another, then back to the host) allocates nothing.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PoisonMarks {
+    first: Option<Arc<PoisonFlag>>,
+    more: Vec<Arc<PoisonFlag>>,
+}
+
+impl PoisonMarks {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<PoisonFlag>> {
+        self.first.iter().chain(&self.more)
+    }
+
+    /// Adds `flag` unless it is kept already.
+    pub(crate) fn keep(&mut self, flag: &Arc<PoisonFlag>) {
+        if self.iter().any(|f| Arc::ptr_eq(f, flag)) {
+            return;
+        }
+        match self.first {
+            None => self.first = Some(Arc::clone(flag)),
+            Some(_) => self.more.push(Arc::clone(flag)),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.first = None;
+        self.more.clear();
+    }
+}
+
+impl IntoIterator for PoisonMarks {
+    type Item = Arc<PoisonFlag>;
+    type IntoIter = std::iter::Chain<
+        std::option::IntoIter<Arc<PoisonFlag>>,
+        std::vec::IntoIter<Arc<PoisonFlag>>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -127,6 +170,32 @@ mod tests {
         assert!(p3.is_of(&fresh[7]));
         p3.poison();
         assert!(fresh[7].is_set());
+    }
+
+    /// A buffer's kept marks hold each stream's flag once, in the order kept, and let them go
+    /// when cleared.
+    #[test]
+    fn kept_marks_hold_each_flag_once_and_let_go_when_cleared() {
+        let (f1, f2, f3): (Arc<PoisonFlag>, Arc<PoisonFlag>, Arc<PoisonFlag>) =
+            (Arc::default(), Arc::default(), Arc::default());
+        let mut marks = PoisonMarks::default();
+        assert_eq!(marks.iter().count(), 0);
+        for f in [&f1, &f2, &f1, &f3, &f2] {
+            marks.keep(f);
+        }
+        let kept: Vec<_> = marks.iter().map(Arc::as_ptr).collect();
+        assert_eq!(kept, [Arc::as_ptr(&f1), Arc::as_ptr(&f2), Arc::as_ptr(&f3)]);
+        assert_eq!(Arc::strong_count(&f1), 2);
+        let copy = marks.clone();
+        assert_eq!(Arc::strong_count(&f3), 3);
+        let owned: Vec<_> = copy.into_iter().collect();
+        assert_eq!(owned.len(), 3);
+        drop(owned);
+        marks.clear();
+        assert_eq!(marks.iter().count(), 0);
+        for f in [&f1, &f2, &f3] {
+            assert_eq!(Arc::strong_count(f), 1, "a cleared mark is let go");
+        }
     }
 
     /// A mark with no handle can never be set; one with a handle may be; one set stays so.

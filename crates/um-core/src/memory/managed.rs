@@ -24,7 +24,7 @@ use cust::memory::bytemuck::Zeroable;
 
 use crate::driver;
 use crate::driver::context::{Context, in_driver_callback};
-use crate::driver::poison::PoisonFlag;
+use crate::driver::poison::{PoisonFlag, PoisonMarks};
 use crate::driver::stream::{RawStream, Stream, StreamKind};
 use crate::driver::sys;
 use crate::error::Result;
@@ -122,7 +122,7 @@ impl<T: DeviceCopy, M: Storage + Allocate> Fresh<T, M> {
                 ctx: self.ctx,
                 stream: RawStream::NONE,
                 parts: self.parts,
-                handed_from: Vec::new(),
+                handed_from: PoisonMarks::default(),
             },
             _state: PhantomData,
         }
@@ -257,7 +257,7 @@ impl<'s, T, K: StreamKind, M: Storage> Managed<[T], StreamOwned<'s, K>, M> {
                 ctx: stream.context().clone(),
                 stream: stream.raw(),
                 parts,
-                handed_from: Vec::new(),
+                handed_from: PoisonMarks::default(),
             },
             _state: PhantomData,
         }
@@ -356,10 +356,10 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
         if !S::ON_STREAM {
             return Vec::new();
         }
-        let mut marks = self.alloc.handed_from.clone();
+        let kept = self.alloc.handed_from.iter().cloned();
         // SAFETY: as in `owner_poisoned`.
-        marks.extend(unsafe { self.alloc.stream.poison_flag() });
-        marks
+        kept.chain(unsafe { self.alloc.stream.poison_flag() })
+            .collect()
     }
 
     /// Whether work queued so far on the owning stream, or on one the memory was handed off
@@ -380,10 +380,8 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
             return;
         }
         // SAFETY: as in `owner_poisoned`.
-        if let Some(flag) = unsafe { self.alloc.stream.poison_flag() } {
-            if !self.alloc.handed_from.iter().any(|f| Arc::ptr_eq(f, &flag)) {
-                self.alloc.handed_from.push(flag);
-            }
+        if let Some(events) = unsafe { self.alloc.stream.events() } {
+            self.alloc.handed_from.keep(events.poison());
         }
     }
 
@@ -392,7 +390,9 @@ impl<T: ?Sized, S: State, M: Storage> Managed<T, S, M> {
     pub(crate) fn into_orphan(mut self) -> Orphan {
         // The kept marks move to the orphan (`this` below is never dropped, so a list left in it
         // would leak), and the owner's mark joins them.
-        let mut poison = std::mem::take(&mut self.alloc.handed_from);
+        let mut poison: Vec<_> = std::mem::take(&mut self.alloc.handed_from)
+            .into_iter()
+            .collect();
         poison.extend(self.owner_poison());
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped, so the orphan's free is the allocation's only one.

@@ -15,11 +15,10 @@
 use std::ffi::c_uint;
 use std::mem;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use crate::driver;
 use crate::driver::context::{Context, refuse_inside_stream_callback};
-use crate::driver::poison::PoisonFlag;
+use crate::driver::poison::PoisonMarks;
 use crate::driver::stream::RawStream;
 use crate::driver::sys;
 use crate::error::{Error, Result};
@@ -228,10 +227,10 @@ pub struct Allocation<M: HasParts> {
     pub(crate) parts: M::Parts,
     /// The poison marks of the streams the memory was handed off from (`hand_off`) since it
     /// was last host-owned: work aborted there may still touch it after the new owner's wait,
-    /// so a mark set here counts as the owner's own. Empty (no
-    /// allocation) for memory never handed off; cleared when the memory becomes host-owned,
+    /// so a mark set here counts as the owner's own. Empty for memory never handed off (and
+    /// the first mark kept without an allocation); cleared when the memory becomes host-owned,
     /// which happens only after a wait that found every mark unset.
-    pub(crate) handed_from: Vec<Arc<PoisonFlag>>,
+    pub(crate) handed_from: PoisonMarks,
 }
 
 /// The checked size of a new allocation, and the alignment its element type needs. Only
