@@ -407,6 +407,20 @@ fn main() -> Res<()> {
         }
         i += 2;
     }
+    // The clock the timings read: a clock source without a fast path makes every clock read
+    // a system call.
+    let clock =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_else(|_| "unknown".into());
+    let t = Instant::now();
+    for _ in 0..1000 {
+        std::hint::black_box(Instant::now());
+    }
+    println!(
+        "{{\"clocksource\":\"{}\",\"clock_read_ns\":{:.1}}}",
+        clock.trim(),
+        t.elapsed().as_secs_f64() * 1e6
+    );
     let ctx = Context::new(0)?;
     ctx.make_current()?;
     let sms = ctx.info().multiprocessors.max(1);
