@@ -9,8 +9,8 @@
 //! freed; the batch goes to stream B (an event), where `spin_then_add` is stage B. The variants:
 //!
 //! * `raw`: the driver calls from Rust, as the C++ loop makes them;
-//! * `raw+bind`: the same with `cuCtxGetCurrent` before each of the four calls um binds its
-//!   context for (the allocation, the two launches on A and the handoff);
+//! * `raw+bind`: the same with `cuCtxGetCurrent` wherever um checks the current context (before
+//!   the allocation, each launch, the free and the handoff: six a batch);
 //! * `um`: um's loop (`attach`, `alloc_zeroed`, the typed launches, the drop, `hand_off`);
 //! * `raw timed` and `um timed`: the same loops with the host time of each step taken apart
 //!   (a clock read between steps, in both).
@@ -259,6 +259,9 @@ impl Raw {
                     ),
                 )?;
                 Steps::mark(steps, 2);
+                if bind {
+                    cu::cuCtxGetCurrent(&mut cur);
+                }
                 check("cuMemFreeAsync", cu::cuMemFreeAsync(scr, self.a))?;
                 Steps::mark(steps, 3);
                 if bind {
@@ -270,6 +273,9 @@ impl Raw {
                     cu::cuStreamWaitEvent(self.b, self.ev, 0),
                 )?;
                 Steps::mark(steps, 4);
+                if bind {
+                    cu::cuCtxGetCurrent(&mut cur);
+                }
                 let mut w = two;
                 let mut sb: [*mut c_void; 4] = [
                     (xk as *mut cu::CUdeviceptr).cast(),
