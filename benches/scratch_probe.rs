@@ -159,6 +159,37 @@ impl Raw {
         })
     }
 
+    /// Launches `f` on `stream` with the grid of the C++ loop (`grid` blocks of 256 threads).
+    ///
+    /// # Safety
+    /// `params` point to values that match `f`'s declaration, live for the call; `f` and
+    /// `stream` are live handles of the current context.
+    #[inline(always)]
+    unsafe fn launch(
+        &self,
+        f: cu::CUfunction,
+        stream: cu::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Res<()> {
+        // SAFETY: the caller's guarantees; no extra parameters.
+        let rc = unsafe {
+            cu::cuLaunchKernel(
+                f,
+                self.grid,
+                1,
+                1,
+                256,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check("cuLaunchKernel", rc)
+    }
+
     /// One pipeline: (µs per batch, enqueue µs per batch).
     fn run(
         &self,
@@ -217,22 +248,7 @@ impl Raw {
                     (&raw mut stage).cast(),
                     (&raw mut n).cast(),
                 ];
-                check(
-                    "cuLaunchKernel",
-                    cu::cuLaunchKernel(
-                        self.spin,
-                        self.grid,
-                        1,
-                        1,
-                        256,
-                        1,
-                        1,
-                        0,
-                        self.a,
-                        sa.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                )?;
+                self.launch(self.spin, self.a, &mut sa)?;
                 Steps::mark(steps, 1);
                 if bind {
                     cu::cuCtxGetCurrent(&mut cur);
@@ -242,22 +258,7 @@ impl Raw {
                     (xk as *mut cu::CUdeviceptr).cast(),
                     (&raw mut n).cast(),
                 ];
-                check(
-                    "cuLaunchKernel",
-                    cu::cuLaunchKernel(
-                        self.transform,
-                        self.grid,
-                        1,
-                        1,
-                        256,
-                        1,
-                        1,
-                        0,
-                        self.a,
-                        ta.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                )?;
+                self.launch(self.transform, self.a, &mut ta)?;
                 Steps::mark(steps, 2);
                 if bind {
                     cu::cuCtxGetCurrent(&mut cur);
@@ -283,22 +284,7 @@ impl Raw {
                     (&raw mut stage).cast(),
                     (&raw mut n).cast(),
                 ];
-                check(
-                    "cuLaunchKernel",
-                    cu::cuLaunchKernel(
-                        self.spin,
-                        self.grid,
-                        1,
-                        1,
-                        256,
-                        1,
-                        1,
-                        0,
-                        self.b,
-                        sb.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                )?;
+                self.launch(self.spin, self.b, &mut sb)?;
                 Steps::mark(steps, 5);
             }
         }
