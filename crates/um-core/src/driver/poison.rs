@@ -198,6 +198,114 @@ mod tests {
         }
     }
 
+    /// The mark kept first sits inline: a buffer handed off once keeps its mark without a list
+    /// (no allocation); the second goes to the list, and a flag kept again, inline or listed,
+    /// is not added twice.
+    #[test]
+    fn the_first_kept_mark_needs_no_list_and_a_repeated_one_is_not_added() {
+        let (f1, f2): (Arc<PoisonFlag>, Arc<PoisonFlag>) = (Arc::default(), Arc::default());
+        let mut marks = PoisonMarks::default();
+        marks.keep(&f1);
+        marks.keep(&f1);
+        assert!(marks.first.as_ref().is_some_and(|f| Arc::ptr_eq(f, &f1)));
+        assert_eq!(marks.more.capacity(), 0, "one mark allocated a list");
+        assert_eq!(Arc::strong_count(&f1), 2, "kept once");
+        marks.keep(&f2);
+        marks.keep(&f2);
+        marks.keep(&f1);
+        assert_eq!(marks.more.len(), 1);
+        assert_eq!(
+            Arc::strong_count(&f2),
+            2,
+            "a listed flag kept again is not added"
+        );
+        assert_eq!(marks.iter().count(), 2);
+    }
+
+    /// A mark set on any stream kept (inline or in the list) is seen through `iter`, whether it
+    /// was set before or after it was kept, and whatever the order of the handoffs.
+    #[test]
+    fn a_mark_set_on_any_kept_stream_is_seen_inline_or_listed() {
+        for poisoned in 0..4 {
+            for before in [false, true] {
+                let flags: Vec<Arc<PoisonFlag>> = (0..4).map(|_| Arc::default()).collect();
+                let handles: Vec<Poisoner> = flags.iter().map(Poisoner::new).collect();
+                let mut marks = PoisonMarks::default();
+                if before {
+                    handles[poisoned].poison();
+                }
+                // A chain through every stream, with a cycle back: 0 -> 1 -> 2 -> 0 -> 3.
+                for i in [0, 1, 2, 0, 3] {
+                    marks.keep(&flags[i]);
+                }
+                assert_eq!(marks.iter().count(), 4);
+                if !before {
+                    assert!(!marks.iter().any(|f| f.is_set()));
+                    handles[poisoned].poison();
+                }
+                assert!(
+                    marks.iter().any(|f| f.is_set()),
+                    "the mark of stream {poisoned} (set {}) is lost",
+                    if before { "before" } else { "after" }
+                );
+                let moved: Vec<_> = marks.into_iter().collect();
+                assert!(moved.iter().any(|f| f.is_set()), "lost when moved out");
+            }
+        }
+    }
+
+    /// The marks keep a stream's flag alive for its handles (`Poisoner::is_live`) after the
+    /// stream is gone, as long as the buffer keeps them: a copy, a move out (`mem::take`, as
+    /// `into_orphan` does) or a clear lets each go exactly once, and a clear leaves marks that
+    /// take new flags afresh (the first inline again).
+    #[test]
+    fn kept_marks_keep_a_gone_streams_handle_live_until_let_go_and_start_afresh_after_a_clear() {
+        let (f1, f2, f3): (Arc<PoisonFlag>, Arc<PoisonFlag>, Arc<PoisonFlag>) =
+            (Arc::default(), Arc::default(), Arc::default());
+        let (p1, p2, p3) = (Poisoner::new(&f1), Poisoner::new(&f2), Poisoner::new(&f3));
+        let mut marks = PoisonMarks::default();
+        marks.keep(&f1);
+        marks.keep(&f2);
+        // The streams end: only the marks hold the flags.
+        drop((f1, f2));
+        assert!(p1.is_live() && p2.is_live());
+        let copy = marks.clone();
+        drop(marks);
+        assert!(p1.is_live() && p2.is_live(), "the copy still holds them");
+        let mut copy = copy;
+        let taken = std::mem::take(&mut copy);
+        assert_eq!(copy.iter().count(), 0, "take leaves no mark behind");
+        assert!(copy.first.is_none() && copy.more.is_empty());
+        p2.poison();
+        let orphan: Vec<_> = taken.into_iter().collect();
+        assert!(
+            orphan.iter().any(|f| f.is_set()),
+            "the moved marks see the poison"
+        );
+        drop(orphan);
+        assert!(!p1.is_live() && !p2.is_live(), "a mark outlives everything");
+        // Reuse after a clear: the first slot takes the next flag, the list stays empty.
+        copy.keep(&f3);
+        assert!(copy.first.as_ref().is_some_and(|f| Arc::ptr_eq(f, &f3)));
+        copy.clear();
+        assert!(copy.first.is_none() && copy.more.is_empty());
+        drop(f3);
+        assert!(!p3.is_live(), "a cleared mark is let go");
+        let (g1, g2): (Arc<PoisonFlag>, Arc<PoisonFlag>) = (Arc::default(), Arc::default());
+        copy.keep(&g1);
+        copy.keep(&g2);
+        copy.clear();
+        copy.keep(&g2);
+        let kept: Vec<_> = copy.iter().map(Arc::as_ptr).collect();
+        assert_eq!(
+            kept,
+            [Arc::as_ptr(&g2)],
+            "a cleared list left a flag behind"
+        );
+        assert!(copy.more.is_empty());
+        assert_eq!(Arc::strong_count(&g1), 1);
+    }
+
     /// A mark with no handle can never be set; one with a handle may be; one set stays so.
     #[test]
     fn a_mark_may_be_set_only_while_a_handle_exists_or_once_it_is() {

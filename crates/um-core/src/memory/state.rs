@@ -234,8 +234,13 @@ impl<'a, T: ?Sized, K: Eager, M: Storage> Managed<T, StreamOwned<'a, K>, M> {
         let from = self.stream();
         let target = to.raw();
         if from.id == target.id {
-            // The same stream (of a stream set): already associated, already ordered.
-            return Ok(self.retype(target));
+            // The same stream (of a stream set, or the per-thread stream taken twice): already
+            // associated, already ordered. Another handle of the per-thread stream has a poison
+            // mark of its own, so the mark of the handle the memory leaves is kept, as for a
+            // handoff to another stream (a library may abort work it enqueued through it).
+            let mut this = self;
+            this.keep_owner_poison();
+            return Ok(this.retype(target));
         }
         // SAFETY: the memory is in state `StreamOwned<'a, K>`, so its owning stream (brand 'a)
         // is alive for this call.
