@@ -16,9 +16,10 @@
 //!   here, and a foreign stream may be gone once its scope ended).
 //!
 //! A reduction returned to the host adds one `cuStreamSynchronize` of the call's stream and
-//! two `cublasSetPointerMode_v2` (device mode for the call, host mode after it). A move costs `cuEventRecord` and `cuStreamWaitEvent`
-//! (a created stream already ended: the wait only), `cublasSetStream_v2`, and, on the first
-//! call on a created stream, one `cuEventCreate` (the stream's own event).
+//! two `cublasSetPointerMode_v2` (device mode for the call, host mode after it). A move costs
+//! `cuEventRecord` and `cuStreamWaitEvent` (a created stream already ended: the wait only),
+//! `cublasSetStream_v2`, and, on the first call on a created stream, one `cuEventCreate` (the
+//! stream's own event).
 
 use std::cell::Cell;
 use std::ffi::c_int;
